@@ -1,0 +1,94 @@
+"""Flat per-request and per-job rows: the raw measurements of a cell, written as parquet.
+
+All ``*_at`` fields are seconds on one clock whose zero is the cell's start epoch (shared by every client
+actor of the cell). Latencies are measured from the *scheduled* time, not the send time, so a client that
+falls behind shows up as latency and as ``dispatch_lag_s`` instead of being hidden (no coordinated omission).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+
+SCHEMA_VERSION = 1
+
+
+class RequestStatus(str, enum.Enum):
+    OK = "ok"
+    TIMEOUT = "timeout"  # the per-request or per-job deadline passed
+    ERROR = "error"  # HTTP or protocol failure
+
+    @property
+    def is_ok(self) -> bool:
+        return self is RequestStatus.OK
+
+
+class JobStatus(str, enum.Enum):
+    COMPLETED = "completed"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+    @property
+    def is_completed(self) -> bool:
+        return self is JobStatus.COMPLETED
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    job_id: str
+    job_index: int
+    turn: int
+    is_last: bool
+    status: RequestStatus
+    scheduled_at: float  # when the plan says the request is due (arrival, or previous finish + tool time)
+    sent_at: float  # when the HTTP request was actually issued
+    first_token_at: float | None  # first streamed text chunk
+    finished_at: float | None  # stream end (or when the failure was seen)
+    target_prompt_tokens: int  # what the plan aimed for
+    prompt_tokens: int | None  # what the server counted (usage)
+    cached_tokens: int | None  # prefix-cache hit the server reported (usage.prompt_tokens_details)
+    best_cached_tokens: int | None  # previous turn's prompt + completion: the most a prefix cache can hit
+    completion_tokens: int | None
+    error: str | None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def dispatch_lag_s(self) -> float:
+        return self.sent_at - self.scheduled_at
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_at is None else self.first_token_at - self.scheduled_at
+
+    @property
+    def latency_s(self) -> float | None:
+        return None if self.finished_at is None else self.finished_at - self.scheduled_at
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    job_index: int
+    status: JobStatus
+    arrival_at: float  # scheduled arrival of turn 1
+    finished_at: float | None  # end of the last turn, or of the failing one
+    num_turns_completed: int
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def jct_s(self) -> float | None:
+        """Job completion time; only a completed job has one."""
+        if not self.status.is_completed or self.finished_at is None:
+            return None
+        return self.finished_at - self.arrival_at
+
+
+def to_row(record: RequestRecord | JobRecord) -> dict:
+    """The record as a flat row: its fields plus its derived durations, enums as their values."""
+    row = {field.name: getattr(record, field.name) for field in fields(record)}
+    row = {key: value.value if isinstance(value, enum.Enum) else value for key, value in row.items()}
+    if isinstance(record, RequestRecord):
+        row |= {"dispatch_lag_s": record.dispatch_lag_s, "ttft_s": record.ttft_s, "latency_s": record.latency_s}
+    else:
+        row["jct_s"] = record.jct_s
+    return row

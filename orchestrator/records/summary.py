@@ -1,0 +1,101 @@
+"""Derived statistics of one cell, compiled from its raw records after the run (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
+
+
+@dataclass(frozen=True)
+class TurnSummary:
+    """One turn index across all jobs; fractions are token-weighted over the turn's successful requests."""
+
+    turn: int
+    num_requests: int
+    latency_mean_s: float | None
+    ttft_mean_s: float | None
+    target_prompt_tokens: int | None
+    prompt_tokens_mean: float | None
+    cached_fraction: float | None  # cached / prompt tokens
+    best_cached_fraction: float | None  # (previous prompt + completion) / prompt tokens
+    cached_of_best: float | None  # cached / best: 1.0 means the prefix cache kept everything it could
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    num_jobs: int
+    num_completed: int
+    num_timeouts: int
+    num_errors: int
+    jct_mean_s: float | None
+    jct_p50_s: float | None
+    jct_p90_s: float | None
+    jct_p99_s: float | None
+    dispatch_lag_p50_ms: float | None
+    dispatch_lag_p99_ms: float | None
+    dispatch_lag_max_ms: float | None
+    turns: tuple[TurnSummary, ...]
+
+    def turn(self, number: int) -> TurnSummary | None:
+        return next((turn for turn in self.turns if turn.turn == number), None)
+
+    @property
+    def t1_mean_s(self) -> float | None:
+        first = self.turn(1)
+        return first.latency_mean_s if first else None
+
+    @property
+    def t_last_mean_s(self) -> float | None:
+        return self.turns[-1].latency_mean_s if self.turns else None
+
+
+def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> CellSummary:
+    jcts = [job.jct_s for job in jobs if job.jct_s is not None]
+    lags_ms = [record.dispatch_lag_s * 1000 for record in requests]
+    return CellSummary(
+        num_jobs=len(jobs),
+        num_completed=sum(job.status.is_completed for job in jobs),
+        num_timeouts=sum(job.status is JobStatus.TIMEOUT for job in jobs),
+        num_errors=sum(job.status is JobStatus.ERROR for job in jobs),
+        jct_mean_s=_mean(jcts),
+        jct_p50_s=_percentile(jcts, 50),
+        jct_p90_s=_percentile(jcts, 90),
+        jct_p99_s=_percentile(jcts, 99),
+        dispatch_lag_p50_ms=_percentile(lags_ms, 50),
+        dispatch_lag_p99_ms=_percentile(lags_ms, 99),
+        dispatch_lag_max_ms=max(lags_ms) if lags_ms else None,
+        turns=tuple(_turn_summary(turn, requests) for turn in sorted({record.turn for record in requests})),
+    )
+
+
+def _turn_summary(turn: int, requests: Sequence[RequestRecord]) -> TurnSummary:
+    of_turn = [record for record in requests if record.turn == turn]
+    ok = [record for record in of_turn if record.status.is_ok and record.prompt_tokens]
+    prompt = sum(record.prompt_tokens for record in ok)
+    with_cache = [record for record in ok if record.cached_tokens is not None and record.best_cached_tokens is not None]
+    cached = sum(record.cached_tokens for record in with_cache)
+    best = sum(record.best_cached_tokens for record in with_cache)
+    with_cache_prompt = sum(record.prompt_tokens for record in with_cache)
+    return TurnSummary(
+        turn=turn,
+        num_requests=len(of_turn),
+        latency_mean_s=_mean([record.latency_s for record in ok]),
+        ttft_mean_s=_mean([record.ttft_s for record in ok if record.ttft_s is not None]),
+        target_prompt_tokens=of_turn[0].target_prompt_tokens if of_turn else None,
+        prompt_tokens_mean=prompt / len(ok) if ok else None,
+        cached_fraction=cached / with_cache_prompt if with_cache_prompt else None,
+        best_cached_fraction=best / with_cache_prompt if with_cache_prompt else None,
+        cached_of_best=cached / best if best else None,
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def _percentile(values: Sequence[float], percent: float) -> float | None:
+    return float(np.percentile(values, percent)) if len(values) else None

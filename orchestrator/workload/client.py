@@ -1,0 +1,112 @@
+"""One streamed ``/v1/completions`` call against any OpenAI-compatible server.
+
+The request carries the job identity to the server's scheduler through ``vllm_xargs`` (it arrives as
+``sampling_params.extra_args``; JSON ``true`` arrives as ``1``), and, for program-level FCFS, the job's
+arrival index as ``priority``. Streaming gives the first-token time; the final usage chunk gives the
+server's prompt and cached token counts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+
+class EpochClock:
+    """Seconds since a shared Unix epoch, read from the monotonic clock so it never jumps.
+
+    Every client actor of a cell builds one from the same epoch, so their records share a time axis.
+    """
+
+    def __init__(self, epoch_unix: float):
+        self._monotonic_at_epoch = time.monotonic() - (time.time() - epoch_unix)
+
+    def now(self) -> float:
+        return time.monotonic() - self._monotonic_at_epoch
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """How requests are formed; the policy decides ``send_priority``."""
+
+    model: str
+    output_tokens: int = 20
+    send_priority: bool = False
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    first_token_at: float | None
+    finished_at: float
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+
+
+class CompletionError(RuntimeError):
+    """The server answered, but not with a usable completion."""
+
+
+class CompletionClient:
+    def __init__(self, base_url: str, options: RequestOptions, session: aiohttp.ClientSession, now: Callable[[], float]):
+        self._url = base_url.rstrip("/") + "/v1/completions"
+        self._options = options
+        self._session = session
+        self._now = now
+
+    def body(self, prompt: str, job_id: str, job_index: int, turn: int, is_last: bool) -> dict:
+        options = self._options
+        body = {
+            "model": options.model,
+            "prompt": prompt,
+            "max_tokens": options.output_tokens,
+            "min_tokens": options.output_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "vllm_xargs": {"job_id": job_id, "turn": turn, "is_last_step": is_last},
+        }
+        if options.send_priority:
+            body["priority"] = job_index
+        return body
+
+    async def complete(self, body: dict) -> Completion:
+        """Send ``body`` and read the stream to its end. Raises ``CompletionError`` or aiohttp errors."""
+        first_token_at = None
+        pieces: list[str] = []
+        usage = None
+        async with self._session.post(self._url, json=body) as response:
+            if response.status != 200:
+                detail = (await response.text())[:300]
+                raise CompletionError(f"HTTP {response.status}: {detail}")
+            async for raw_line in response.content:
+                if not raw_line.startswith(b"data: "):
+                    continue
+                payload = raw_line[6:].strip()
+                if payload == b"[DONE]":
+                    break
+                chunk = json.loads(payload)
+                for choice in chunk.get("choices", ()):
+                    if choice.get("text"):
+                        if first_token_at is None:
+                            first_token_at = self._now()
+                        pieces.append(choice["text"])
+                usage = chunk.get("usage") or usage
+        finished_at = self._now()
+        if usage is None:
+            raise CompletionError("stream ended without a usage chunk")
+        details = usage.get("prompt_tokens_details") or {}
+        return Completion(
+            text="".join(pieces),
+            first_token_at=first_token_at,
+            finished_at=finished_at,
+            prompt_tokens=usage.get("prompt_tokens"),
+            cached_tokens=details.get("cached_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+        )

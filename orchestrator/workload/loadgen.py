@@ -1,0 +1,140 @@
+"""The load generator: one asyncio task per job, started at its planned arrival.
+
+The timing core (``_dispatch``) only sleeps until the next planned arrival, and starts that job's task;
+payloads, parsing and records happen inside the job tasks. A job runs its turns back to back: send the
+context, stream the completion, sleep the tool time, append completion and tool output, repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import aiohttp
+
+from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
+from orchestrator.workload.client import Completion, CompletionClient, EpochClock, RequestOptions
+from orchestrator.workload.plan import JobPlan, TurnPlan, WorkloadPlan
+from orchestrator.workload.text import TOOL_SEPARATOR
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    requests: tuple[RequestRecord, ...]
+    jobs: tuple[JobRecord, ...]
+
+
+class LoadGenerator:
+    """Drives one plan (or one shard of it) against one server. Plain class; ``actor.py`` wraps it for Ray."""
+
+    def __init__(self, base_url: str, options: RequestOptions):
+        self._base_url = base_url
+        self._options = options
+
+    def run(self, plan: WorkloadPlan, epoch_unix: float) -> ShardResult:
+        """Run ``plan`` with arrival offsets counted from ``epoch_unix`` (a Unix time, shared by all shards)."""
+        return asyncio.run(self.run_async(plan, epoch_unix))
+
+    async def run_async(self, plan: WorkloadPlan, epoch_unix: float) -> ShardResult:
+        clock = EpochClock(epoch_unix)
+        connector = aiohttp.TCPConnector(limit=0, force_close=False)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            client = CompletionClient(self._base_url, self._options, session, clock.now)
+            runner = _JobRunner(plan, client, clock)
+            outcomes = await _dispatch(plan, clock, runner.run)
+        requests = tuple(record for records, _ in outcomes for record in records)
+        return ShardResult(requests=requests, jobs=tuple(job for _, job in outcomes))
+
+
+async def _dispatch(plan: WorkloadPlan, clock: EpochClock, run_job) -> list:
+    tasks = []
+    for job in plan.jobs:
+        due = job.arrival_offset_s
+        delay = due - clock.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(run_job(job, due)))
+    return await asyncio.gather(*tasks)
+
+
+class _JobRunner:
+    def __init__(self, plan: WorkloadPlan, client: CompletionClient, clock: EpochClock):
+        self._plan = plan
+        self._spec = plan.spec
+        self._client = client
+        self._clock = clock
+
+    async def run(self, job: JobPlan, arrival_at: float) -> tuple[list[RequestRecord], JobRecord]:
+        """Every turn of ``job``; stops at the first failed turn, which decides the job's status."""
+        job_deadline = arrival_at + self._spec.job_timeout_s
+        context = self._plan.system_prompt
+        due = arrival_at
+        previous: RequestRecord | None = None
+        records: list[RequestRecord] = []
+        for turn in job.turns:
+            await self._sleep_until(due)
+            record, completion = await self._send(job, turn, context, due, previous, job_deadline)
+            records.append(record)
+            if not record.status.is_ok:
+                return records, self._job_record(job, arrival_at, records, JobStatus(record.status.value))
+            context += completion.text + TOOL_SEPARATOR + (turn.tool_output or "")
+            due = completion.finished_at + self._spec.tool_time_s
+            previous = record
+        return records, self._job_record(job, arrival_at, records, JobStatus.COMPLETED)
+
+    async def _send(self, job, turn: TurnPlan, context, due, previous, job_deadline):
+        body = self._client.body(context, job.job_id, job.index, turn.turn, turn.is_last)
+        sent_at = self._clock.now()
+        budget = min(self._spec.request_timeout_s, job_deadline - sent_at)
+        completion: Completion | None = None
+        error = None
+        try:
+            completion = await asyncio.wait_for(self._client.complete(body), timeout=max(budget, 0.0))
+            status = RequestStatus.OK
+        except TimeoutError:
+            status, error = RequestStatus.TIMEOUT, f"no complete answer within {budget:.1f} s"
+        except (aiohttp.ClientError, RuntimeError, ValueError) as failure:
+            status, error = RequestStatus.ERROR, f"{type(failure).__name__}: {failure}"[:500]
+        record = RequestRecord(
+            job_id=job.job_id,
+            job_index=job.index,
+            turn=turn.turn,
+            is_last=turn.is_last,
+            status=status,
+            scheduled_at=due,
+            sent_at=sent_at,
+            first_token_at=completion.first_token_at if completion else None,
+            finished_at=completion.finished_at if completion else self._clock.now(),
+            target_prompt_tokens=turn.target_prompt_tokens,
+            prompt_tokens=completion.prompt_tokens if completion else None,
+            cached_tokens=completion.cached_tokens if completion else None,
+            best_cached_tokens=_best_cached(previous),
+            completion_tokens=completion.completion_tokens if completion else None,
+            error=error,
+        )
+        return record, completion
+
+    async def _sleep_until(self, due: float) -> None:
+        delay = due - self._clock.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _job_record(self, job: JobPlan, arrival_at: float, records: list[RequestRecord], status: JobStatus) -> JobRecord:
+        return JobRecord(
+            job_id=job.job_id,
+            job_index=job.index,
+            status=status,
+            arrival_at=arrival_at,
+            finished_at=records[-1].finished_at if records else None,
+            num_turns_completed=sum(record.status.is_ok for record in records),
+        )
+
+
+def _best_cached(previous: RequestRecord | None) -> int | None:
+    """The theoretical best prefix hit: everything the previous turn sent and received."""
+    if previous is None:
+        return 0
+    if previous.prompt_tokens is None or previous.completion_tokens is None:
+        return None
+    return previous.prompt_tokens + previous.completion_tokens

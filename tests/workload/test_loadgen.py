@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchestrator.records.schema import JobStatus, RequestStatus
+from orchestrator.workload.actor import drive_with_actors
+from orchestrator.workload.client import RequestOptions
+from orchestrator.workload.loadgen import LoadGenerator
+from orchestrator.workload.plan import build_plan
+from orchestrator.workload.spec import WorkloadSpec
+
+
+def _plan(counter, **fields):
+    spec = WorkloadSpec(**{"jps": 4, "duration_s": 2, "scale": 0.05, "tool_time_s": 0.05, **fields})
+    return build_plan(spec, counter)
+
+
+def test_every_job_runs_all_turns_with_a_growing_context(instant_server, tiny_counter):
+    plan = _plan(tiny_counter)
+    result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
+    assert len(result.jobs) == len(plan.jobs) > 0
+    assert all(job.status is JobStatus.COMPLETED and job.num_turns_completed == 8 for job in result.jobs)
+    assert len(result.requests) == 8 * len(plan.jobs)
+    for job in plan.jobs:
+        arrivals = [a for a in instant_server.state.arrivals if a.job_id == job.job_id]
+        assert [a.turn for a in arrivals] == list(range(1, 9))
+        sizes = [a.prompt_chars for a in arrivals]
+        assert sizes == sorted(sizes) and len(set(sizes)) == 8
+        assert all(a.priority is None for a in arrivals)
+
+
+def test_turns_are_scheduled_a_tool_time_after_the_previous_finish(instant_server, tiny_counter):
+    plan = _plan(tiny_counter, tool_time_s=0.2)
+    result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
+    by_job = {}
+    for record in result.requests:
+        by_job.setdefault(record.job_id, []).append(record)
+    for job in plan.jobs:
+        records = sorted(by_job[job.job_id], key=lambda r: r.turn)
+        assert records[0].scheduled_at == pytest.approx(job.arrival_offset_s)
+        for before, after in zip(records, records[1:]):
+            assert after.scheduled_at == pytest.approx(before.finished_at + 0.2)
+            assert after.sent_at >= after.scheduled_at
+            assert after.best_cached_tokens == before.prompt_tokens + before.completion_tokens
+        assert all(r.completion_tokens == 20 and r.first_token_at is not None for r in records)
+
+
+def test_priority_is_the_job_arrival_index_when_requested(instant_server, tiny_counter):
+    plan = _plan(tiny_counter)
+    LoadGenerator(instant_server.url, RequestOptions(model="m", send_priority=True)).run(plan, time.time())
+    index_of = {job.job_id: job.index for job in plan.jobs}
+    assert all(a.priority == index_of[a.job_id] for a in instant_server.state.arrivals)
+
+
+def test_a_slow_server_times_requests_out_and_the_jobs_are_recorded_as_timeouts(instant_server, tiny_counter):
+    instant_server.state.token_delay_s = 0.1  # 20 tokens: 2 s per turn
+    plan = _plan(tiny_counter, duration_s=1, request_timeout_s=0.5)
+    result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
+    assert len(result.jobs) == len(plan.jobs) > 0
+    assert all(job.status is JobStatus.TIMEOUT and job.jct_s is None for job in result.jobs)
+    assert all(r.status is RequestStatus.TIMEOUT and r.turn == 1 for r in result.requests)
+    assert all(0.45 < r.finished_at - r.sent_at < 1.5 for r in result.requests)
+
+
+def test_the_job_deadline_cuts_a_job_short(instant_server, tiny_counter):
+    instant_server.state.token_delay_s = 0.01  # 0.2 s per turn: 8 turns cannot finish in 1 s
+    plan = _plan(tiny_counter, duration_s=1, job_timeout_s=1.0)
+    result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
+    assert all(job.status is JobStatus.TIMEOUT and 0 < job.num_turns_completed < 8 for job in result.jobs)
+
+
+def test_http_errors_mark_the_request_and_job_as_errors(instant_server, tiny_counter):
+    instant_server.state.fail_status = 503
+    plan = _plan(tiny_counter)
+    result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
+    assert all(job.status is JobStatus.ERROR for job in result.jobs)
+    assert all(r.status is RequestStatus.ERROR and "HTTP 503" in r.error for r in result.requests)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_actors_split_the_jobs_and_share_one_clock(local_ray, instant_server, tiny_counter):
+    plan = _plan(tiny_counter, jps=8)
+    result = drive_with_actors(plan, instant_server.url, RequestOptions(model="m"), num_actors=2)
+    assert [job.job_id for job in result.jobs] == [job.job_id for job in plan.jobs]
+    assert len(result.requests) == 8 * len(plan.jobs)
+    # Records from both actors sit on one time axis: each turn 1 was scheduled at its planned offset.
+    firsts = {r.job_id: r for r in result.requests if r.turn == 1}
+    assert all(firsts[j.job_id].scheduled_at == pytest.approx(j.arrival_offset_s) for j in plan.jobs)
+    assert max(r.dispatch_lag_s for r in firsts.values()) < 0.5
