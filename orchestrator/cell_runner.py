@@ -13,14 +13,13 @@ from pathlib import Path
 from orchestrator.records.schema import JobRecord, RequestRecord
 from orchestrator.records.store import atomic_write_json, write_cell_records
 from orchestrator.records.summary import CellSummary, summarize
-from orchestrator.replica.probe import EngineFacts, read_engine_facts
-from orchestrator.replica.server import ServerProcess, free_port
-from orchestrator.replica.vllm_server import VllmEngineConfig, vllm_server_command
+from orchestrator.replica.probe import EngineFacts
+from orchestrator.replica.replica import Replica
+from orchestrator.replica.vllm_server import VllmEngineConfig
 from orchestrator.workload.actor import drive_in_process, drive_with_actors
 from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.plan import WorkloadPlan
 
-SERVER_LOG_FILE = "server.log"
 CELL_FILE = "cell.json"
 
 
@@ -41,36 +40,35 @@ def run_cell(
     num_client_actors: int = 0,
     health_timeout_s: float = 300.0,
 ) -> CellResult:
-    """Run ``plan`` against a fresh replica of ``engine``; records and ``cell.json`` land in ``out_dir``.
+    """Run ``plan`` against a fresh replica of ``engine``; records, server log, scheduler trace and
+    ``cell.json`` (requested and effective configuration) land in ``out_dir``.
 
     ``num_client_actors`` = 0 drives the load from this process; more splits the jobs over Ray actors
     (Ray must be initialised by the caller).
     """
     out_dir = Path(out_dir).absolute()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    command = vllm_server_command(engine, port=free_port())
     started = time.monotonic()
-    server = ServerProcess(command, out_dir / SERVER_LOG_FILE)
-    server.start(health_timeout_s)
+    replica = Replica(engine, out_dir, health_timeout_s)
+    info = replica.start()
     try:
-        facts = read_engine_facts(command.base_url)
         if num_client_actors:
-            shard = drive_with_actors(plan, command.base_url, options, num_client_actors)
+            shard = drive_with_actors(plan, info.base_url, options, num_client_actors)
         else:
-            shard = drive_in_process(plan, command.base_url, options)
+            shard = drive_in_process(plan, info.base_url, options)
     finally:
-        server.stop()
+        replica.stop()
     summary = summarize(shard.requests, shard.jobs)
     write_cell_records(out_dir, shard.requests, shard.jobs)
     atomic_write_json(
         {
             "engine": engine.model_dump(mode="json"),
             "workload": plan.spec.model_dump(mode="json"),
+            "request_options": options.__dict__,
             "plan_fingerprint": plan.fingerprint(),
-            "server_argv": list(command.argv),
-            "server_env": command.env,
-            "engine_facts": facts.as_dict(),
+            "server_argv": list(info.server_argv),
+            "server_env": info.server_env,
+            "engine_facts": info.facts.as_dict(),
         },
         out_dir / CELL_FILE,
     )
-    return CellResult(shard.requests, shard.jobs, summary, facts, wall_s=time.monotonic() - started)
+    return CellResult(shard.requests, shard.jobs, summary, info.facts, wall_s=time.monotonic() - started)

@@ -8,7 +8,8 @@ import pytest
 
 @pytest.mark.parametrize(
     "flags, named",
-    [(["--jps", "0"], "jps"), (["--jps", "-2"], "jps"), (["--scale", "9"], "scale"), (["--block-size", "8"], "block_size")],
+    [(["--jps", "0"], "jps"), (["--jps", "-2"], "jps"), (["--scale", "9"], "scale"), (["--block-size", "8"], "block_size"),
+     (["--policy", "lmcache"], "lmcache"), (["--policy", "lru"], "lru")],
 )
 def test_bad_input_fails_fast_with_one_line(tmp_path, flags, named):
     result = subprocess.run(

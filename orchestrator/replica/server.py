@@ -2,22 +2,24 @@
 
 vLLM forks an engine-core process and workers; killing only the API server would leave them holding memory.
 The server therefore runs as the leader of a new session, teardown signals the whole group (SIGTERM, then
-SIGKILL after a grace period), and a death signal set with ``prctl`` ends the leader if the process that
+SIGKILL after a grace period), and a reaper process (``replica.reaper``) kills the group if the process that
 started it dies first, so no server outlives a crashed driver or actor.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from orchestrator.paths import PROJECT_ROOT
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class ServerProcess:
         self.command = command
         self.log_path = Path(log_path)
         self._process: subprocess.Popen | None = None
+        self._reaper: subprocess.Popen | None = None
 
     @property
     def pid(self) -> int | None:
@@ -66,8 +69,12 @@ class ServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.replica.reaper", "--group", str(self._process.pid), "--owner", str(os.getpid())],
+            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+            stdin=subprocess.DEVNULL,
+        )
         try:
             self._wait_healthy(health_timeout_s)
         except BaseException:
@@ -107,6 +114,10 @@ class ServerProcess:
         self._process.wait()
         _wait_group_gone(group, timeout_s=grace_s)
         self._process = None
+        if self._reaper is not None:
+            self._reaper.terminate()
+            self._reaper.wait()
+            self._reaper = None
 
     def log_tail(self, num_lines: int = 30) -> str:
         try:
@@ -121,11 +132,6 @@ class ServerProcess:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
-
-
-def _die_with_parent() -> None:
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _signal_group(group: int, signum: int) -> None:

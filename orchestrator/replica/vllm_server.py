@@ -7,10 +7,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.paths import PROJECT_ROOT
 from orchestrator.replica.server import ServerCommand
 
-# The project root, so modules we hand to vLLM by name (scheduler plugins) import in its spawned processes.
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Read by orchestrator.replica.schedulers.tracing inside the engine process (not imported here: that
+# module needs vLLM, and building a command line must not).
+TRACE_ENV = "KVSWEEP_SCHEDULER_TRACE"
 
 
 class VllmEngineConfig(BaseModel):
@@ -36,7 +38,10 @@ class VllmEngineConfig(BaseModel):
     extra_env: tuple[tuple[str, str], ...] = ()
 
 
-def vllm_server_command(config: VllmEngineConfig, port: int, host: str = "127.0.0.1") -> ServerCommand:
+def vllm_server_command(
+    config: VllmEngineConfig, port: int, host: str = "127.0.0.1", trace_path: Path | None = None
+) -> ServerCommand:
+    """The command that serves ``config`` on ``host:port``; ``trace_path`` receives the scheduler trace."""
     argv = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", config.model,
@@ -69,10 +74,10 @@ def vllm_server_command(config: VllmEngineConfig, port: int, host: str = "127.0.
     if config.enforce_eager:
         argv.append("--enforce-eager")
     argv += config.extra_args
-    return ServerCommand(argv=tuple(argv), env=_environment(config), host=host, port=port)
+    return ServerCommand(argv=tuple(argv), env=_environment(config, trace_path), host=host, port=port)
 
 
-def _environment(config: VllmEngineConfig) -> dict[str, str]:
+def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str, str]:
     env = {
         "PYTHONPATH": str(PROJECT_ROOT),
         # Enables POST /reset_prefix_cache, which replicas use between cells.
@@ -80,6 +85,8 @@ def _environment(config: VllmEngineConfig) -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",
         "HF_HUB_OFFLINE": "1",
     }
+    if trace_path is not None:
+        env[TRACE_ENV] = str(trace_path)
     env.update(dict(config.extra_env))
     return env
 

@@ -70,7 +70,7 @@ class CompletionClient:
             "temperature": 0.0,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "vllm_xargs": {"job_id": job_id, "turn": turn, "is_last_step": is_last},
+            "vllm_xargs": {"job_id": job_id, "job_index": job_index, "turn": turn, "is_last_step": is_last},
         }
         if options.send_priority:
             body["priority"] = job_index

@@ -1,0 +1,116 @@
+"""KV policies by name: each maps (engine, DRAM budget) to vLLM arguments, environment and request options.
+
+Ordering and pinning are separate axes so their effects can be told apart: ``job-fcfs`` is ordering only
+(vLLM priority scheduling by job arrival), ``continuum-pin-only`` is pinning only, ``continuum`` is both.
+Every policy runs under the tracing scheduler (or a subclass), so every cell has the same step trace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig, TtlMode
+from orchestrator.replica.vllm_server import VllmEngineConfig
+
+_SCHEDULERS = "orchestrator.replica.schedulers"
+TRACING = f"{_SCHEDULERS}.tracing.TracingScheduler"
+CONTINUUM = f"{_SCHEDULERS}.continuum.ContinuumScheduler"
+# On GPU vLLM schedules asynchronously by default; these keep that behaviour under our subclasses.
+ASYNC_TRACING = f"{_SCHEDULERS}.async_variants.AsyncTracingScheduler"
+ASYNC_CONTINUUM = f"{_SCHEDULERS}.async_variants.AsyncContinuumScheduler"
+
+
+class PolicyError(ValueError):
+    """An unknown policy, or one the engine cannot run; the message is one line naming the valid ones."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    description: str
+    pins: ContinuumConfig | None = None  # None: finished turns are freed (stock vLLM)
+    job_priority: bool = False  # vLLM priority scheduling with the job's arrival index as priority
+    needs_cuda: bool = False
+    connector: Callable[[float], tuple[tuple[str, ...], dict[str, str]]] | None = field(default=None, repr=False)
+
+    def engine_config(self, base: VllmEngineConfig, dram_gb: float) -> VllmEngineConfig:
+        """``base`` configured for this policy with a CPU tier of ``dram_gb`` where the policy has one."""
+        if self.needs_cuda and base.device != "gpu":
+            raise PolicyError(
+                f"policy {self.name!r} needs a CUDA GPU (its KV connector is CUDA-only in vLLM/LMCache); "
+                f"on the CPU engine use one of: {', '.join(cpu_policy_names())}"
+            )
+        on_gpu = base.device == "gpu"
+        if self.pins is not None:
+            scheduler = ASYNC_CONTINUUM if on_gpu else CONTINUUM
+        else:
+            scheduler = ASYNC_TRACING if on_gpu else TRACING
+        args, env = self.connector(dram_gb) if self.connector else ((), {})
+        env = {**env, **(self.pins.to_env() if self.pins else {})}
+        return base.model_copy(
+            update={
+                "scheduler_cls": scheduler,
+                "scheduling_policy": "priority" if self.job_priority else "fcfs",
+                "extra_args": base.extra_args + args,
+                "extra_env": base.extra_env + tuple(sorted(env.items())),
+            }
+        )
+
+
+def _lmcache(cpu_gb_override: float | None = None):
+    def connector(dram_gb: float) -> tuple[tuple[str, ...], dict[str, str]]:
+        config = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+        env = {
+            "LMCACHE_LOCAL_CPU": "True",
+            "LMCACHE_MAX_LOCAL_CPU_SIZE": f"{cpu_gb_override if cpu_gb_override is not None else dram_gb:g}",
+            "LMCACHE_CHUNK_SIZE": "256",
+        }
+        return ("--kv-transfer-config", json.dumps(config)), env
+
+    return connector
+
+
+def _native_offload(simple: bool):
+    def connector(dram_gb: float) -> tuple[tuple[str, ...], dict[str, str]]:
+        args = ("--kv-offloading-size", f"{dram_gb:g}", "--kv-offloading-backend", "native")
+        return args, ({"VLLM_USE_SIMPLE_KV_OFFLOAD": "1"} if simple else {})
+
+    return connector
+
+
+POLICIES: dict[str, Policy] = {
+    policy.name: policy
+    for policy in (
+        Policy("fcfs", "stock vLLM v1: request-level FCFS, prefix caching, finished turns freed to the LRU cache"),
+        Policy("job-fcfs", "program-level FCFS: vLLM priority scheduling by job arrival, no pins", job_priority=True),
+        Policy("continuum", "pins a job's KV across tool gaps (TTL 2 s), pinned jobs first, then job FCFS",
+               pins=ContinuumConfig(), job_priority=True),
+        Policy("continuum-adaptive", "continuum with the TTL estimated from each job's observed tool gaps",
+               pins=ContinuumConfig(ttl_mode=TtlMode.ADAPTIVE), job_priority=True),
+        Policy("continuum-pin-only", "continuum's pins with stock request-level FCFS order",
+               pins=ContinuumConfig(pinned_first=False)),
+        Policy("continuum-yielding", "continuum whose pins always yield to a blocked admission",
+               pins=ContinuumConfig(admission_release=AdmissionRelease.ALWAYS), job_priority=True),
+        Policy("lmcache", "LMCache CPU offload (LMCacheConnectorV1) with the DRAM budget as its CPU tier",
+               needs_cuda=True, connector=_lmcache()),
+        Policy("lmcache-nocache", "LMCache with a 1 GB CPU tier (the source study's ablation)",
+               needs_cuda=True, connector=_lmcache(cpu_gb_override=1)),
+        Policy("native-offload", "vLLM's OffloadingConnector: eager async copy to a CPU tier of the DRAM budget",
+               needs_cuda=True, connector=_native_offload(simple=False)),
+        Policy("simple-offload", "vLLM's SimpleCPUOffloadConnector with a CPU tier of the DRAM budget",
+               needs_cuda=True, connector=_native_offload(simple=True)),
+    )
+}  # fmt: skip
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise PolicyError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+
+
+def cpu_policy_names() -> list[str]:
+    return [name for name, policy in POLICIES.items() if not policy.needs_cuda]

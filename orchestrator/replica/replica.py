@@ -1,0 +1,92 @@
+"""One vLLM replica: a server for a sequence of cells, with a verified reset between them.
+
+A plain class; ``replica.actor`` wraps it for Ray so it runs on a node with the cell's GPU type.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.replica.probe import EngineFacts, read_engine_facts
+from orchestrator.replica.server import ServerProcess, free_port
+from orchestrator.replica.vllm_server import VllmEngineConfig, vllm_server_command
+
+SERVER_LOG_FILE = "server.log"
+SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
+
+
+class ResetError(RuntimeError):
+    """The prefix cache (and offload tier) could not be reset; the replica must be restarted instead."""
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    base_url: str
+    facts: EngineFacts
+    server_argv: tuple[str, ...]
+    server_env: dict[str, str]
+    log_path: str
+    trace_path: str
+
+
+class Replica:
+    def __init__(self, engine: VllmEngineConfig, work_dir: str | Path, health_timeout_s: float = 300.0):
+        self._engine = engine
+        self._work_dir = Path(work_dir).absolute()
+        self._health_timeout_s = health_timeout_s
+        self._server: ServerProcess | None = None
+        self._info: ReplicaInfo | None = None
+
+    def start(self) -> ReplicaInfo:
+        self._work_dir.mkdir(parents=True, exist_ok=True)
+        trace_path = self._work_dir / SCHEDULER_TRACE_FILE
+        command = vllm_server_command(self._engine, port=free_port(), trace_path=trace_path)
+        self._server = ServerProcess(command, self._work_dir / SERVER_LOG_FILE)
+        self._server.start(self._health_timeout_s)
+        self._info = ReplicaInfo(
+            base_url=command.base_url,
+            facts=read_engine_facts(command.base_url),
+            server_argv=command.argv,
+            server_env=command.env,
+            log_path=str(self._server.log_path),
+            trace_path=str(trace_path),
+        )
+        return self._info
+
+    @property
+    def info(self) -> ReplicaInfo | None:
+        return self._info
+
+    def is_alive(self) -> bool:
+        return self._server is not None and self._server.is_running()
+
+    def reset(self, attempts: int = 20, wait_s: float = 0.5) -> None:
+        """Clear the prefix cache and any offload tier; retried because it fails while blocks are held.
+
+        Raises ``ResetError`` if it never succeeds: reusing the replica would then leak cache hits
+        from one cell into the next.
+        """
+        url = f"{self._info.base_url}/reset_prefix_cache?reset_external=true"
+        for _ in range(attempts):
+            try:
+                request = urllib.request.Request(url, method="POST", data=b"")
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    if json.loads(response.read() or b"{}").get("success") is True:
+                        return
+            except (urllib.error.URLError, json.JSONDecodeError):
+                pass
+            time.sleep(wait_s)
+        raise ResetError(f"prefix cache reset at {url} did not succeed after {attempts} attempts")
+
+    def log_tail(self, num_lines: int = 40) -> str:
+        return self._server.log_tail(num_lines) if self._server else ""
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None

@@ -1,0 +1,155 @@
+"""Continuum's pin table: which job holds which KV blocks across its tool-call gap, and until when (pure).
+
+A pin keeps a finished turn's blocks referenced so the prefix cache cannot evict them before the job's next
+turn arrives. The table decides expiry (a fixed TTL, or one estimated from the tool gaps it has seen) and
+which pin gives way first under memory pressure (the youngest job's, so older jobs keep their place, as in
+program-level FCFS). It never touches vLLM objects itself: blocks are opaque to it.
+
+Iteration never happens over a structure that is being changed: every release first takes the victims
+out, then hands them back to the caller to free.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CONFIG_ENV = "KVSWEEP_CONTINUUM"
+
+
+class TtlMode(str, enum.Enum):
+    FIXED = "fixed"
+    ADAPTIVE = "adaptive"
+
+
+class AdmissionRelease(str, enum.Enum):
+    """Whose pins a request that cannot get blocks may take."""
+
+    # Only pins of jobs that arrived after it: older jobs keep their place (program-level FCFS), and a new
+    # job waits for blocks instead of evicting a job in flight (Continuum's turn-1/turn-2 spike).
+    YOUNGER = "younger"
+    ALWAYS = "always"  # any pin, youngest first: pins never delay an admission
+
+
+@dataclass(frozen=True)
+class ContinuumConfig:
+    """Tuning of the pin policy; read from the ``KVSWEEP_CONTINUUM`` environment variable (JSON)."""
+
+    ttl_s: float = 2.0  # the public prototype's fixed TTL; also the adaptive mode's first guess
+    ttl_mode: TtlMode = TtlMode.FIXED
+    adaptive_factor: float = 1.5  # adaptive TTL = factor x the longest gap seen for the job (or overall)
+    adaptive_max_s: float = 10.0
+    admission_release: AdmissionRelease = AdmissionRelease.YOUNGER
+    pinned_first: bool = True  # waiting turns of pinned jobs jump the queue (needs priority scheduling)
+
+    @classmethod
+    def from_env(cls) -> ContinuumConfig:
+        raw = json.loads(os.environ.get(CONFIG_ENV) or "{}")
+        unknown = set(raw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"{CONFIG_ENV} has unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+        if "ttl_mode" in raw:
+            raw["ttl_mode"] = TtlMode(raw["ttl_mode"])
+        if "admission_release" in raw:
+            raw["admission_release"] = AdmissionRelease(raw["admission_release"])
+        return cls(**raw)
+
+    def to_env(self) -> dict[str, str]:
+        payload = {key: getattr(value, "value", value) for key, value in self.__dict__.items()}
+        return {CONFIG_ENV: json.dumps(payload, sort_keys=True)}
+
+
+@dataclass
+class Pin:
+    job_id: str
+    job_index: int
+    blocks: Sequence[Any]
+    pinned_at: float
+    expires_at: float
+
+
+@dataclass
+class _GapHistory:
+    last_finish_at: dict[str, float] = field(default_factory=dict)
+    longest_by_job: dict[str, float] = field(default_factory=dict)
+    recent: deque = field(default_factory=lambda: deque(maxlen=256))
+
+
+class PinTable:
+    def __init__(self, config: ContinuumConfig):
+        self.config = config
+        self._pins: dict[str, Pin] = {}
+        self._gaps = _GapHistory()
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._pins
+
+    @property
+    def num_pinned_blocks(self) -> int:
+        return sum(len(pin.blocks) for pin in self._pins.values())
+
+    def ttl_for(self, job_id: str) -> float:
+        config = self.config
+        if config.ttl_mode is TtlMode.FIXED:
+            return config.ttl_s
+        gap = self._gaps.longest_by_job.get(job_id)
+        if gap is None and self._gaps.recent:
+            gap = statistics.median(self._gaps.recent)
+        if gap is None:
+            return config.ttl_s
+        return min(config.adaptive_max_s, config.adaptive_factor * gap)
+
+    def pin(self, job_id: str, job_index: int, blocks: Sequence[Any], now: float) -> list[Pin]:
+        """Pin ``blocks`` for ``job_id``; returns any older pin of the same job, which the caller must free."""
+        self._gaps.last_finish_at[job_id] = now
+        replaced = self._pins.pop(job_id, None)
+        self._pins[job_id] = Pin(job_id, job_index, blocks, now, now + self.ttl_for(job_id))
+        return [replaced] if replaced else []
+
+    def on_turn_arrived(self, job_id: str, arrived_at: float) -> None:
+        """A job's next turn arrived: learn its tool gap for the adaptive TTL."""
+        finished_at = self._gaps.last_finish_at.get(job_id)
+        if finished_at is None:
+            return
+        gap = max(0.0, arrived_at - finished_at)
+        self._gaps.longest_by_job[job_id] = max(gap, self._gaps.longest_by_job.get(job_id, 0.0))
+        self._gaps.recent.append(gap)
+
+    def forget_job(self, job_id: str) -> None:
+        """The job's last turn finished: drop what was learned about it."""
+        self._gaps.last_finish_at.pop(job_id, None)
+        self._gaps.longest_by_job.pop(job_id, None)
+
+    def take(self, job_id: str) -> Pin | None:
+        return self._pins.pop(job_id, None)
+
+    def take_expired(self, now: float) -> list[Pin]:
+        expired = [job_id for job_id, pin in self._pins.items() if pin.expires_at <= now]
+        return [self._pins.pop(job_id) for job_id in expired]
+
+    def take_victim(self, exclude_job_id: str | None = None, younger_than: int | None = None) -> Pin | None:
+        """The pin to give up under pressure: the youngest job's (highest arrival index), never
+        ``exclude_job_id``'s, and with ``younger_than`` only a job whose index is above it."""
+        candidates = [
+            pin
+            for pin in self._pins.values()
+            if pin.job_id != exclude_job_id and (younger_than is None or pin.job_index > younger_than)
+        ]
+        if not candidates:
+            return None
+        victim = max(candidates, key=lambda pin: (pin.job_index, pin.pinned_at))
+        return self._pins.pop(victim.job_id)
+
+    def take_all(self) -> list[Pin]:
+        pins = list(self._pins.values())
+        self._pins.clear()
+        return pins

@@ -1,0 +1,139 @@
+"""Replica lifecycle against the real CPU engine: Continuum pins under pressure, reset, and no survivors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from orchestrator.policies import get_policy
+from orchestrator.replica.actor import replica_actor_class, replica_actor_options
+from orchestrator.replica.replica import Replica
+from orchestrator.replica.vllm_server import VllmEngineConfig
+from tests.processes import vllm_processes
+
+pytestmark = pytest.mark.engine
+
+
+def _complete(base_url: str, prompt: str, job_id: str, job_index: int, turn: int, is_last: bool) -> dict:
+    body = {
+        "model": "tiny", "prompt": prompt, "max_tokens": 4, "min_tokens": 4, "ignore_eos": True, "temperature": 0,
+        "vllm_xargs": {"job_id": job_id, "job_index": job_index, "turn": turn, "is_last_step": is_last},
+    }
+    request = urllib.request.Request(
+        base_url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+def _trace(replica: Replica) -> list[dict]:
+    time.sleep(1.0)  # the trace is flushed when the engine goes idle
+    with open(replica.info.trace_path) as trace:
+        return [json.loads(line) for line in trace]
+
+
+def _new_vllm_processes(before: set[int]) -> list:
+    deadline = time.monotonic() + 15
+    while (left := [p for p in vllm_processes() if p[0] not in before]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+@pytest.fixture(scope="module")
+def small_continuum_replica(tiny_model_dir, tmp_path_factory):
+    """Continuum with a 40-block pool (1280 tokens) and a 60 s TTL: pins, not the TTL, decide what happens."""
+    base = VllmEngineConfig(
+        model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=40, max_model_len=1024, max_num_seqs=8
+    )
+    policy = get_policy("continuum")
+    engine = policy.engine_config(base, dram_gb=0).model_copy(
+        update={"extra_env": (("KVSWEEP_CONTINUUM", json.dumps({"ttl_s": 60.0})),)}
+    )
+    replica = Replica(engine, tmp_path_factory.mktemp("replica"))
+    replica.start()
+    yield replica
+    replica.stop()
+
+
+def test_pins_that_fill_the_pool_never_stop_the_engine(small_continuum_replica):
+    url = small_continuum_replica.info.base_url
+    word = " river" * 300  # about 300 tokens: ten blocks
+    # Four jobs each pin ~10 blocks after turn 1: the 39 usable blocks are all pinned.
+    for index in range(4):
+        _complete(url, f"[job{index}]" + word, f"job{index}", index, turn=1, is_last=False)
+    steps = [e for e in _trace(small_continuum_replica) if e["kind"] == "step"]
+    assert steps[-1]["pinned_blocks"] >= 36
+    # A fifth, younger job cannot take older pins; an older job's continuation takes the youngest pins.
+    answer = _complete(url, "[job0]" + word + " zephyr" * 350, "job0", 0, turn=2, is_last=True)
+    assert answer["usage"]["completion_tokens"] == 4
+    events = _trace(small_continuum_replica)
+    pressure = [e for e in events if e["kind"] == "unpin" and e["reason"] == "pressure"]
+    assert pressure and all(e["job_id"] != "job0" for e in pressure)
+    assert pressure[0]["job_id"] == "job3"  # the youngest job gives way first
+
+
+def test_prefix_cache_reset_succeeds_with_pins_held(small_continuum_replica):
+    url = small_continuum_replica.info.base_url
+    _complete(url, "[reset-job]" + " cedar" * 200, "reset-job", 10, turn=1, is_last=False)
+    assert [e for e in _trace(small_continuum_replica) if e["kind"] == "step"][-1]["pinned_blocks"] > 0
+    small_continuum_replica.reset()
+    events = _trace(small_continuum_replica)
+    assert any(e["kind"] == "unpin" and e["reason"] == "reset" for e in events)
+    again = _complete(url, "[reset-job]" + " cedar" * 200, "reset-job", 10, turn=2, is_last=True)
+    assert again["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) == 0
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_killing_the_replica_actor_leaves_no_vllm_process(local_ray, tiny_model_dir, tmp_path):
+    import ray
+
+    before = {pid for pid, _ in vllm_processes()}
+    engine = get_policy("fcfs").engine_config(
+        VllmEngineConfig(model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=200), dram_gb=0
+    )
+    actor = replica_actor_class().options(**replica_actor_options("cpu", None, 0)).remote(engine, str(tmp_path))
+    info = ray.get(actor.start.remote())
+    assert _complete(info.base_url, "hello", "j", 0, 1, True)["usage"]["completion_tokens"] == 4
+    assert [p for p in vllm_processes() if p[0] not in before]
+    ray.kill(actor)
+    assert _new_vllm_processes(before) == []
+
+
+def test_killing_the_driver_mid_cell_leaves_no_vllm_process(tmp_path):
+    before = {pid for pid, _ in vllm_processes()}
+    out = tmp_path / "cell"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.run_cell", "--jps", "1", "--duration-s", "120", "--out", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            log = out / "scheduler_trace.jsonl"
+            if log.exists() and log.stat().st_size > 0:
+                break
+            assert driver.poll() is None, "the driver exited before the cell started"
+            time.sleep(1)
+        assert [p for p in vllm_processes() if p[0] not in before], "no server was running mid-cell"
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+        assert _new_vllm_processes(before) == []
+        assert not (out / "requests.parquet").exists()  # an interrupted cell writes no records
+    finally:
+        if driver.poll() is None:
+            driver.kill()

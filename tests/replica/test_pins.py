@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.replica.schedulers.pins import CONFIG_ENV, ContinuumConfig, PinTable, TtlMode
+
+
+def test_fixed_ttl_expiry_takes_only_the_expired_pins():
+    table = PinTable(ContinuumConfig(ttl_s=2.0))
+    table.pin("a", 0, ["a1", "a2"], now=10.0)
+    table.pin("b", 1, ["b1"], now=11.0)
+    assert table.num_pinned_blocks == 3
+    assert [pin.job_id for pin in table.take_expired(now=12.5)] == ["a"]
+    assert "a" not in table and "b" in table
+    assert table.take_expired(now=12.9) == [] and [p.job_id for p in table.take_expired(13.0)] == ["b"]
+
+
+def test_pressure_takes_the_youngest_job_first_and_never_the_excluded_one():
+    table = PinTable(ContinuumConfig())
+    for index, job in enumerate("abc"):
+        table.pin(job, index, [job], now=0.0)
+    assert table.take_victim(exclude_job_id="c").job_id == "b"
+    assert table.take_victim().job_id == "c"
+    assert table.take_victim(exclude_job_id="a") is None
+    assert len(table) == 1
+
+
+def test_a_waiting_request_may_only_take_pins_of_younger_jobs():
+    table = PinTable(ContinuumConfig())
+    for index, job in enumerate("abc"):
+        table.pin(job, index, [job], now=0.0)
+    assert table.take_victim(younger_than=2) is None  # the newest job evicts nobody
+    assert table.take_victim(younger_than=0).job_id == "c"
+    assert table.take_victim(younger_than=0).job_id == "b"
+    assert table.take_victim(younger_than=0) is None
+
+
+def test_repinning_a_job_hands_back_its_older_pin():
+    table = PinTable(ContinuumConfig())
+    table.pin("a", 0, ["old"], now=0.0)
+    replaced = table.pin("a", 0, ["new"], now=1.0)
+    assert [pin.blocks for pin in replaced] == [["old"]]
+    assert table.num_pinned_blocks == 1
+
+
+def test_adaptive_ttl_follows_the_jobs_own_gaps_then_the_overall_median():
+    table = PinTable(ContinuumConfig(ttl_mode=TtlMode.ADAPTIVE, ttl_s=2.0, adaptive_factor=1.5, adaptive_max_s=10))
+    assert table.ttl_for("a") == 2.0  # nothing seen yet
+    table.pin("a", 0, [], now=0.0)
+    table.on_turn_arrived("a", arrived_at=0.8)
+    table.pin("a", 0, [], now=1.0)
+    table.on_turn_arrived("a", arrived_at=1.4)
+    assert table.ttl_for("a") == pytest.approx(1.5 * 0.8)
+    assert table.ttl_for("new-job") == pytest.approx(1.5 * 0.6)  # median of 0.8 and 0.4
+    table.pin("slow", 1, [], now=0.0)
+    table.on_turn_arrived("slow", arrived_at=30.0)
+    assert table.ttl_for("slow") == 10  # capped
+
+
+def test_take_all_empties_the_table_for_a_reset():
+    table = PinTable(ContinuumConfig())
+    table.pin("a", 0, [1], now=0.0)
+    table.pin("b", 1, [2], now=0.0)
+    assert sorted(pin.job_id for pin in table.take_all()) == ["a", "b"] and len(table) == 0
+
+
+def test_config_round_trips_through_the_environment_and_rejects_unknown_keys(monkeypatch):
+    config = ContinuumConfig(ttl_s=3.5, ttl_mode=TtlMode.ADAPTIVE, pinned_first=False)
+    monkeypatch.setenv(CONFIG_ENV, config.to_env()[CONFIG_ENV])
+    assert ContinuumConfig.from_env() == config
+    monkeypatch.setenv(CONFIG_ENV, '{"ttl": 3}')
+    with pytest.raises(ValueError, match="unknown keys \\['ttl'\\]"):
+        ContinuumConfig.from_env()
