@@ -91,6 +91,8 @@ POLICIES: dict[str, Policy] = {
                pins=ContinuumConfig(ttl_mode=TtlMode.ADAPTIVE), job_priority=True),
         Policy("continuum-pin-only", "continuum's pins with stock request-level FCFS order",
                pins=ContinuumConfig(pinned_first=False)),
+        Policy("continuum-no-reserve", "continuum as the public prototype: new jobs are admitted whenever blocks are free",
+               pins=ContinuumConfig(reserve_for_pinned=False), job_priority=True),
         Policy("continuum-yielding", "continuum whose pins always yield to a blocked admission",
                pins=ContinuumConfig(admission_release=AdmissionRelease.ALWAYS), job_priority=True),
         Policy("lmcache", "LMCache CPU offload (LMCacheConnectorV1) with the DRAM budget as its CPU tier",

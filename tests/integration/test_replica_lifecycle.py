@@ -81,6 +81,7 @@ def test_pins_that_fill_the_pool_never_stop_the_engine(small_continuum_replica):
 
 def test_prefix_cache_reset_succeeds_with_pins_held(small_continuum_replica):
     url = small_continuum_replica.info.base_url
+    small_continuum_replica.reset()  # start from an empty pool whatever the test before left pinned
     _complete(url, "[reset-job]" + " cedar" * 200, "reset-job", 10, turn=1, is_last=False)
     assert [e for e in _trace(small_continuum_replica) if e["kind"] == "step"][-1]["pinned_blocks"] > 0
     small_continuum_replica.reset()

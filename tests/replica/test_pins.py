@@ -71,3 +71,15 @@ def test_config_round_trips_through_the_environment_and_rejects_unknown_keys(mon
     monkeypatch.setenv(CONFIG_ENV, '{"ttl": 3}')
     with pytest.raises(ValueError, match="unknown keys \\['ttl'\\]"):
         ContinuumConfig.from_env()
+
+
+def test_the_reserve_covers_pinned_jobs_growth_to_a_finished_jobs_size():
+    table = PinTable(ContinuumConfig())
+    table.pin("a", 0, [0] * 10, now=0.0)
+    table.pin("b", 1, [0] * 30, now=0.0)
+    assert table.reserved_blocks() == 0  # nothing finished yet: nothing to go on
+    table.on_job_finished(40)
+    assert table.reserved_blocks() == (40 - 10) + (40 - 30)
+    table.on_job_finished(50)
+    assert table.reserved_blocks() == round((41 - 10) + (41 - 30))  # moving average moved 10% toward 50
+    assert PinTable(ContinuumConfig(reserve_for_pinned=False)).reserved_blocks() == 0

@@ -11,6 +11,11 @@ When a turn that is not the job's last finishes, its blocks are taken from the r
   with no younger pin to take is preempted by vLLM as usual. ``admission_release=always`` lets any pin go;
 - the prefix cache is reset.
 
+Admission (beyond the public prototype, ``reserve_for_pinned``): a new job's first turn waits while
+admitting it would leave fewer free blocks than the jobs in flight (pinned or running) are expected to grow
+by until their last turn (a moving average of finished jobs' contexts), so jobs in flight rarely take each
+other's pins.
+
 The engine cannot deadlock: every pin expires within its TTL (bounded by ``adaptive_max_s`` in adaptive
 mode), so an allocation blocked by pins waits at most that long.
 
@@ -39,6 +44,8 @@ class ContinuumScheduler(TracingScheduler):
         allocate = self.kv_cache_manager.allocate_slots
 
         def allocate_or_take_pins(request, *alloc_args, **alloc_kwargs):
+            if self._must_wait_for_reserve(request):
+                return None
             blocks = allocate(request, *alloc_args, **alloc_kwargs)
             while blocks is None:
                 victim = self._pressure_victim(request)
@@ -75,11 +82,25 @@ class ContinuumScheduler(TracingScheduler):
                 self._release(pin, "next_turn")
         return output
 
+    def _must_wait_for_reserve(self, request: Any) -> bool:
+        """A new job's first admission waits while it would eat into the pinned jobs' reserve."""
+        tag = JobTag(request)
+        if tag.job_id is None or tag.job_id in self.pins or request in self.running or request.num_computed_tokens:
+            return False
+        if tag.turn not in (None, 1):
+            return False
+        needed = -(-request.num_tokens // self.block_size)
+        running_job_blocks = [
+            -(-running.num_tokens // self.block_size) for running in self.running if not JobTag(running).is_last
+        ]
+        return self.free_blocks() - needed < self.pins.reserved_blocks(running_job_blocks)
+
     def retain_finished_blocks(self, request: Any, tag: JobTag) -> bool:
         if tag.job_id is None:
             return False
         if tag.is_last:
             self.pins.forget_job(tag.job_id)
+            self.pins.on_job_finished(-(-request.num_tokens // self.block_size))
             return False
         blocks = self.kv_cache_manager.pop_blocks_for_free(request)
         for replaced in self.pins.pin(tag.job_id, tag.job_index, blocks, time.time()):

@@ -16,11 +16,12 @@ import json
 import os
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 CONFIG_ENV = "KVSWEEP_CONTINUUM"
+_LEARNING_WEIGHT = 0.1
 
 
 class TtlMode(str, enum.Enum):
@@ -47,6 +48,9 @@ class ContinuumConfig:
     adaptive_max_s: float = 10.0
     admission_release: AdmissionRelease = AdmissionRelease.YOUNGER
     pinned_first: bool = True  # waiting turns of pinned jobs jump the queue (needs priority scheduling)
+    # A new job is admitted only if the blocks left free cover what the pinned jobs are expected to grow to
+    # by their last turn, so jobs in flight do not have to take each other's pins (beyond the prototype).
+    reserve_for_pinned: bool = True
 
     @classmethod
     def from_env(cls) -> ContinuumConfig:
@@ -86,6 +90,20 @@ class PinTable:
         self.config = config
         self._pins: dict[str, Pin] = {}
         self._gaps = _GapHistory()
+        self._final_blocks: float | None = None  # moving average of a finished job's context, in blocks
+
+    def on_job_finished(self, num_blocks: int) -> None:
+        """Learn how large a job's context is at its last turn."""
+        previous = self._final_blocks
+        self._final_blocks = num_blocks if previous is None else previous + _LEARNING_WEIGHT * (num_blocks - previous)
+
+    def reserved_blocks(self, running_job_blocks: Iterable[int] = ()) -> int:
+        """Blocks to keep free so every job in flight (pinned, or running with ``running_job_blocks``) can
+        grow to a finished job's size; 0 until a job has finished."""
+        if not self.config.reserve_for_pinned or self._final_blocks is None:
+            return 0
+        sizes = [len(pin.blocks) for pin in self._pins.values()] + list(running_job_blocks)
+        return round(sum(max(0.0, self._final_blocks - size) for size in sizes))
 
     def __len__(self) -> int:
         return len(self._pins)
