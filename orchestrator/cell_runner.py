@@ -7,7 +7,7 @@ on the clock), and the records are written only after the server is gone and eve
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.records.schema import JobRecord, RequestRecord
@@ -63,7 +63,7 @@ def run_cell(
         {
             "engine": engine.model_dump(mode="json"),
             "workload": plan.spec.model_dump(mode="json"),
-            "request_options": options.__dict__,
+            "request_options": asdict(options),
             "plan_fingerprint": plan.fingerprint(),
             "server_argv": list(info.server_argv),
             "server_env": info.server_env,

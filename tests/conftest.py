@@ -14,3 +14,13 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_counter(tiny_model_dir):
     return HfTokenCounter(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A real local Ray cluster of 2 CPUs for the tests of one module."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()

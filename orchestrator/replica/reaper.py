@@ -1,10 +1,10 @@
 """A watchdog that kills a server's process group when the process that owns the server dies.
 
 The server runs in its own process group so teardown can reach vLLM's engine and worker processes; the
-price is that nothing kills that group if its owner (a driver, a Ray actor) is SIGKILLed. The reaper is a
-small child of the owner, outside the group, that notices it was re-parented and then kills the group.
-It polls instead of using PR_SET_PDEATHSIG, which fires when the *thread* that forked it exits, and Ray may
-run actor methods on short-lived threads.
+price is that nothing kills that group if its owner (a driver, a Ray actor) is SIGKILLed. The reaper
+detaches itself (double fork) so it is nobody's child: Ray kills a dead worker's direct children, and
+would take a plain child reaper with it. It polls the owner's pid instead of using PR_SET_PDEATHSIG, which
+fires when the *thread* that forked it exits. It exits by itself once the group is gone.
 
     python -m orchestrator.replica.reaper --group PGID --owner PID
 """
@@ -29,11 +29,19 @@ def _group_alive(group: int) -> bool:
     return True
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def watch(group: int, owner: int) -> None:
-    # SIGTERM to the reaper is the owner's orderly "stop watching".
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     while _group_alive(group):
-        if os.getppid() != owner:
+        if not _alive(owner):
             try:
                 os.killpg(group, signal.SIGKILL)
             except ProcessLookupError:
@@ -47,6 +55,9 @@ def main() -> None:
     parser.add_argument("--group", type=int, required=True)
     parser.add_argument("--owner", type=int, required=True)
     args = parser.parse_args()
+    if os.fork():
+        os._exit(0)  # the owner reaps this parent at once; the watcher below is re-parented away from it
+    os.setsid()
     watch(args.group, args.owner)
 
 

@@ -53,7 +53,6 @@ class ServerProcess:
         self.command = command
         self.log_path = Path(log_path)
         self._process: subprocess.Popen | None = None
-        self._reaper: subprocess.Popen | None = None
 
     @property
     def pid(self) -> int | None:
@@ -70,10 +69,11 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self._reaper = subprocess.Popen(
+        subprocess.run(
             [sys.executable, "-m", "orchestrator.replica.reaper", "--group", str(self._process.pid), "--owner", str(os.getpid())],
             env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
             stdin=subprocess.DEVNULL,
+            check=True,
         )
         try:
             self._wait_healthy(health_timeout_s)
@@ -114,12 +114,8 @@ class ServerProcess:
         self._process.wait()
         _wait_group_gone(group, timeout_s=grace_s)
         self._process = None
-        if self._reaper is not None:
-            self._reaper.terminate()
-            self._reaper.wait()
-            self._reaper = None
 
-    def log_tail(self, num_lines: int = 30) -> str:
+    def log_tail(self, num_lines: int = 60) -> str:
         try:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except FileNotFoundError:

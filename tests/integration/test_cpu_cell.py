@@ -29,19 +29,13 @@ class LowLoadCell:
 
 
 @pytest.fixture(scope="module")
-def cell(tiny_model_dir, tiny_counter, tmp_path_factory) -> LowLoadCell:
-    import ray
-
+def cell(local_ray, tiny_model_dir, tiny_counter, tmp_path_factory) -> LowLoadCell:
     before = frozenset(pid for pid, _ in vllm_processes())
     plan = build_plan(WorkloadSpec(jps=1, duration_s=10, scale=0.25, seed=42), tiny_counter)
     base = VllmEngineConfig(model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=2400)
     engine = get_policy("fcfs").engine_config(base, dram_gb=0)
     out = tmp_path_factory.mktemp("cell")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        result = run_cell(engine, plan, out, RequestOptions(model="tiny"), num_client_actors=2)
-    finally:
-        ray.shutdown()
+    result = run_cell(engine, plan, out, RequestOptions(model="tiny"), num_client_actors=2)
     return LowLoadCell(plan, result, out, before)
 
 

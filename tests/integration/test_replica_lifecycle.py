@@ -64,19 +64,19 @@ def small_continuum_replica(tiny_model_dir, tmp_path_factory):
 
 def test_pins_that_fill_the_pool_never_stop_the_engine(small_continuum_replica):
     url = small_continuum_replica.info.base_url
-    word = " river" * 300  # about 300 tokens: ten blocks
-    # Four jobs each pin ~10 blocks after turn 1: the 39 usable blocks are all pinned.
-    for index in range(4):
+    word = " river" * 370  # 380 tokens with header and completion: 12 blocks
+    # Three jobs each pin 12 blocks after turn 1: 36 of the 39 usable blocks are pinned.
+    for index in range(3):
         _complete(url, f"[job{index}]" + word, f"job{index}", index, turn=1, is_last=False)
     steps = [e for e in _trace(small_continuum_replica) if e["kind"] == "step"]
     assert steps[-1]["pinned_blocks"] >= 36
-    # A fifth, younger job cannot take older pins; an older job's continuation takes the youngest pins.
+    # The oldest job's next turn needs 12 more blocks than are free: it takes the youngest job's pin.
     answer = _complete(url, "[job0]" + word + " zephyr" * 350, "job0", 0, turn=2, is_last=True)
     assert answer["usage"]["completion_tokens"] == 4
     events = _trace(small_continuum_replica)
     pressure = [e for e in events if e["kind"] == "unpin" and e["reason"] == "pressure"]
     assert pressure and all(e["job_id"] != "job0" for e in pressure)
-    assert pressure[0]["job_id"] == "job3"  # the youngest job gives way first
+    assert pressure[0]["job_id"] == "job2"  # the youngest job gives way first
 
 
 def test_prefix_cache_reset_succeeds_with_pins_held(small_continuum_replica):
@@ -91,21 +91,14 @@ def test_prefix_cache_reset_succeeds_with_pins_held(small_continuum_replica):
     assert again["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) == 0
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
 
 def test_killing_the_replica_actor_leaves_no_vllm_process(local_ray, tiny_model_dir, tmp_path):
     import ray
 
     before = {pid for pid, _ in vllm_processes()}
     engine = get_policy("fcfs").engine_config(
-        VllmEngineConfig(model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=200), dram_gb=0
+        VllmEngineConfig(model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=200, max_model_len=4096),
+        dram_gb=0,
     )
     actor = replica_actor_class().options(**replica_actor_options("cpu", None, 0)).remote(engine, str(tmp_path))
     info = ray.get(actor.start.remote())

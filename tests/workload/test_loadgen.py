@@ -79,14 +79,6 @@ def test_http_errors_mark_the_request_and_job_as_errors(instant_server, tiny_cou
     assert all(r.status is RequestStatus.ERROR and "HTTP 503" in r.error for r in result.requests)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
 
 def test_ray_actors_split_the_jobs_and_share_one_clock(local_ray, instant_server, tiny_counter):
     plan = _plan(tiny_counter, jps=8)
