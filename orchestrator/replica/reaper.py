@@ -19,19 +19,10 @@ import time
 POLL_S = 0.2
 
 
-def _group_alive(group: int) -> bool:
+def _reachable(send_signal, target: int) -> bool:
+    """Whether a process (``os.kill``) or group (``os.killpg``) exists, probed with signal 0."""
     try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
+        send_signal(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -40,8 +31,8 @@ def _alive(pid: int) -> bool:
 
 
 def watch(group: int, owner: int) -> None:
-    while _group_alive(group):
-        if not _alive(owner):
+    while _reachable(os.killpg, group):
+        if not _reachable(os.kill, owner):
             try:
                 os.killpg(group, signal.SIGKILL)
             except ProcessLookupError:
