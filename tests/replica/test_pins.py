@@ -57,11 +57,16 @@ def test_adaptive_ttl_follows_the_jobs_own_gaps_then_the_overall_median():
     assert table.ttl_for("slow") == 10  # capped
 
 
-def test_take_all_empties_the_table_for_a_reset():
-    table = PinTable(ContinuumConfig())
+def test_reset_empties_the_table_and_forgets_what_it_learned():
+    table = PinTable(ContinuumConfig(ttl_mode=TtlMode.ADAPTIVE, ttl_s=2.0, adaptive_factor=1.0))
     table.pin("a", 0, [1], now=0.0)
+    table.on_turn_arrived("a", arrived_at=5.0)
     table.pin("b", 1, [2], now=0.0)
-    assert sorted(pin.job_id for pin in table.take_all()) == ["a", "b"] and len(table) == 0
+    table.on_job_finished(40)
+    assert table.ttl_for("a") == 5.0 and table.reserved_blocks() > 0
+    assert sorted(pin.job_id for pin in table.reset()) == ["a", "b"] and len(table) == 0
+    # The next cell's jobs reuse these ids: nothing of the last cell may shape their TTL or reserve.
+    assert table.ttl_for("a") == 2.0 and table.reserved_blocks() == 0
 
 
 def test_config_round_trips_through_the_environment_and_rejects_unknown_keys(monkeypatch):

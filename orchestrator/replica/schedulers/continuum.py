@@ -108,7 +108,7 @@ class ContinuumScheduler(TracingScheduler):
         return True
 
     def reset_prefix_cache(self, *args, **kwargs) -> bool:
-        for pin in self.pins.take_all():
+        for pin in self.pins.reset():
             self._release(pin, "reset")
         return super().reset_prefix_cache(*args, **kwargs)
 

@@ -167,7 +167,14 @@ class PinTable:
         victim = max(candidates, key=lambda pin: (pin.job_index, pin.pinned_at))
         return self._pins.pop(victim.job_id)
 
-    def take_all(self) -> list[Pin]:
+    def reset(self) -> list[Pin]:
+        """Forget everything (pins and what was learned about jobs) and return the pins to release.
+
+        A replica serves several cells in turn and job ids repeat across cells with the same seed, so
+        anything kept here would carry one cell's history into the next.
+        """
         pins = list(self._pins.values())
         self._pins.clear()
+        self._gaps = _GapHistory()
+        self._final_blocks = None
         return pins
