@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig, TtlMode
 from orchestrator.replica.vllm_server import VllmEngineConfig
+from orchestrator.validation import InputError
 
 _SCHEDULERS = "orchestrator.replica.schedulers"
 TRACING = f"{_SCHEDULERS}.tracing.TracingScheduler"
@@ -22,7 +23,7 @@ ASYNC_TRACING = f"{_SCHEDULERS}.async_variants.AsyncTracingScheduler"
 ASYNC_CONTINUUM = f"{_SCHEDULERS}.async_variants.AsyncContinuumScheduler"
 
 
-class PolicyError(ValueError):
+class PolicyError(InputError):
     """An unknown policy, or one the engine cannot run; the message is one line naming the valid ones."""
 
 

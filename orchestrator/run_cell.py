@@ -18,6 +18,7 @@ from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.policies import POLICIES, PolicyError, get_policy
 from orchestrator.records.render import render_cell_summary
 from orchestrator.replica.vllm_server import VllmEngineConfig
+from orchestrator.validation import one_line
 from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.plan import build_plan
 from orchestrator.workload.spec import WorkloadSpec
@@ -94,13 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         result.summary,
     )
     return 0
-
-
-def one_line(error: ValidationError) -> str:
-    """The first problem of a pydantic error as one line: field, message, and the value given."""
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "input"
-    return f"{field}: {first['msg']} (got {first.get('input')!r})"
 
 
 if __name__ == "__main__":

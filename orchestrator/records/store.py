@@ -48,6 +48,7 @@ def _atomic_write(path: Path, write) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(staging, 0o644)  # mkstemp makes files private; results are meant to be shared
         os.replace(staging, path)
     except BaseException:
         Path(staging).unlink(missing_ok=True)

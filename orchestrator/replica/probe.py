@@ -38,6 +38,29 @@ def parse_cache_config(metrics_text: str) -> dict[str, str]:
     return {}
 
 
+# Counters that grow with every step that does work; a replica whose counters stand still while
+# requests are in flight is making no progress.
+_WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+def work_counter(metrics_text: str) -> float:
+    """Sum of the token counters in a Prometheus exposition (over all label sets)."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _WORK_COUNTERS:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def read_work_counter(base_url: str, timeout_s: float = 5.0) -> float | None:
+    """The replica's work counter, or None if ``/metrics`` does not answer in time."""
+    try:
+        return work_counter(_get(base_url + "/metrics", timeout_s))
+    except (OSError, ValueError):
+        return None
+
+
 def read_engine_facts(base_url: str, timeout_s: float = 10.0) -> EngineFacts:
     cache = parse_cache_config(_get(base_url + "/metrics", timeout_s))
     version = json.loads(_get(base_url + "/version", timeout_s)).get("version")

@@ -1,6 +1,7 @@
-"""One vLLM replica: a server for a sequence of cells, with a verified reset between them.
+"""One replica: an engine server for a sequence of cells, with a verified reset between them.
 
-A plain class; ``replica.actor`` wraps it for Ray so it runs on a node with the cell's GPU type.
+A plain class; the sweep's cell worker owns one on a node with the cell's GPU type. The engine is any
+configuration that can produce its server command: real vLLM (``vllm_server``) or the fake engine.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.replica.fake_engine import FakeEngineConfig
 from orchestrator.replica.probe import EngineFacts, read_engine_facts
 from orchestrator.replica.server import ServerProcess, free_port
-from orchestrator.replica.vllm_server import VllmEngineConfig, vllm_server_command
+from orchestrator.replica.vllm_server import VllmEngineConfig
+
+EngineConfig = VllmEngineConfig | FakeEngineConfig
 
 SERVER_LOG_FILE = "server.log"
 SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
@@ -22,6 +26,14 @@ SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
 
 class ResetError(RuntimeError):
     """The prefix cache (and offload tier) could not be reset; the replica must be restarted instead."""
+
+
+@dataclass(frozen=True)
+class OutputMark:
+    """Sizes of the server log and scheduler trace at a moment, to cut out one cell's share of them."""
+
+    log_bytes: int
+    trace_bytes: int
 
 
 @dataclass(frozen=True)
@@ -35,7 +47,7 @@ class ReplicaInfo:
 
 
 class Replica:
-    def __init__(self, engine: VllmEngineConfig, work_dir: str | Path, health_timeout_s: float = 300.0):
+    def __init__(self, engine: EngineConfig, work_dir: str | Path, health_timeout_s: float = 300.0):
         self._engine = engine
         self._work_dir = Path(work_dir).absolute()
         self._health_timeout_s = health_timeout_s
@@ -45,7 +57,7 @@ class Replica:
     def start(self) -> ReplicaInfo:
         self._work_dir.mkdir(parents=True, exist_ok=True)
         trace_path = self._work_dir / SCHEDULER_TRACE_FILE
-        command = vllm_server_command(self._engine, port=free_port(), trace_path=trace_path)
+        command = self._engine.server_command(port=free_port(), trace_path=trace_path)
         self._server = ServerProcess(command, self._work_dir / SERVER_LOG_FILE)
         self._server.start(self._health_timeout_s)
         self._info = ReplicaInfo(
@@ -62,8 +74,24 @@ class Replica:
     def info(self) -> ReplicaInfo | None:
         return self._info
 
+    @property
+    def engine(self) -> EngineConfig:
+        return self._engine
+
     def is_alive(self) -> bool:
         return self._server is not None and self._server.is_running()
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._server.exit_code if self._server else None
+
+    def mark(self) -> OutputMark:
+        return OutputMark(_size(self._work_dir / SERVER_LOG_FILE), _size(self._work_dir / SCHEDULER_TRACE_FILE))
+
+    def output_since(self, mark: OutputMark) -> tuple[str, bytes]:
+        """The server log text and scheduler trace bytes written since ``mark``."""
+        log = _read_from(self._work_dir / SERVER_LOG_FILE, mark.log_bytes).decode(errors="replace")
+        return log, _read_from(self._work_dir / SCHEDULER_TRACE_FILE, mark.trace_bytes)
 
     def reset(self, attempts: int = 20, wait_s: float = 0.5) -> None:
         """Clear the prefix cache and any offload tier; retried because it fails while blocks are held.
@@ -90,3 +118,19 @@ class Replica:
         if self._server is not None:
             self._server.stop()
             self._server = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read()
+    except FileNotFoundError:
+        return b""

@@ -99,6 +99,10 @@ class ServerProcess:
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        return self._process.poll() if self._process else None
+
     def stop(self, grace_s: float = 10.0) -> None:
         """Signal the whole process group, wait, then SIGKILL whatever is left of it."""
         if self._process is None:

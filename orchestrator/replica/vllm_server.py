@@ -37,6 +37,9 @@ class VllmEngineConfig(BaseModel):
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
 
+    def server_command(self, port: int, host: str = "127.0.0.1", trace_path: Path | None = None) -> ServerCommand:
+        return vllm_server_command(self, port, host, trace_path)
+
 
 def vllm_server_command(
     config: VllmEngineConfig, port: int, host: str = "127.0.0.1", trace_path: Path | None = None

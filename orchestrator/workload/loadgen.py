@@ -24,12 +24,29 @@ class ShardResult:
     jobs: tuple[JobRecord, ...]
 
 
+@dataclass
+class LoadProgress:
+    """Live counters of a run, read from other threads (single int writes, so no lock is needed)."""
+
+    jobs_total: int = 0
+    jobs_finished: int = 0
+    requests_in_flight: int = 0
+
+    def plus(self, other: LoadProgress) -> LoadProgress:
+        return LoadProgress(
+            self.jobs_total + other.jobs_total,
+            self.jobs_finished + other.jobs_finished,
+            self.requests_in_flight + other.requests_in_flight,
+        )
+
+
 class LoadGenerator:
     """Drives one plan (or one shard of it) against one server. Plain class; ``actor.py`` wraps it for Ray."""
 
     def __init__(self, base_url: str, options: RequestOptions):
         self._base_url = base_url
         self._options = options
+        self.progress = LoadProgress()
 
     def run(self, plan: WorkloadPlan, epoch_unix: float) -> ShardResult:
         """Run ``plan`` with arrival offsets counted from ``epoch_unix`` (a Unix time, shared by all shards)."""
@@ -37,11 +54,12 @@ class LoadGenerator:
 
     async def run_async(self, plan: WorkloadPlan, epoch_unix: float) -> ShardResult:
         clock = EpochClock(epoch_unix)
+        self.progress = LoadProgress(jobs_total=len(plan.jobs))
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             client = CompletionClient(self._base_url, self._options, session, clock.now)
-            runner = _JobRunner(plan, client, clock)
+            runner = _JobRunner(plan, client, clock, self.progress)
             outcomes = await _dispatch(plan, clock, runner.run)
         requests = tuple(record for records, _ in outcomes for record in records)
         return ShardResult(requests=requests, jobs=tuple(job for _, job in outcomes))
@@ -59,13 +77,20 @@ async def _dispatch(plan: WorkloadPlan, clock: EpochClock, run_job) -> list:
 
 
 class _JobRunner:
-    def __init__(self, plan: WorkloadPlan, client: CompletionClient, clock: EpochClock):
+    def __init__(self, plan: WorkloadPlan, client: CompletionClient, clock: EpochClock, progress: LoadProgress):
         self._plan = plan
         self._spec = plan.spec
         self._client = client
         self._clock = clock
+        self._progress = progress
 
     async def run(self, job: JobPlan, arrival_at: float) -> tuple[list[RequestRecord], JobRecord]:
+        try:
+            return await self._run_turns(job, arrival_at)
+        finally:
+            self._progress.jobs_finished += 1
+
+    async def _run_turns(self, job: JobPlan, arrival_at: float) -> tuple[list[RequestRecord], JobRecord]:
         """Every turn of ``job``; stops at the first failed turn, which decides the job's status."""
         job_deadline = arrival_at + self._spec.job_timeout_s
         context = self._plan.system_prompt
@@ -89,6 +114,7 @@ class _JobRunner:
         budget = min(self._spec.request_timeout_s, job_deadline - sent_at)
         completion: Completion | None = None
         error = None
+        self._progress.requests_in_flight += 1
         try:
             completion = await asyncio.wait_for(self._client.complete(body), timeout=max(budget, 0.0))
             status = RequestStatus.OK
@@ -96,6 +122,8 @@ class _JobRunner:
             status, error = RequestStatus.TIMEOUT, f"no complete answer within {budget:.1f} s"
         except (aiohttp.ClientError, RuntimeError, ValueError) as failure:
             status, error = RequestStatus.ERROR, f"{type(failure).__name__}: {failure}"[:500]
+        finally:
+            self._progress.requests_in_flight -= 1
         record = RequestRecord(
             job_id=job.job_id,
             job_index=job.index,

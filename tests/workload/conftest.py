@@ -7,19 +7,19 @@ import pytest
 from aiohttp import web
 
 from orchestrator.replica.server import free_port
-from orchestrator.workload.instant_server import InstantServerState, make_app
+from orchestrator.replica.fake_engine import FakeEngineState, make_app
 
 
 class RunningInstantServer:
-    def __init__(self, state: InstantServerState, url: str):
+    def __init__(self, state: FakeEngineState, url: str):
         self.state = state
         self.url = url
 
 
 @pytest.fixture
 def instant_server():
-    """The project's instant OpenAI-compatible server on a loopback port, in a background thread."""
-    state = InstantServerState()
+    """The project's fake engine (an OpenAI-compatible server with no model) on a loopback port, in a background thread."""
+    state = FakeEngineState()
     port = free_port()
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(make_app(state))

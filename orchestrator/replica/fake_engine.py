@@ -1,0 +1,155 @@
+"""The fake engine: an OpenAI-compatible server with no model behind it. Never a measurement.
+
+It stands in for a GPU engine where none can run (this machine, CI) so that everything around the engine
+(placement on Ray, replica reuse, the watchdog, tracking, resume) runs for real. It speaks the parts of
+vLLM's HTTP surface the orchestrator uses: streamed ``/v1/completions`` with a usage chunk shaped like
+vLLM's (prompt tokens counted as whitespace-separated words, no cache), ``/health``, ``/version``,
+``/metrics`` (cache config and token counters) and ``POST /reset_prefix_cache``. Results produced with it
+are tagged ``engine=fake``.
+
+It is also the yardstick for the load generator: every millisecond between a request's scheduled time
+and its arrival here is the client's own lag. Per-token delay, failure injection and a stall (requests
+accepted and never answered, like vLLM's CPU-offload hang) make it useful for testing faults.
+
+    python -m orchestrator.replica.fake_engine --port 8100 [--token-delay-s F] [--stall-after N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.paths import PROJECT_ROOT
+from orchestrator.replica.server import ServerCommand
+
+FAKE_VERSION = "fake-engine"
+
+
+class FakeEngineConfig(BaseModel):
+    """A replica of the fake engine; ``policy`` and the sizes are labels only (there is no cache)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    served_model_name: str = "model"
+    token_delay_s: float = Field(0.0, ge=0)
+    stall_after: int | None = Field(None, ge=0, description="Answer this many requests, then hang.")
+
+    def server_command(self, port: int, host: str = "127.0.0.1", trace_path: Path | None = None) -> ServerCommand:
+        argv = [sys.executable, "-m", "orchestrator.replica.fake_engine", "--host", host, "--port", str(port),
+                "--token-delay-s", str(self.token_delay_s)]  # fmt: skip
+        if self.stall_after is not None:
+            argv += ["--stall-after", str(self.stall_after)]
+        return ServerCommand(argv=tuple(argv), env={"PYTHONPATH": str(PROJECT_ROOT)}, host=host, port=port)
+
+
+@dataclass
+class Arrival:
+    at_unix: float
+    job_id: str | None
+    turn: int | None
+    priority: int | None
+    prompt_chars: int
+
+
+@dataclass
+class FakeEngineState:
+    token_delay_s: float = 0.0
+    fail_status: int | None = None  # answer every request with this HTTP status instead
+    stall_after: int | None = None  # requests after this many are accepted and never answered
+    arrivals: list[Arrival] = field(default_factory=list)
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    running: int = 0
+
+
+def make_app(state: FakeEngineState) -> web.Application:
+    async def completions(request: web.Request) -> web.StreamResponse:
+        arrived = time.time()
+        body = await request.json()
+        xargs = body.get("vllm_xargs") or {}
+        state.arrivals.append(
+            Arrival(arrived, xargs.get("job_id"), xargs.get("turn"), body.get("priority"), len(body.get("prompt", "")))
+        )
+        if state.fail_status is not None:
+            return web.json_response({"error": {"message": "injected failure"}}, status=state.fail_status)
+        state.running += 1
+        try:
+            if state.stall_after is not None and len(state.arrivals) > state.stall_after:
+                await asyncio.Event().wait()  # the injected hang: never answers
+            return await _stream(request, body, state)
+        finally:
+            state.running -= 1
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def version(_: web.Request) -> web.Response:
+        return web.json_response({"version": FAKE_VERSION})
+
+    async def metrics(_: web.Request) -> web.Response:
+        lines = [
+            'vllm:cache_config_info{block_size="16",num_gpu_blocks="0",kv_cache_size_tokens="0"} 1.0',
+            f"vllm:prompt_tokens_total {state.prompt_tokens_total}",
+            f"vllm:generation_tokens_total {state.generation_tokens_total}",
+            f"vllm:num_requests_running {state.running}",
+            "vllm:num_requests_waiting 0",
+        ]
+        return web.Response(text="\n".join(lines) + "\n")
+
+    async def reset_prefix_cache(_: web.Request) -> web.Response:
+        return web.json_response({"success": True})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    return app
+
+
+async def _stream(request: web.Request, body: dict, state: FakeEngineState) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    prompt_tokens = len(body.get("prompt", "").split())
+    state.prompt_tokens_total += prompt_tokens
+    num_tokens = int(body.get("max_tokens", 16))
+    for index in range(num_tokens):
+        if state.token_delay_s:
+            await asyncio.sleep(state.token_delay_s)
+        state.generation_tokens_total += 1
+        chunk = {"choices": [{"index": 0, "text": f" t{index}", "finish_reason": None}]}
+        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": num_tokens,
+        "total_tokens": prompt_tokens + num_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible engine (no model; for tests).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--token-delay-s", type=float, default=0.0)
+    parser.add_argument("--stall-after", type=int, default=None)
+    args = parser.parse_args()
+    state = FakeEngineState(token_delay_s=args.token_delay_s, stall_after=args.stall_after)
+    web.run_app(make_app(state), host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Cells: one measurement each, with a key that is a stable hash of everything that can change its result.
+
+The key covers the engine, device, policy, load, DRAM budget, seed, model, full workload and engine
+options, and nothing else (not the sweep's name, not run limits), so growing a grid never changes the
+keys of cells already measured, and two sweeps that share a cell share its key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.gpus import CPU
+from orchestrator.policies import get_policy
+from orchestrator.replica.fake_engine import FakeEngineConfig
+from orchestrator.replica.replica import EngineConfig
+from orchestrator.replica.vllm_server import VllmEngineConfig
+from orchestrator.sweep.spec import EngineKind, EngineOptions, SweepSpec
+from orchestrator.workload.spec import WorkloadSpec
+
+# Bump when the meaning of a field changes, so old results are not mistaken for new ones.
+KEY_VERSION = 1
+CPU_BLOCK_SIZE = 32
+GPU_BLOCK_SIZE = 16
+
+
+class CellStatus(str, Enum):
+    RUNNING = "running"
+    DONE = "done"  # every record and artifact is written; set last
+    FAILED = "failed"
+    HUNG = "hung"
+    INTERRUPTED = "interrupted"
+    SUPERSEDED = "superseded"  # a done run replaced by a forced re-run
+    PENDING = "pending"  # not run: the cluster has no GPU of its type (only in summaries)
+    NOT_RUN = "not_run"  # not run yet (only in summaries)
+
+
+class CellSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: EngineKind
+    gpu: str
+    policy: str
+    dram_gb: float
+    model: str
+    workload: WorkloadSpec  # carries the cell's jps and seed
+    engine_options: EngineOptions
+
+    @property
+    def jps(self) -> float:
+        return self.workload.jps
+
+    @property
+    def seed(self) -> int:
+        return self.workload.seed
+
+    @property
+    def key(self) -> str:
+        canonical = json.dumps({"v": KEY_VERSION, **self.model_dump(mode="json")}, sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu} {self.policy} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}"
+
+    @property
+    def server_group(self) -> tuple:
+        """Cells with equal groups can share one replica (the load and seed are only the client's)."""
+        return (self.engine, self.gpu, self.policy, self.dram_gb, self.model, self.engine_options)
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.gpu == CPU else "gpu"
+
+    def params(self) -> dict[str, str]:
+        """Every axis and option as flat string parameters (for the tracking store)."""
+        flat = {
+            "engine": self.engine.value,
+            "gpu": self.gpu,
+            "policy": self.policy,
+            "jps": f"{self.jps:g}",
+            "dram_gb": f"{self.dram_gb:g}",
+            "seed": str(self.seed),
+            "model": self.model,
+        }
+        for prefix, section in (("workload", self.workload), ("engine_options", self.engine_options)):
+            for name, value in section.model_dump(mode="json").items():
+                flat[f"{prefix}.{name}"] = json.dumps(value) if isinstance(value, list) else str(value)
+        return flat
+
+
+def expand(spec: SweepSpec) -> list[CellSpec]:
+    """Every cell of the grid, ordered so that cells sharing a server configuration are neighbours
+    (same GPU, policy and DRAM budget; then load and seed), which lets a worker reuse its replica."""
+    engine = EngineKind.VLLM if spec.engine is EngineKind.AUTO else spec.engine
+    cells = []
+    for gpu, policy in itertools.product(spec.gpus, spec.policies):
+        for dram_gb, jps, seed in itertools.product(spec.dram_for(gpu), spec.jps, spec.seeds):
+            cells.append(
+                CellSpec(
+                    engine=engine,
+                    gpu=gpu,
+                    policy=policy,
+                    dram_gb=dram_gb,
+                    model=spec.model,
+                    workload=spec.workload.model_copy(update={"jps": jps, "seed": seed}),
+                    engine_options=spec.engine_options,
+                )
+            )
+    return cells
+
+
+@dataclass(frozen=True)
+class ServedCell:
+    """What a worker needs to serve a cell: the replica's configuration and what requests must carry."""
+
+    engine: EngineConfig
+    served_model_name: str
+    send_priority: bool
+
+
+def served_cell(cell: CellSpec, model_dir: str) -> ServedCell:
+    """The replica configuration of ``cell`` with the model found at ``model_dir`` on the worker's node."""
+    policy = get_policy(cell.policy)
+    served_name = cell.model.rstrip("/").split("/")[-1]
+    if cell.engine is EngineKind.FAKE:
+        return ServedCell(FakeEngineConfig(served_model_name=served_name), served_name, policy.job_priority)
+    options = cell.engine_options
+    on_cpu = cell.device == "cpu"
+    base = VllmEngineConfig(
+        model=model_dir,
+        served_model_name=served_name,
+        device=cell.device,
+        block_size=options.block_size or (CPU_BLOCK_SIZE if on_cpu else GPU_BLOCK_SIZE),
+        num_kv_blocks=options.num_kv_blocks,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        max_model_len=options.max_model_len,
+        max_num_seqs=options.max_num_seqs,
+        max_num_batched_tokens=options.max_num_batched_tokens,
+        enforce_eager=options.enforce_eager if options.enforce_eager is not None else on_cpu,
+    )
+    return ServedCell(policy.engine_config(base, cell.dram_gb), served_name, policy.job_priority)

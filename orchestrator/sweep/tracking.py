@@ -1,0 +1,208 @@
+"""MLflow tracking of a sweep: one parent run per sweep, one child run per cell attempt.
+
+The ``status`` tag of a child run is the truth about a cell: ``done`` is written last, after every
+artifact and metric, so a run that says ``done`` is complete. Resume reads these tags. Only the driver
+writes here (MLflow's sqlite store races on first use when several processes create it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from orchestrator.records.summary import CellSummary
+from orchestrator.sweep.cells import CellSpec, CellStatus
+
+SQLITE_PREFIX = "sqlite:///"
+# MLflow's own run status for each of ours, so the UI's status column agrees with the tag.
+_RUN_STATUS = {
+    CellStatus.RUNNING: "RUNNING",
+    CellStatus.DONE: "FINISHED",
+    CellStatus.FAILED: "FAILED",
+    CellStatus.HUNG: "FAILED",
+    CellStatus.INTERRUPTED: "KILLED",
+    CellStatus.SUPERSEDED: "FINISHED",
+}
+
+
+def default_tracking_uri(results_dir: Path) -> str:
+    return SQLITE_PREFIX + str((results_dir / "mlflow.db").absolute())
+
+
+def absolute_tracking_uri(uri: str) -> str:
+    """A sqlite or file URI made absolute against the launch directory (a Ray job runs in a temporary copy)."""
+    if uri.startswith(SQLITE_PREFIX) and not uri.startswith(SQLITE_PREFIX + "/"):
+        return SQLITE_PREFIX + str(Path(uri.removeprefix(SQLITE_PREFIX)).absolute())
+    if "://" not in uri:
+        return Path(uri).absolute().as_uri()
+    return uri
+
+
+def store_exists(uri: str) -> bool:
+    """False only for a local store that has not been created yet (reading it would create it)."""
+    if uri.startswith(SQLITE_PREFIX):
+        return Path(uri.removeprefix(SQLITE_PREFIX)).exists()
+    if uri.startswith("file:"):
+        return Path(urlparse(uri).path).exists()
+    return True
+
+
+@dataclass(frozen=True)
+class CellRun:
+    run_id: str
+    cell_key: str
+    status: CellStatus
+    attempt: int
+
+
+class SweepTracker:
+    def __init__(self, client, experiment_id: str, parent_run_id: str | None, sweep: str):
+        self._client = client
+        self._experiment_id = experiment_id
+        self._parent_run_id = parent_run_id
+        self._sweep = sweep
+
+    @classmethod
+    def open(cls, tracking_uri: str, artifact_root: Path | None, sweep: str, sweep_params: dict[str, str]) -> SweepTracker:
+        """The sweep's experiment and parent run, created if absent (this creates the store)."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+        experiment = client.get_experiment_by_name(sweep)
+        if experiment is None:
+            location = (artifact_root / sweep).absolute().as_uri() if artifact_root else None
+            experiment_id = client.create_experiment(sweep, artifact_location=location)
+        else:
+            experiment_id = experiment.experiment_id
+        tracker = cls(client, experiment_id, None, sweep)
+        tracker._parent_run_id = tracker._find_parent() or tracker._create_parent(sweep_params)
+        client.update_run(tracker._parent_run_id, status="RUNNING")
+        return tracker
+
+    @classmethod
+    def read_only(cls, tracking_uri: str, sweep: str) -> SweepTracker | None:
+        """The sweep's tracker if its store and experiment exist; never creates anything."""
+        if not store_exists(tracking_uri):
+            return None
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+        experiment = client.get_experiment_by_name(sweep)
+        if experiment is None:
+            return None
+        tracker = cls(client, experiment.experiment_id, None, sweep)
+        tracker._parent_run_id = tracker._find_parent()
+        return tracker
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self._parent_run_id
+
+    def cell_runs(self) -> dict[str, list[CellRun]]:
+        """Every cell attempt recorded for this sweep, by cell key, oldest first."""
+        runs: dict[str, list[CellRun]] = {}
+        for run in self._search("tags.kind = 'cell'"):
+            tags = run.data.tags
+            runs.setdefault(tags["cell_key"], []).append(
+                CellRun(run.info.run_id, tags["cell_key"], CellStatus(tags["status"]), int(tags.get("attempt", 1)))
+            )
+        for attempts in runs.values():
+            attempts.sort(key=lambda cell_run: cell_run.attempt)
+        return runs
+
+    def start_cell(self, cell: CellSpec, attempt: int, slot: str) -> str:
+        from mlflow.entities import Param
+
+        tags = {
+            "mlflow.parentRunId": self._parent_run_id,
+            "kind": "cell",
+            "sweep": self._sweep,
+            "cell_key": cell.key,
+            "status": CellStatus.RUNNING.value,
+            "engine": cell.engine.value,
+            "gpu": cell.gpu,
+            "policy": cell.policy,
+            "attempt": str(attempt),
+            "slot": slot,
+        }
+        run = self._client.create_run(self._experiment_id, tags=tags, run_name=f"{cell.label} #{attempt}")
+        params = [Param(key, value) for key, value in cell.params().items()]
+        self._client.log_batch(run.info.run_id, params=params)
+        return run.info.run_id
+
+    def record_outcome(self, run_id: str, summary: CellSummary | None, tags: dict[str, str], artifact_dir: Path) -> None:
+        """Metrics, tags and artifacts of a finished attempt; the status is set separately, last."""
+        from mlflow.entities import RunTag
+
+        metrics = cell_metrics(summary) if summary else []
+        self._client.log_batch(run_id, metrics=metrics, tags=[RunTag(key, value) for key, value in tags.items()])
+        self._client.log_artifacts(run_id, str(artifact_dir))
+
+    def set_status(self, run_id: str, status: CellStatus, reason: str | None = None) -> None:
+        if reason:
+            self._client.set_tag(run_id, "reason", reason[:5000])
+        self._client.set_tag(run_id, "status", status.value)
+        if status is not CellStatus.RUNNING:
+            self._client.set_terminated(run_id, _RUN_STATUS[status])
+
+    def close(self, complete: bool) -> None:
+        self._client.set_tag(self._parent_run_id, "status", "complete" if complete else "partial")
+        self._client.set_terminated(self._parent_run_id, "FINISHED")
+
+    def _find_parent(self) -> str | None:
+        parents = self._search("tags.kind = 'sweep'")
+        return parents[0].info.run_id if parents else None
+
+    def _create_parent(self, sweep_params: dict[str, str]) -> str:
+        from mlflow.entities import Param
+
+        run = self._client.create_run(self._experiment_id, tags={"kind": "sweep", "sweep": self._sweep}, run_name=self._sweep)
+        self._client.log_batch(run.info.run_id, params=[Param(key, value[:6000]) for key, value in sweep_params.items()])
+        return run.info.run_id
+
+    def _search(self, filter_string: str) -> list:
+        runs, token = [], None
+        while True:
+            page = self._client.search_runs([self._experiment_id], filter_string, max_results=1000, page_token=token)
+            runs += list(page)
+            token = page.token
+            if not token:
+                return runs
+
+
+def cell_metrics(summary: CellSummary) -> list:
+    """Scalars of the cell, and per-turn series indexed by turn number (the MLflow step)."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    t1, t_last = summary.t1_mean_s, summary.t_last_mean_s
+    scalars = {
+        "n_jobs": summary.num_jobs,
+        "n_completed": summary.num_completed,
+        "n_timeouts": summary.num_timeouts,
+        "n_errors": summary.num_errors,
+        "jct_mean_s": summary.jct_mean_s,
+        "jct_p50_s": summary.jct_p50_s,
+        "jct_p90_s": summary.jct_p90_s,
+        "jct_p99_s": summary.jct_p99_s,
+        "t1_mean_s": t1,
+        "t_last_mean_s": t_last,
+        "t_last_over_t1": t_last / t1 if t1 and t_last else None,
+        "dispatch_lag_p50_ms": summary.dispatch_lag_p50_ms,
+        "dispatch_lag_p99_ms": summary.dispatch_lag_p99_ms,
+        "dispatch_lag_max_ms": summary.dispatch_lag_max_ms,
+    }
+    metrics = [Metric(key, float(value), now, 0) for key, value in scalars.items() if value is not None]
+    for turn in summary.turns:
+        series = {
+            "turn_latency_s": turn.latency_mean_s,
+            "turn_ttft_s": turn.ttft_mean_s,
+            "turn_prompt_tokens": turn.prompt_tokens_mean,
+            "turn_cached_fraction": turn.cached_fraction,
+            "turn_best_cached_fraction": turn.best_cached_fraction,
+            "turn_cached_of_best": turn.cached_of_best,
+        }
+        metrics += [Metric(key, float(value), now, turn.turn) for key, value in series.items() if value is not None]
+    return metrics

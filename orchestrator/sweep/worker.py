@@ -1,0 +1,218 @@
+"""The cell worker: runs cells one after another on one GPU (or the CPU engine), as a Ray actor.
+
+It owns one replica and keeps it across cells with the same server configuration when a verified
+prefix-cache reset succeeds; otherwise it starts a fresh one. While a cell's load runs it watches for
+three faults: the replica exiting (``failed``, retryable), the engine making no progress with requests in
+flight (``hung``), and the cell's time limit (``failed``). It writes nothing durable: the records, server
+log and scheduler trace go back to the driver, the only writer of results and tracking.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from orchestrator.models.tiny import ensure_tiny_model
+from orchestrator.records.schema import JobRecord, RequestRecord
+from orchestrator.replica.probe import read_work_counter
+from orchestrator.replica.replica import EngineConfig, Replica, ReplicaInfo, ResetError
+from orchestrator.replica.server import ServerStartError
+from orchestrator.sweep.cells import CellSpec, CellStatus, served_cell
+from orchestrator.sweep.spec import TINY_MODEL, RunLimits
+from orchestrator.validation import first_line
+from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
+from orchestrator.workload.client import RequestOptions
+from orchestrator.workload.plan import build_plan
+from orchestrator.workload.tokenizer import token_counter_for
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    cell_key: str
+    status: CellStatus
+    reason: str | None
+    retryable: bool  # the replica crashed or would not start: another attempt may succeed
+    requests: tuple[RequestRecord, ...]
+    jobs: tuple[JobRecord, ...]
+    config: dict  # requested and effective configuration, as written to cell.json
+    server_log: str  # this cell's share of the server log (the whole tail on a failed start)
+    scheduler_trace: bytes
+    node_id: str
+    started_unix: float
+    finished_unix: float
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    cell_key: str | None = None
+    phase: str = "idle"  # idle | starting | resetting | running
+    jobs_finished: int = 0
+    jobs_total: int = 0
+    since_unix: float = field(default_factory=time.time)
+
+
+class CellWorker:
+    """Plain class; ``worker_actor_class`` wraps it for Ray. Not thread-safe except ``status``."""
+
+    def __init__(self, node_id: str = ""):
+        self._node_id = node_id or _current_node_id()
+        self._work_dir = Path(tempfile.mkdtemp(prefix="kvsweep-worker-"))
+        self._replica: Replica | None = None
+        self._replicas_started = 0
+        self._status = WorkerStatus()
+
+    def status(self) -> WorkerStatus:
+        return self._status
+
+    def node_id(self) -> str:
+        return self._node_id
+
+    def run(self, cell: CellSpec, limits: RunLimits) -> CellOutcome:
+        started = time.time()
+        limit_s = limits.cell_limit_s(cell.workload)
+        deadline = time.monotonic() + limit_s
+        self._status = WorkerStatus(cell.key, "starting")
+        model_dir = str(ensure_tiny_model()) if cell.model == TINY_MODEL else cell.model
+        served = served_cell(cell, model_dir)
+        # The plan is complete before the replica starts: nothing expensive happens on the clock.
+        plan = build_plan(cell.workload, token_counter_for(model_dir))
+        try:
+            reused = self._ensure_replica(served.engine, limits.health_timeout_s)
+        except ServerStartError as error:
+            log = self._replica.log_tail(200) if self._replica else ""
+            self._drop_replica()
+            return self._outcome(cell, CellStatus.FAILED, f"replica did not start: {first_line(error)}", True,
+                                 started, server_log=log)  # fmt: skip
+        replica = self._replica
+        mark = replica.mark()
+        options = RequestOptions(served.served_model_name, cell.workload.output_tokens, served.send_priority)
+        self._status = WorkerStatus(cell.key, "running", 0, len(plan.jobs))
+        load = self._start_load(plan, replica.info, options, limits)
+        status, reason = self._watch(load, replica, limits, (deadline, limit_s), cell.key)
+        requests, jobs = (), ()
+        if status is CellStatus.DONE:
+            shard = load.result()
+            if replica.is_alive():
+                requests, jobs = shard.requests, shard.jobs
+            else:
+                status, reason = CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell"
+        else:
+            replica.stop()  # ends every open stream, so the load generator can be abandoned
+            load.cancel()
+        log, trace = replica.output_since(mark)
+        if status is not CellStatus.DONE:
+            self._drop_replica()
+        config = {
+            "cell_key": cell.key,
+            "cell": cell.model_dump(mode="json"),
+            "engine": served.engine.model_dump(mode="json"),
+            "request_options": asdict(options),
+            "plan_fingerprint": plan.fingerprint(),
+            "server_argv": list(replica.info.server_argv),
+            "server_env": replica.info.server_env,
+            "engine_facts": replica.info.facts.as_dict(),
+            "replica_reused": reused,
+            "host": platform.node(),
+            "node_id": self._node_id,
+        }
+        retryable = status is CellStatus.FAILED and reason is not None and reason.startswith("replica exited")
+        return self._outcome(cell, status, reason, retryable, started, requests, jobs, config, log, trace)
+
+    def shutdown(self) -> None:
+        self._drop_replica()
+        shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def _ensure_replica(self, engine: EngineConfig, health_timeout_s: float) -> bool:
+        """A running replica of ``engine`` with an empty cache; True if the previous one was reused."""
+        current = self._replica
+        if current is not None and current.engine == engine and current.is_alive():
+            self._status = WorkerStatus(self._status.cell_key, "resetting")
+            try:
+                current.reset()
+                return True
+            except ResetError:
+                pass  # a cache that cannot be verified empty would leak hits into this cell
+        self._drop_replica()
+        self._replicas_started += 1
+        self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", health_timeout_s)
+        self._replica.start()
+        return False
+
+    def _drop_replica(self) -> None:
+        if self._replica is not None:
+            self._replica.stop()
+            self._replica = None
+
+    def _start_load(self, plan, info: ReplicaInfo, options: RequestOptions, limits: RunLimits) -> LoadRun:
+        if limits.client_actors == 0:
+            return InProcessRun(plan, info.base_url, options)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        on_this_node = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)}
+        return ActorRun(plan, info.base_url, options, limits.client_actors, on_this_node)
+
+    def _watch(self, load: LoadRun, replica: Replica, limits: RunLimits, time_limit: tuple[float, float], cell_key: str):
+        """Wait for the load to finish; the status and reason of the cell if a fault ends it first.
+
+        ``time_limit`` is the cell's (monotonic deadline, limit in seconds)."""
+        deadline, limit_s = time_limit
+        last_work = read_work_counter(replica.info.base_url)
+        last_progress = time.monotonic()
+        while not load.wait(limits.poll_s):
+            now = time.monotonic()
+            if not replica.is_alive():
+                return CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell"
+            progress = load.progress()
+            self._status = WorkerStatus(cell_key, "running", progress.jobs_finished, progress.jobs_total,
+                                        self._status.since_unix)  # fmt: skip
+            work = read_work_counter(replica.info.base_url)
+            if progress.requests_in_flight == 0 or (work is not None and work != last_work):
+                last_work, last_progress = work, now
+            elif now - last_progress > limits.hang_timeout_s:
+                return CellStatus.HUNG, (
+                    f"no engine progress for {limits.hang_timeout_s:g} s with {progress.requests_in_flight} requests in flight"
+                )
+            if now > deadline:
+                return CellStatus.FAILED, f"cell time limit of {limit_s:g} s exceeded"
+        return CellStatus.DONE, None
+
+    def _outcome(self, cell, status, reason, retryable, started, requests=(), jobs=(), config=None, server_log="",
+                 trace=b"") -> CellOutcome:  # fmt: skip
+        self._status = WorkerStatus()
+        return CellOutcome(
+            cell_key=cell.key,
+            status=status,
+            reason=reason,
+            retryable=retryable,
+            requests=tuple(requests),
+            jobs=tuple(jobs),
+            config=config or {"cell_key": cell.key, "cell": cell.model_dump(mode="json"), "node_id": self._node_id},
+            server_log=server_log,
+            scheduler_trace=trace,
+            node_id=self._node_id,
+            started_unix=started,
+            finished_unix=time.time(),
+        )
+
+
+def worker_actor_class():
+    """The Ray actor class: two threads so ``status`` answers while ``run`` works; never restarted by
+    Ray, because the driver decides what a lost worker means for its cell."""
+    import ray
+
+    return ray.remote(max_concurrency=2, max_restarts=0)(CellWorker)
+
+
+def _current_node_id() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return "local"

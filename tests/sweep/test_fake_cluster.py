@@ -1,0 +1,62 @@
+"""Placement, concurrency, pending GPU types and fill runs on a fake two-GPU-type Ray cluster."""
+
+import pytest
+
+from orchestrator.sweep.cells import CellStatus
+from orchestrator.sweep.driver import run_sweep
+from orchestrator.validation import InputError
+from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
+
+GRID = dict(gpus=("H100", "A100", "H200"), jps=(2, 3), dram_gb=(1,))
+
+
+def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_pend(fake_gpu_cluster, tmp_path):
+    code = run_sweep(fake_spec("placement", **GRID), options(tmp_path))
+    rows = summary(tmp_path, "placement")
+    assert code == 0  # pending cells make a partial run, not a failed one
+    assert sorted(rows[rows.gpu == "H200"].status) == ["pending", "pending"]
+    done = rows[rows.status == "done"]
+    assert len(done) == 4 and set(done.gpu) == {"H100", "A100"}
+    for row in done.itertuples():
+        assert row.node_id == fake_gpu_cluster[row.gpu], f"{row.gpu} cell ran on another node"
+        assert row.n_completed == row.n_jobs > 0
+    h100, a100 = done[done.gpu == "H100"], done[done.gpu == "A100"]
+    overlaps = [
+        (h.cell_key, a.cell_key)
+        for h in h100.itertuples()
+        for a in a100.itertuples()
+        if h.started_unix < a.finished_unix and a.started_unix < h.finished_unix
+    ]
+    assert overlaps, "no H100 cell ran while an A100 cell did"
+    runs = runs_by_key(tmp_path, "placement")
+    assert set(runs) == set(done.cell_key)  # pending cells never start a run
+    assert all([run.status for run in attempts] == [CellStatus.DONE] for attempts in runs.values())
+
+
+def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(fake_gpu_cluster, tmp_path):
+    assert run_sweep(fake_spec("fill", **GRID), options(tmp_path)) == 0
+    first = runs_by_key(tmp_path, "fill")
+    assert run_sweep(fake_spec("fill", **(GRID | {"jps": (2, 3, 5)})), options(tmp_path)) == 0
+    second = runs_by_key(tmp_path, "fill")
+    assert {key: runs for key, runs in second.items() if key in first} == first  # untouched
+    assert len(second) == len(first) + 2  # jps 5 on H100 and A100; H200 still pends
+    rows = summary(tmp_path, "fill")
+    assert sorted(rows.status.value_counts().items()) == [("done", 6), ("pending", 3)]
+
+
+def test_a_dram_budget_larger_than_the_node_stops_before_anything_is_tracked(fake_gpu_cluster, tmp_path):
+    with pytest.raises(InputError, match="DRAM budget 5 GB is larger than any H100 node"):
+        run_sweep(fake_spec("too-big", **(GRID | {"dram_gb": (5,)})), options(tmp_path))
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_dry_run_shows_done_pending_and_placement_without_running(fake_gpu_cluster, tmp_path, capsys):
+    assert run_sweep(fake_spec("dry", **GRID), options(tmp_path, dry_run=True)) == 0
+    assert not (tmp_path / "mlflow.db").exists()
+    assert run_sweep(fake_spec("dry", **(GRID | {"jps": (2,)})), options(tmp_path)) == 0
+    capsys.readouterr()
+    run_sweep(fake_spec("dry", **GRID), options(tmp_path, dry_run=True))
+    out = capsys.readouterr().out
+    assert "H100: 1 slot(s) on 1 node(s)" in out and "H200: absent: cells pend" in out
+    assert out.count("done (skipped)") == 2 and out.count("pending: no H200 in the cluster") == 2
+    assert out.count("run on a H100 slot") == 1

@@ -1,0 +1,78 @@
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.sweep.cells import expand
+from orchestrator.sweep.cli import apply_flags, parser
+from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.validation import one_line
+from orchestrator.workload.spec import WorkloadSpec
+
+
+def spec(**overrides) -> SweepSpec:
+    fields = dict(name="t", gpus=("H100", "A100"), policies=("fcfs", "continuum"), jps=(1, 3), dram_gb=(64,))
+    return SweepSpec(**(fields | overrides))
+
+
+def test_the_grid_is_the_full_product_with_neighbours_sharing_a_server():
+    cells = expand(spec(seeds=(1, 2), dram_gb_by_gpu={"A100": (32, 64)}))
+    assert len(cells) == 2 * 2 * 2 * 1 + 2 * 2 * 2 * 2  # policies x jps x seeds x DRAM: H100 has 1 level, A100 2
+    assert len({cell.key for cell in cells}) == len(cells)
+    groups = [cell.server_group for cell in cells]
+    # Each server configuration appears as one contiguous run, so a worker can keep its replica.
+    assert len(groups) - sum(a == b for a, b in zip(groups, groups[1:])) == len(set(groups))
+
+
+def test_growing_a_grid_keeps_the_keys_of_the_cells_already_in_it():
+    before = {cell.key for cell in expand(spec())}
+    after = {cell.key for cell in expand(spec(gpus=("H100", "A100", "L40S"), jps=(1, 3, 6), name="renamed"))}
+    assert before < after and len(after) == 3 * 2 * 3
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"policies": ("continuum",)},
+        {"dram_gb": (65,)},
+        {"model": "other"},
+        {"workload": WorkloadSpec(jps=1, scale=0.5)},
+        {"engine_options": EngineOptions(max_num_seqs=8)},
+        {"engine": EngineKind.FAKE},
+    ],
+)
+def test_anything_that_can_change_a_result_changes_the_key(change):
+    base = expand(spec(policies=("fcfs",), gpus=("H100",), jps=(1,)))[0]
+    changed = expand(spec(**({"policies": ("fcfs",), "gpus": ("H100",), "jps": (1,)} | change)))[0]
+    assert base.key != changed.key
+
+
+def test_run_limits_are_not_part_of_the_key():
+    assert expand(spec())[0].key == expand(spec(limits=RunLimits(max_attempts=5, hang_timeout_s=9)))[0].key
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"gpus": ("X100",)}, "unknown GPU type 'X100'; known: B200, H200, H100, A100, L40S, L4, cpu"),
+        ({"policies": ("nope",)}, "unknown policy 'nope'; known: fcfs, job-fcfs"),
+        ({"jps": (1, 0)}, "jobs per second must be positive, got 0"),
+        ({"dram_gb": (-1,)}, "a DRAM budget must be 0 or more GB, got -1"),
+        ({"gpus": ("cpu",), "policies": ("fcfs", "lmcache")}, "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu"),
+        ({"engine": EngineKind.SIM}, "engine 'sim' is not available yet"),
+    ],
+)
+def test_bad_grids_are_one_line_naming_the_value_and_the_valid_ones(override, expected):
+    with pytest.raises(ValidationError) as caught:
+        spec(**override)
+    line = one_line(caught.value)
+    assert expected in line and "\n" not in line
+
+
+def test_flags_override_the_scripts_grid_and_take_commas_or_spaces():
+    base = spec(dram_gb_by_gpu={"H100": (400,), "A100": (200,)})
+    args = parser(base).parse_args(["--jps", "1,6", "10", "--gpus", "A100", "--duration-s", "5", "--kv-blocks", "99"])
+    changed = apply_flags(base, args)
+    assert changed.jps == (1, 6, 10) and changed.gpus == ("A100",)
+    assert changed.dram_for("A100") == (200,)  # the script's per-GPU budget survives
+    assert changed.workload.duration_s == 5 and changed.engine_options.num_kv_blocks == 99
+    flat = apply_flags(base, parser(base).parse_args(["--dram-gb", "100"]))
+    assert flat.dram_for("H100") == flat.dram_for("A100") == (100,)
