@@ -2,7 +2,8 @@
 
     python -m orchestrator.run_cell --jps 1 --duration-s 20 --scale 0.25 --kv-blocks 2400 --out results/cell
 
-Bad input fails before the server starts, with one line naming the value and what is valid.
+It runs the cell exactly as a sweep's worker does (same replica, load generator and watchdog), in this
+process, without tracking. Bad input fails before the server starts, with one line naming the value.
 """
 
 from __future__ import annotations
@@ -13,18 +14,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.cell_runner import run_cell
-from orchestrator.models.tiny import ensure_tiny_model
-from orchestrator.policies import POLICIES, PolicyError, get_policy
+from orchestrator.gpus import CPU
+from orchestrator.policies import POLICIES
 from orchestrator.records.render import render_cell_summary
-from orchestrator.replica.vllm_server import VllmEngineConfig
+from orchestrator.records.summary import summarize
+from orchestrator.sweep.cells import CellSpec, CellStatus
+from orchestrator.sweep.results import write_attempt_files
+from orchestrator.sweep.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.worker import CellWorker
 from orchestrator.validation import one_line
-from orchestrator.workload.client import RequestOptions
-from orchestrator.workload.plan import build_plan
 from orchestrator.workload.spec import WorkloadSpec
-from orchestrator.workload.tokenizer import token_counter_for
-
-TINY_MODEL = "tiny"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,42 +56,36 @@ def main(argv: list[str] | None = None) -> int:
             request_timeout_s=args.request_timeout_s,
             job_timeout_s=args.job_timeout_s,
         )
-        policy = get_policy(args.policy)
-        base = VllmEngineConfig(
-            model=args.model,
-            served_model_name=args.model if args.model == TINY_MODEL else Path(args.model).name,
-            block_size=args.block_size,
-            num_kv_blocks=args.kv_blocks,
-            max_num_seqs=args.max_num_seqs,
-        )
-        engine = policy.engine_config(base, args.dram_gb)
+        options = EngineOptions(block_size=args.block_size, num_kv_blocks=args.kv_blocks, max_num_seqs=args.max_num_seqs)
+        limits = RunLimits(health_timeout_s=300, client_actors=args.client_actors)
+        # The same checks as a one-cell sweep: known policy, one the CPU engine can run, sane values.
+        SweepSpec(name="cell", engine=EngineKind.VLLM, gpus=(CPU,), policies=(args.policy,), jps=(args.jps,),
+                  dram_gb=(args.dram_gb,), model=args.model, workload=workload, engine_options=options)  # fmt: skip
     except ValidationError as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
-    except PolicyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if args.client_actors < 0:
-        print(f"error: --client-actors must be 0 or more, got {args.client_actors}", file=sys.stderr)
-        return 2
-    # Only now, with every input valid, do the expensive parts start.
-    model_dir = str(ensure_tiny_model()) if args.model == TINY_MODEL else args.model
-    engine = engine.model_copy(update={"model": model_dir})
-    plan = build_plan(workload, token_counter_for(model_dir))
-    print(f"planned {len(plan.jobs)} jobs over {workload.duration_s:g} s (plan {plan.fingerprint()[:12]}); starting vLLM")
+    cell = CellSpec(engine=EngineKind.VLLM, gpu=CPU, policy=args.policy, dram_gb=args.dram_gb, model=args.model,
+                    workload=workload, engine_options=options)  # fmt: skip
     if args.client_actors:
         import ray
 
         ray.init(include_dashboard=False, log_to_driver=False)
-    options = RequestOptions(
-        model=engine.served_model_name, output_tokens=workload.output_tokens, send_priority=policy.job_priority
-    )
-    result = run_cell(engine, plan, args.out, options, num_client_actors=args.client_actors)
-    facts = result.engine_facts
+    print(f"cell {cell.label} ({cell.key}): starting vLLM", flush=True)
+    worker = CellWorker()
+    try:
+        outcome = worker.run(cell, limits)
+    finally:
+        worker.shutdown()
+    summary = summarize(outcome.requests, outcome.jobs) if outcome.status is CellStatus.DONE else None
+    write_attempt_files(args.out, outcome, summary, row=None)
+    if summary is None:
+        print(f"cell {outcome.status.value}: {outcome.reason}; server log in {args.out}", file=sys.stderr)
+        return 1
+    facts = outcome.config["engine_facts"]
     render_cell_summary(
-        f"cell policy={policy.name} jps={workload.jps:g} scale={workload.scale:g} KV pool {facts.num_kv_blocks} blocks x "
-        f"{facts.block_size} tokens on {facts.device_name} (vLLM {facts.vllm_version}); records in {args.out}",
-        result.summary,
+        f"cell policy={cell.policy} jps={cell.jps:g} scale={workload.scale:g} KV pool {facts['num_kv_blocks']} blocks x "
+        f"{facts['block_size']} tokens on {facts['device_name']} (vLLM {facts['vllm_version']}); records in {args.out}",
+        summary,
     )
     return 0
 

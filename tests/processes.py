@@ -1,13 +1,16 @@
-"""Finding vLLM processes on this machine, to prove none is left behind."""
+"""Finding server processes on this machine, to prove none is left behind."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+FAKE_ENGINE = "orchestrator.replica.fake_engine"
 
-def vllm_processes() -> list[tuple[int, str]]:
-    """(pid, command line) of every live process other than this one that mentions vLLM."""
+
+def processes_matching(text: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process other than this one whose command line contains ``text``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -17,6 +20,43 @@ def vllm_processes() -> list[tuple[int, str]]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and "vllm" in cmdline.lower():
+        if state != "Z" and text in cmdline.lower():
             found.append((int(entry.name), cmdline.strip()))
     return found
+
+
+def vllm_processes() -> list[tuple[int, str]]:
+    return processes_matching("vllm")
+
+
+def wait_until_gone(text: str, timeout_s: float = 15.0) -> list[tuple[int, str]]:
+    """Processes still matching ``text`` after up to ``timeout_s`` (empty when they all went)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := processes_matching(text)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float = 300.0) -> int:
+    """The pid of the first vLLM API server not in ``exclude`` once it has answered ``min_requests``
+    requests, i.e. a cell is mid-run."""
+    import re
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid, cmdline in processes_matching("vllm.entrypoints.openai.api_server"):
+            port = re.search(r"--port (\d+)", cmdline)
+            if pid in exclude or not port:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=5) as response:
+                    text = response.read().decode()
+            except OSError:
+                continue
+            served = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("vllm:request_success_total"))  # fmt: skip
+            if served >= min_requests:
+                return pid
+        time.sleep(0.5)
+    raise TimeoutError(f"no vLLM server answered {min_requests} requests within {timeout_s:g} s")

@@ -25,8 +25,6 @@ from orchestrator.workload.spec import WorkloadSpec
 
 # Bump when the meaning of a field changes, so old results are not mistaken for new ones.
 KEY_VERSION = 1
-CPU_BLOCK_SIZE = 32
-GPU_BLOCK_SIZE = 16
 
 
 class CellStatus(str, Enum):
@@ -136,7 +134,7 @@ def served_cell(cell: CellSpec, model_dir: str) -> ServedCell:
         model=model_dir,
         served_model_name=served_name,
         device=cell.device,
-        block_size=options.block_size or (CPU_BLOCK_SIZE if on_cpu else GPU_BLOCK_SIZE),
+        block_size=options.block_size_on(cell.gpu),
         num_kv_blocks=options.num_kv_blocks,
         gpu_memory_utilization=options.gpu_memory_utilization,
         max_model_len=options.max_model_len,

@@ -65,6 +65,18 @@ def summary_row(sweep: str, cell: CellSpec, status: CellStatus, summary: CellSum
     return row
 
 
+def write_attempt_files(directory: Path, outcome: CellOutcome, summary: CellSummary | None, row: dict | None) -> None:
+    """Records (when done), summary, effective configuration, server log and scheduler trace of one attempt."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if outcome.status is CellStatus.DONE:
+        write_cell_records(directory, outcome.requests, outcome.jobs)
+        atomic_write_json({"row": row, "turns": [asdict(turn) for turn in summary.turns]}, directory / CELL_SUMMARY_FILE)
+    atomic_write_json({**outcome.config, "status": outcome.status.value, "reason": outcome.reason}, directory / CELL_CONFIG_FILE)
+    (directory / SERVER_LOG_FILE).write_text(outcome.server_log)
+    if outcome.scheduler_trace:
+        (directory / SCHEDULER_TRACE_FILE).write_bytes(outcome.scheduler_trace)
+
+
 class SweepResults:
     def __init__(self, sweep_dir: Path):
         self.sweep_dir = Path(sweep_dir).absolute()
@@ -77,14 +89,7 @@ class SweepResults:
     def stage(self, outcome: CellOutcome, summary: CellSummary | None, row: dict | None) -> Path:
         """Every file of one attempt, in a fresh staging directory (also what goes to MLflow)."""
         staged = self.sweep_dir / ".staging" / f"{outcome.cell_key}-{uuid.uuid4().hex[:8]}"
-        staged.mkdir(parents=True)
-        if outcome.status is CellStatus.DONE:
-            write_cell_records(staged, outcome.requests, outcome.jobs)
-            atomic_write_json({"row": row, "turns": [asdict(turn) for turn in summary.turns]}, staged / CELL_SUMMARY_FILE)
-        atomic_write_json({**outcome.config, "status": outcome.status.value, "reason": outcome.reason}, staged / CELL_CONFIG_FILE)
-        (staged / SERVER_LOG_FILE).write_text(outcome.server_log)
-        if outcome.scheduler_trace:
-            (staged / SCHEDULER_TRACE_FILE).write_bytes(outcome.scheduler_trace)
+        write_attempt_files(staged, outcome, summary, row)
         return staged
 
     def publish(self, cell_key: str, staged: Path) -> None:

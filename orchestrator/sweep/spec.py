@@ -15,6 +15,8 @@ from orchestrator.policies import POLICIES
 from orchestrator.workload.spec import WorkloadSpec
 
 TINY_MODEL = "tiny"
+CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
+GPU_BLOCK_SIZE = 16
 
 
 class EngineKind(str, Enum):
@@ -36,6 +38,21 @@ class EngineOptions(BaseModel):
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=16)
     enforce_eager: bool | None = Field(None, description="True on CPU (25 s faster start), False on GPU.")
+
+    def block_size_on(self, device: str) -> int:
+        return self.block_size or (CPU_BLOCK_SIZE if device == CPU else GPU_BLOCK_SIZE)
+
+    def check_pool_holds_a_sequence(self, device: str) -> None:
+        """vLLM refuses to start when the KV pool cannot hold one ``max_model_len`` sequence."""
+        if self.num_kv_blocks is None:
+            return
+        block = self.block_size_on(device)
+        if self.num_kv_blocks * block < self.max_model_len:
+            raise ValueError(
+                f"num_kv_blocks {self.num_kv_blocks} x block size {block} = {self.num_kv_blocks * block} tokens cannot "
+                f"hold one max_model_len ({self.max_model_len}) sequence; use at least {-(-self.max_model_len // block)} "
+                "blocks or a smaller max_model_len"
+            )
 
 
 class RunLimits(BaseModel):
@@ -120,11 +137,10 @@ class SweepSpec(BaseModel):
         if self.engine is EngineKind.SIM:
             raise ValueError("engine 'sim' is not available yet (the simulator is still to be built); use auto, vllm or fake")
         if self.engine in (EngineKind.AUTO, EngineKind.VLLM):
+            if CPU in self.gpus:
+                self._check_cpu_policies()
             for gpu in self.gpus:
-                if gpu == CPU and self.model != TINY_MODEL:
-                    raise ValueError(f"the cpu device serves only the generated {TINY_MODEL!r} model, got model {self.model!r}")
-                if gpu == CPU:
-                    self._check_cpu_policies()
+                self.engine_options.check_pool_holds_a_sequence(gpu)
         return self
 
     def _check_cpu_policies(self) -> None:

@@ -59,3 +59,13 @@ def fake_gpu_cluster():
     yield {gpu: node.node_id for gpu, node in nodes.items()}
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """A local Ray cluster (head only) that driver subprocesses connect to; it outlives a killed driver."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    yield cluster.address
+    cluster.shutdown()

@@ -58,6 +58,8 @@ def test_run_limits_are_not_part_of_the_key():
         ({"dram_gb": (-1,)}, "a DRAM budget must be 0 or more GB, got -1"),
         ({"gpus": ("cpu",), "policies": ("fcfs", "lmcache")}, "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu"),
         ({"engine": EngineKind.SIM}, "engine 'sim' is not available yet"),
+        ({"gpus": ("cpu",), "engine_options": EngineOptions(num_kv_blocks=400)},
+         "num_kv_blocks 400 x block size 32 = 12800 tokens cannot hold one max_model_len (16384) sequence; use at least 512"),
     ],
 )
 def test_bad_grids_are_one_line_naming_the_value_and_the_valid_ones(override, expected):
@@ -69,10 +71,10 @@ def test_bad_grids_are_one_line_naming_the_value_and_the_valid_ones(override, ex
 
 def test_flags_override_the_scripts_grid_and_take_commas_or_spaces():
     base = spec(dram_gb_by_gpu={"H100": (400,), "A100": (200,)})
-    args = parser(base).parse_args(["--jps", "1,6", "10", "--gpus", "A100", "--duration-s", "5", "--kv-blocks", "99"])
+    args = parser(base).parse_args(["--jps", "1,6", "10", "--gpus", "A100", "--duration-s", "5", "--kv-blocks", "2000"])
     changed = apply_flags(base, args)
     assert changed.jps == (1, 6, 10) and changed.gpus == ("A100",)
     assert changed.dram_for("A100") == (200,)  # the script's per-GPU budget survives
-    assert changed.workload.duration_s == 5 and changed.engine_options.num_kv_blocks == 99
+    assert changed.workload.duration_s == 5 and changed.engine_options.num_kv_blocks == 2000
     flat = apply_flags(base, parser(base).parse_args(["--dram-gb", "100"]))
     assert flat.dram_for("H100") == flat.dram_for("A100") == (100,)

@@ -1,0 +1,42 @@
+"""Bad input to a sweep script: one clear line, exit code 2, and nothing in the tracking store."""
+
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.paths import PROJECT_ROOT
+
+SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
+
+
+def run_script(tmp_path, *flags):
+    command = [sys.executable, SCRIPT, "--results-dir", str(tmp_path), *flags]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--policies", "fcfs,nope"], "unknown policy 'nope'; known: fcfs, job-fcfs, continuum"),
+        (["--gpus", "X100"], "unknown GPU type 'X100'; known: B200, H200, H100, A100, L40S, L4, cpu"),
+        (["--jps", "1,-3"], "jobs per second must be positive, got -3"),
+        (["--jps", "fast"], "--jps takes a list of float values, got 'fast'"),
+        (["--policies", "lmcache"], "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu device"),
+        (["--engine", "sim"], "engine 'sim' is not available yet"),
+        (["--scale", "0"], "workload.scale: Input should be greater than 0 (got 0.0)"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, flags, message):
+    result = run_script(tmp_path, *flags)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and message in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dram_budget_larger_than_the_node_is_refused_before_anything_is_tracked(ray_head, tmp_path):
+    result = run_script(tmp_path, "--engine", "fake", "--dram-gb", "100000", "--ray-address", ray_head)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error: DRAM budget 100000 GB is larger than any cpu node can give" in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()

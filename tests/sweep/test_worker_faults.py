@@ -1,0 +1,85 @@
+"""The cell worker's watchdog, in this process against the fake engine (no Ray): hang, time limit, crash."""
+
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.sweep import worker as worker_module
+from orchestrator.sweep.cells import CellStatus, expand
+from orchestrator.sweep.spec import RunLimits
+from orchestrator.sweep.worker import CellWorker
+from tests.processes import FAKE_ENGINE, processes_matching, wait_until_gone
+from tests.sweep.conftest import fake_spec
+
+LIMITS = RunLimits(health_timeout_s=60, hang_timeout_s=2, poll_s=0.2, client_actors=0)
+
+
+@pytest.fixture
+def fake_engine_with(monkeypatch):
+    """Cells get the fake engine with the given settings (a fault injected into the stand-in server)."""
+
+    def configure(**settings):
+        real = worker_module.served_cell
+
+        def served(cell, model_dir):
+            cell_served = real(cell, model_dir)
+            return replace(cell_served, engine=cell_served.engine.model_copy(update=settings))
+
+        monkeypatch.setattr(worker_module, "served_cell", served)
+
+    return configure
+
+
+def run_one(limits: RunLimits, jps: float = 2, duration_s: float = 2):
+    cell = expand(fake_spec("faults", jps=(jps,)))[0]
+    cell = cell.model_copy(update={"workload": cell.workload.model_copy(update={"duration_s": duration_s})})
+    worker = CellWorker(node_id="local")
+    try:
+        return worker.run(cell, limits)
+    finally:
+        worker.shutdown()
+
+
+def test_a_healthy_cell_is_done_with_every_record():
+    outcome = run_one(LIMITS)
+    assert outcome.status is CellStatus.DONE and outcome.reason is None
+    assert len(outcome.jobs) > 0 and len(outcome.requests) == 8 * len(outcome.jobs)
+    assert outcome.config["engine_facts"]["vllm_version"] == "fake-engine"
+
+
+def test_an_engine_that_stops_making_progress_is_marked_hung_and_torn_down(fake_engine_with):
+    fake_engine_with(stall_after=5)
+    started = time.monotonic()
+    outcome = run_one(LIMITS)
+    assert outcome.status is CellStatus.HUNG and not outcome.retryable
+    assert outcome.reason.startswith("no engine progress for 2 s with") and outcome.requests == ()
+    assert time.monotonic() - started < 30  # the watchdog ended it, not a request timeout
+    assert wait_until_gone(FAKE_ENGINE) == []
+
+
+def test_a_slow_but_working_engine_is_not_hung_but_stops_at_the_cell_time_limit(fake_engine_with):
+    fake_engine_with(token_delay_s=0.3)  # tokens keep coming: progress, but a turn takes 6 s
+    outcome = run_one(LIMITS.model_copy(update={"cell_timeout_s": 4.0, "hang_timeout_s": 1.0}))
+    assert outcome.status is CellStatus.FAILED and outcome.reason == "cell time limit of 4 s exceeded"
+    assert wait_until_gone(FAKE_ENGINE) == []
+
+
+def test_a_replica_that_dies_mid_cell_fails_the_cell_as_retryable_with_its_log():
+    def kill_the_engine_once_it_serves():
+        deadline = time.monotonic() + 30
+        while not (found := processes_matching(FAKE_ENGINE)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)
+        os.killpg(found[0][0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_engine_once_it_serves)
+    killer.start()
+    outcome = run_one(LIMITS, duration_s=4)
+    killer.join()
+    assert outcome.status is CellStatus.FAILED and outcome.retryable
+    assert outcome.reason == "replica exited with code -9 during the cell"
+    assert outcome.config["server_argv"]  # what was running is still reported
