@@ -1,0 +1,67 @@
+"""The sweep as users run it: ``ray job submit --working-dir . -- python sweeps/cpu_tiny.py`` against a
+local ``ray start --head``, then ``ray job stop``. Results must land in the absolute results directory,
+not in the job's temporary copy of the working directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.paths import PROJECT_ROOT
+from orchestrator.replica.server import free_port
+from tests.processes import FAKE_ENGINE, wait_until_gone
+from tests.sweep.conftest import runs_by_key
+
+pytestmark = pytest.mark.engine
+
+BIN = Path(sys.executable).parent
+
+
+def ray_cli(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT, env=env)
+
+
+@pytest.fixture(scope="module")
+def job_server():
+    dashboard_port = free_port()
+    started = ray_cli("start", "--head", f"--port={free_port()}", f"--dashboard-port={dashboard_port}",
+                      "--include-dashboard=true", "--num-cpus=2", "--disable-usage-stats")  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    yield f"http://127.0.0.1:{dashboard_port}"
+    ray_cli("stop", "--force")
+
+
+def test_a_submitted_sweep_writes_to_the_absolute_results_directory(job_server, tmp_path):
+    submitted = ray_cli("job", "submit", "--address", job_server, "--working-dir", ".", "--", "python",
+                        "sweeps/cpu_tiny.py", "--policies", "fcfs", "--jps", "1", "--duration-s", "4",
+                        "--results-dir", str(tmp_path))  # fmt: skip
+    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
+    assert "1/1 cells done" in submitted.stdout
+    rows = pd.read_parquet(tmp_path / "cpu_tiny" / "summary.parquet")
+    assert list(rows.status) == ["done"] and rows.engine[0] == "vllm" and rows.n_completed[0] == rows.n_jobs[0] > 0
+    assert (tmp_path / "mlflow.db").exists() and (tmp_path / "cpu_tiny" / "cells" / rows.cell_key[0] / "requests.parquet").exists()
+
+
+def test_ray_job_stop_marks_the_running_cell_interrupted_and_leaves_no_server(job_server, tmp_path):
+    submitted = ray_cli("job", "submit", "--no-wait", "--address", job_server, "--working-dir", ".", "--", "python",
+                        "sweeps/cpu_tiny.py", "--engine", "fake", "--policies", "fcfs", "--jps", "1",
+                        "--duration-s", "120", "--results-dir", str(tmp_path))  # fmt: skip
+    job_id = re.search(r"raysubmit_\w+", submitted.stdout + submitted.stderr).group(0)
+    deadline = time.monotonic() + 120
+    while "jobs" not in ray_cli("job", "logs", "--address", job_server, job_id).stdout:
+        assert time.monotonic() < deadline, "the cell never started"
+        time.sleep(1)
+    assert ray_cli("job", "stop", "--address", job_server, job_id).returncode == 0
+    logs = ray_cli("job", "logs", "--address", job_server, job_id).stdout
+    assert "interrupted by signal 15" in logs
+    (runs,) = runs_by_key(tmp_path, "cpu_tiny").values()
+    assert [run.status.value for run in runs] == ["interrupted"]
+    assert wait_until_gone(FAKE_ENGINE) == []
