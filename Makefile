@@ -18,8 +18,13 @@ $(INSTALLED): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# The main job. Until the simulator exists (`--engine auto` then covers absent GPUs with it), a machine
+# without GPUs runs the real CPU-vLLM sweep; re-running fills only what is missing.
+RESULTS ?= $(CURDIR)/results
+
 demo: install
-	$(PY) -m orchestrator.run_cell --jps 1 --duration-s 20 --scale 0.25 --out results/demo-cell
+	$(PY) sweeps/cpu_tiny.py --results-dir $(RESULTS)
+	@echo "MLflow UI on these results:  $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(RESULTS)/mlflow.db  (then open http://127.0.0.1:5000)"
 
 test: install
 	$(PY) -m pytest

@@ -20,7 +20,7 @@ import os
 import signal
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.records.summary import summarize
@@ -30,7 +30,7 @@ from orchestrator.sweep.progress import ProgressReporter, ProgressSnapshot, Runn
 from orchestrator.sweep.results import SweepResults, summary_row
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.tracking import CellRun, SweepTracker
-from orchestrator.sweep.worker import CellOutcome, worker_actor_class
+from orchestrator.sweep.worker import CellOutcome, WorkerStatus, worker_actor_class
 from orchestrator.validation import InputError, first_line
 
 # Extra time the driver allows a worker beyond the cell's own limit before it kills the worker.
@@ -110,14 +110,16 @@ class _Sweep:
 
     def run(self) -> int:
         self._retire_stale_runs()
-        to_run = [cell for cell in self.cells if self.inventory.has(cell.gpu) and (self.options.rerun or not self._is_done(cell))]
+        self.results.clear_staging()
+        present = [cell for cell in self.cells if self.inventory.has(cell.gpu)]
+        done = {cell.key for cell in present if self._is_done(cell)}
+        to_run = present if self.options.rerun else [cell for cell in present if cell.key not in done]
         for cell in to_run:
             self.queues[cell.gpu].append(cell)
         self.reporter.event(
-            f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, "
-            f"{sum(self._is_done(c) for c in self.cells) if not self.options.rerun else 0} already done, "
-            f"{sum(not self.inventory.has(c.gpu) for c in self.cells)} pending (GPU type absent); "
-            f"results in {self.results.sweep_dir}, tracking at {self.options.tracking_uri}"
+            f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, {len(present) - len(to_run)} already "
+            f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in {self.results.sweep_dir}, "
+            f"tracking at {self.options.tracking_uri}"
         )
         self._write_summary()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -127,7 +129,8 @@ class _Sweep:
                 self._assign()
                 self._collect(timeout_s=0.5)
                 self._enforce_backstop()
-                self.reporter.update(self._snapshot())
+                if self.reporter.due():
+                    self.reporter.update(self._snapshot())
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -166,9 +169,8 @@ class _Sweep:
             attempt = max((run.attempt for run in self.history.get(cell.key, [])), default=0) + 1
             self.tries[cell.key] += 1
             run_id = self.tracker.start_cell(cell, attempt, worker.slot.name)
-            self.history.setdefault(cell.key, []).append(CellRun(run_id, cell.key, CellStatus.RUNNING, attempt))
-            ref = worker.actor.run.remote(cell, self.spec.limits)
-            worker.attempt = _Attempt(cell, attempt, run_id, ref)
+            worker.attempt = _Attempt(cell, attempt, run_id, worker.actor.run.remote(cell, self.spec.limits))
+            self._remember(worker.attempt, CellStatus.RUNNING)
             worker.group = cell.server_group
             self.reporter.event(f"start {cell.label} (attempt {attempt}) on {worker.slot.name}")
 
@@ -248,22 +250,19 @@ class _Sweep:
             )
             if retry:
                 self.queues[cell.gpu].insert(0, cell)
-        self._remember(CellRun(attempt.run_id, cell.key, CellStatus.RUNNING, attempt.attempt), outcome.status)
+        self._remember(attempt, outcome.status)
         self._write_summary()
 
-    def _remember(self, run: CellRun, status: CellStatus) -> None:
+    def _remember(self, run: CellRun | _Attempt, status: CellStatus) -> None:
+        """Record ``status`` for a tracked run (or the run of an attempt) in the in-memory history."""
+        if isinstance(run, _Attempt):
+            run = CellRun(run.run_id, run.cell.key, status, run.attempt)
         runs = self.history.setdefault(run.cell_key, [])
-        runs[:] = [r for r in runs if r.run_id != run.run_id] + [CellRun(run.run_id, run.cell_key, status, run.attempt)]
-        runs.sort(key=lambda r: r.attempt)
+        runs[:] = sorted([r for r in runs if r.run_id != run.run_id] + [replace(run, status=status)], key=lambda r: r.attempt)
 
     def _lost_outcome(self, attempt: _Attempt, worker: _Worker, reason: str, retryable: bool) -> CellOutcome:
-        now = time.time()
-        return CellOutcome(
-            cell_key=attempt.cell.key, status=CellStatus.FAILED, reason=reason, retryable=retryable, requests=(),
-            jobs=(), config={"cell_key": attempt.cell.key, "cell": attempt.cell.model_dump(mode="json")},
-            server_log="", scheduler_trace=b"", node_id=worker.slot.node_id,
-            started_unix=now - (time.monotonic() - attempt.started), finished_unix=now,
-        )  # fmt: skip
+        started = time.time() - (time.monotonic() - attempt.started)
+        return CellOutcome.failure(attempt.cell, reason, retryable, worker.slot.node_id, started)
 
     def _retire_stale_runs(self) -> None:
         """Attempts still ``running`` belong to a driver that died (the lock says none is alive)."""
@@ -295,15 +294,14 @@ class _Sweep:
 
     def _snapshot(self) -> ProgressSnapshot:
         statuses = [self._last_status(cell) for cell in self.cells]
+        in_flight = self._in_flight()
         running = []
-        for worker in self._in_flight():
-            status = _worker_status(worker)
+        for worker, status in zip(in_flight, _worker_statuses(in_flight)):
+            if status is None or status.cell_key != worker.attempt.cell.key:
+                status = WorkerStatus(worker.attempt.cell.key, "waiting for its worker")
             running.append(
-                RunningCell(
-                    worker.attempt.cell.label, worker.attempt.attempt, status.phase if status else "running",
-                    status.jobs_finished if status else 0, status.jobs_total if status else 0,
-                    time.monotonic() - worker.attempt.started,
-                )
+                RunningCell(worker.attempt.cell.label, worker.attempt.attempt, status.phase, status.jobs_finished,
+                            status.jobs_total, time.monotonic() - worker.attempt.started)
             )  # fmt: skip
         queued = sum(len(queue) for queue in self.queues.values())
         pending: dict[str, int] = defaultdict(int)
@@ -341,7 +339,7 @@ class _Sweep:
         for worker in self._in_flight():
             attempt = worker.attempt
             self.tracker.set_status(attempt.run_id, CellStatus.INTERRUPTED, f"sweep stopped by signal {self.stop_signal}")
-            self._remember(CellRun(attempt.run_id, attempt.cell.key, CellStatus.RUNNING, attempt.attempt), CellStatus.INTERRUPTED)
+            self._remember(attempt, CellStatus.INTERRUPTED)
         self._write_summary()
         self.tracker.close(complete=False)
         self.reporter.close()
@@ -418,13 +416,20 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
-def _worker_status(worker: _Worker):
+def _worker_statuses(workers: list[_Worker]) -> list[WorkerStatus | None]:
+    """Each worker's status, asked of all at once; None for one that does not answer within a second."""
     import ray
 
-    try:
-        return ray.get(worker.actor.status.remote(), timeout=1)
-    except (ray.exceptions.RayError, TimeoutError):
-        return None
+    refs = [worker.actor.status.remote() for worker in workers]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0)
+    answered = set(ready)
+    statuses = []
+    for ref in refs:
+        try:
+            statuses.append(ray.get(ref) if ref in answered else None)
+        except ray.exceptions.RayError:
+            statuses.append(None)
+    return statuses
 
 
 def _print_plan(spec, cells, inventory: Inventory, history: dict[str, list[CellRun]], results, rerun: bool) -> None:

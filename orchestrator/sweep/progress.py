@@ -60,13 +60,16 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+LIVE_REFRESH_S = 1.0
+
+
 class ProgressReporter:
     """Shows snapshots live in a terminal, or prints them every ``interval_s``; events always print."""
 
     def __init__(self, interval_s: float, live: bool | None = None):
         self._interval_s = interval_s
         self._live = None
-        self._last_print = 0.0
+        self._last_update = 0.0
         if live if live is not None else sys.stdout.isatty():
             from rich.console import Console
             from rich.live import Live
@@ -74,14 +77,19 @@ class ProgressReporter:
             self._live = Live(console=Console(), refresh_per_second=2, transient=True)
             self._live.start()
 
+    def due(self) -> bool:
+        """Whether ``update`` would show something now (snapshots cost a round trip to every worker)."""
+        interval = LIVE_REFRESH_S if self._live is not None else self._interval_s
+        return time.monotonic() - self._last_update >= interval
+
     def update(self, snapshot: ProgressSnapshot) -> None:
+        self._last_update = time.monotonic()
         lines = progress_lines(snapshot)
         if self._live is not None:
             from rich.text import Text
 
             self._live.update(Text("\n".join(lines)))
-        elif time.monotonic() - self._last_print >= self._interval_s:
-            self._last_print = time.monotonic()
+        else:
             self.event("\n".join(lines))
 
     def event(self, line: str) -> None:

@@ -105,6 +105,10 @@ class SweepResults:
         if retired is not None:
             shutil.rmtree(retired, ignore_errors=True)
 
+    def clear_staging(self) -> None:
+        """Drop what a driver that died mid-write left staged (the caller holds the sweep's lock)."""
+        shutil.rmtree(self.sweep_dir / ".staging", ignore_errors=True)
+
     def discard(self, staged: Path) -> None:
         shutil.rmtree(staged, ignore_errors=True)
 

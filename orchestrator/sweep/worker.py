@@ -45,6 +45,17 @@ class CellOutcome:
     started_unix: float
     finished_unix: float
 
+    @classmethod
+    def failure(cls, cell: CellSpec, reason: str, retryable: bool, node_id: str, started_unix: float,
+                server_log: str = "") -> CellOutcome:  # fmt: skip
+        """A cell that produced no records: its replica or worker was lost before the load finished."""
+        return cls(
+            cell_key=cell.key, status=CellStatus.FAILED, reason=reason, retryable=retryable, requests=(), jobs=(),
+            config={"cell_key": cell.key, "cell": cell.model_dump(mode="json"), "node_id": node_id},
+            server_log=server_log, scheduler_trace=b"", node_id=node_id, started_unix=started_unix,
+            finished_unix=time.time(),
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class WorkerStatus:
@@ -85,27 +96,23 @@ class CellWorker:
         except ServerStartError as error:
             log = self._replica.log_tail(200) if self._replica else ""
             self._drop_replica()
-            return self._outcome(cell, CellStatus.FAILED, f"replica did not start: {first_line(error)}", True,
-                                 started, server_log=log)  # fmt: skip
+            self._status = WorkerStatus()
+            reason = f"replica did not start: {first_line(error)}"
+            return CellOutcome.failure(cell, reason, True, self._node_id, started, server_log=log)
         replica = self._replica
         mark = replica.mark()
         options = RequestOptions(served.served_model_name, cell.workload.output_tokens, served.send_priority)
         self._status = WorkerStatus(cell.key, "running", 0, len(plan.jobs))
         load = self._start_load(plan, replica.info, options, limits)
         status, reason = self._watch(load, replica, limits, (deadline, limit_s), cell.key)
-        requests, jobs = (), ()
-        if status is CellStatus.DONE:
-            shard = load.result()
-            if replica.is_alive():
-                requests, jobs = shard.requests, shard.jobs
-            else:
-                status, reason = CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell"
-        else:
-            replica.stop()  # ends every open stream, so the load generator can be abandoned
+        shard = load.result() if status is CellStatus.DONE else None
+        crashed = not replica.is_alive()  # a crash is worth another attempt; a hang or a time limit is not
+        if crashed and shard is not None:
+            status, reason, shard = CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell", None
+        if shard is None:
+            self._drop_replica()  # ends every open stream, so the load generator can be abandoned
             load.cancel()
         log, trace = replica.output_since(mark)
-        if status is not CellStatus.DONE:
-            self._drop_replica()
         config = {
             "cell_key": cell.key,
             "cell": cell.model_dump(mode="json"),
@@ -119,8 +126,21 @@ class CellWorker:
             "host": platform.node(),
             "node_id": self._node_id,
         }
-        retryable = status is CellStatus.FAILED and reason is not None and reason.startswith("replica exited")
-        return self._outcome(cell, status, reason, retryable, started, requests, jobs, config, log, trace)
+        self._status = WorkerStatus()
+        return CellOutcome(
+            cell_key=cell.key,
+            status=status,
+            reason=reason,
+            retryable=crashed,
+            requests=shard.requests if shard else (),
+            jobs=shard.jobs if shard else (),
+            config=config,
+            server_log=log,
+            scheduler_trace=trace,
+            node_id=self._node_id,
+            started_unix=started,
+            finished_unix=time.time(),
+        )
 
     def shutdown(self) -> None:
         self._drop_replica()
@@ -179,24 +199,6 @@ class CellWorker:
             if now > deadline:
                 return CellStatus.FAILED, f"cell time limit of {limit_s:g} s exceeded"
         return CellStatus.DONE, None
-
-    def _outcome(self, cell, status, reason, retryable, started, requests=(), jobs=(), config=None, server_log="",
-                 trace=b"") -> CellOutcome:  # fmt: skip
-        self._status = WorkerStatus()
-        return CellOutcome(
-            cell_key=cell.key,
-            status=status,
-            reason=reason,
-            retryable=retryable,
-            requests=tuple(requests),
-            jobs=tuple(jobs),
-            config=config or {"cell_key": cell.key, "cell": cell.model_dump(mode="json"), "node_id": self._node_id},
-            server_log=server_log,
-            scheduler_trace=trace,
-            node_id=self._node_id,
-            started_unix=started,
-            finished_unix=time.time(),
-        )
 
 
 def worker_actor_class():
