@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install demo test test-fast clean
+.PHONY: install chromium demo test test-fast clean
 
 install: $(INSTALLED)
 
@@ -24,9 +24,20 @@ RESULTS ?= $(CURDIR)/results
 
 demo: install
 	$(PY) sweeps/cpu_tiny.py --results-dir $(RESULTS)
+	@echo "Report: $(RESULTS)/cpu_tiny/report/report.html"
 	@echo "MLflow UI on these results:  $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(RESULTS)/mlflow.db  (then open http://127.0.0.1:5000)"
 
-test: install
+# The report test renders the HTML report in headless Chromium; Debian/Ubuntu get it from apt.
+CHROMIUM := $(firstword $(foreach name,chromium-headless-shell chromium chromium-browser google-chrome,$(shell command -v $(name))))
+
+chromium:
+ifeq ($(CHROMIUM),)
+	$(if $(shell command -v apt-get),,$(error no headless Chromium and no apt-get: install chromium for the report test))
+	$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends chromium-headless-shell \
+	  || { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -q && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends chromium-headless-shell; }
+endif
+
+test: install chromium
 	$(PY) -m pytest
 
 # Everything except the tests that start a real vLLM server.

@@ -346,6 +346,18 @@ class _Sweep:
         print(f"[{self.spec.name}] interrupted by signal {self.stop_signal}; re-run the same command to finish", flush=True)
         return EXIT_INTERRUPTED
 
+    def _report(self) -> None:
+        """The HTML report of what is done so far, next to the results and on the parent MLflow run."""
+        from analysis.report import build_report
+
+        try:
+            path = build_report(self.results.sweep_dir)
+        except Exception as error:  # the results stand without a report; say so and go on
+            print(f"[{self.spec.name}] report not built: {type(error).__name__}: {error}", flush=True)
+            return
+        self.tracker.log_parent_artifacts(path.parent, "report")
+        print(f"[{self.spec.name}] report: {path}", flush=True)
+
     def _shutdown_workers(self) -> None:
         import ray
 
@@ -360,6 +372,7 @@ class _Sweep:
         self._write_summary()
         self.reporter.update(self._snapshot())
         self.reporter.close()
+        self._report()
         statuses = {cell.key: self._last_status(cell) for cell in self.cells if self.inventory.has(cell.gpu)}
         not_done = [key for key, status in statuses.items() if status is not CellStatus.DONE]
         pending = [cell for cell in self.cells if not self.inventory.has(cell.gpu)]

@@ -147,6 +147,9 @@ class SweepTracker:
         if status is not CellStatus.RUNNING:
             self._client.set_terminated(run_id, _RUN_STATUS[status])
 
+    def log_parent_artifacts(self, directory: Path, artifact_path: str) -> None:
+        self._client.log_artifacts(self._parent_run_id, str(directory), artifact_path)
+
     def close(self, complete: bool) -> None:
         self._client.set_tag(self._parent_run_id, "status", "complete" if complete else "partial")
         self._client.set_terminated(self._parent_run_id, "FINISHED")

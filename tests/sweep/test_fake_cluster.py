@@ -60,3 +60,14 @@ def test_dry_run_shows_done_pending_and_placement_without_running(fake_gpu_clust
     assert "H100: 1 slot(s) on 1 node(s)" in out and "H200: absent: cells pend" in out
     assert out.count("done (skipped)") == 2 and out.count("pending: no H200 in the cluster") == 2
     assert out.count("run on a H100 slot") == 1
+
+
+def test_a_forced_re_run_supersedes_the_old_run_so_one_run_per_cell_stays_done(fake_gpu_cluster, tmp_path):
+    grid = GRID | {"gpus": ("H100",), "jps": (2,)}
+    assert run_sweep(fake_spec("rerun", **grid), options(tmp_path)) == 0
+    first_rows = summary(tmp_path, "rerun")
+    assert run_sweep(fake_spec("rerun", **grid), options(tmp_path, rerun=True)) == 0
+    (runs,) = runs_by_key(tmp_path, "rerun").values()
+    assert [run.status for run in runs] == [CellStatus.SUPERSEDED, CellStatus.DONE]
+    rows = summary(tmp_path, "rerun")
+    assert len(rows) == 1 and rows.run_id[0] == runs[1].run_id != first_rows.run_id[0]

@@ -1,0 +1,67 @@
+"""Reading a sweep's results directory (BRIEF section 6 layout) into frames the tables and plots use.
+
+Only ``summary.parquet`` is required; per-turn statistics come from each done cell's ``summary.json``,
+and the raw records and scheduler trace are read per cell on demand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+SUMMARY_FILE = "summary.parquet"
+
+# What the numbers of an engine are, said on every table of a report.
+PROVENANCE = {
+    "vllm": "measured on real vLLM",
+    "sim": "simulated",
+    "fake": "fake engine: orchestration check, not a measurement",
+}
+
+
+@dataclass(frozen=True)
+class SweepData:
+    name: str
+    directory: Path
+    summary: pd.DataFrame  # one row per cell, every status
+    turns: pd.DataFrame  # one row per (cell_key, turn) of the done cells
+
+    @property
+    def done(self) -> pd.DataFrame:
+        return self.summary[self.summary.status == "done"]
+
+    @property
+    def gpus(self) -> list[str]:
+        return sorted(self.summary.gpu.unique())
+
+    def cell_dir(self, cell_key: str) -> Path:
+        return self.directory / "cells" / cell_key
+
+    def provenance(self, rows: pd.DataFrame | None = None) -> str:
+        """What the numbers in ``rows`` (default: the whole sweep) are: measured, simulated or fake."""
+        engines = sorted(set((self.summary if rows is None else rows).engine))
+        devices = sorted({str(d) for d in (self.done if rows is None else rows).get("device_name", []) if d and d == d})
+        parts = [PROVENANCE.get(engine, engine) for engine in engines]
+        return "; ".join(parts) + (f" ({', '.join(devices)})" if devices and "vllm" in engines else "")
+
+
+def load_sweep(directory: Path) -> SweepData:
+    directory = Path(directory).absolute()
+    path = directory / SUMMARY_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: is {directory} a sweep's results directory (DIR/<sweep>)?")
+    summary = pd.read_parquet(path)
+    turns = []
+    for key in summary[summary.status == "done"].cell_key:
+        try:
+            cell_turns = json.loads((directory / "cells" / key / "summary.json").read_text())["turns"]
+        except FileNotFoundError:
+            continue
+        turns += [{"cell_key": key, **turn} for turn in cell_turns]
+    columns = ["cell_key", "turn", "latency_mean_s", "ttft_mean_s", "cached_fraction", "best_cached_fraction"]
+    turns_frame = pd.DataFrame(turns) if turns else pd.DataFrame(columns=columns)
+    name = summary.sweep.iloc[0] if len(summary) else directory.name
+    return SweepData(name, directory, summary, turns_frame)

@@ -1,0 +1,180 @@
+"""One self-contained HTML report of a sweep (figures embedded), with a CSV per table.
+
+    python -m analysis.report DIR/<sweep> [--compare DIR/<other sweep>] [--out DIR]
+
+Writes ``report.html`` and ``tables/*.csv`` under ``--out`` (default ``DIR/<sweep>/report``). Every
+table says whether its numbers were measured, simulated or come from the fake engine; missing cells
+show as "—" and are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import plots, tables
+from analysis.load import SweepData, load_sweep
+
+REPORT_FILE = "report.html"
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1400px; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f0f0f0; }
+.provenance { color: #555; font-style: italic; margin: 0; }
+.fake { color: #a00; font-weight: bold; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0 1.5em; }
+"""
+
+
+class ReportBuilder:
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.parts: list[str] = []
+        self.csv_names: list[str] = []
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def paragraph(self, text: str) -> None:
+        self.parts.append(f"<p>{html.escape(text)}</p>")
+
+    def table(self, name: str, title: str, frame: pd.DataFrame, provenance: str, percent: tuple[str, ...] = ()) -> None:
+        """An HTML table under its title and provenance, and the same numbers as ``tables/<name>.csv``;
+        columns whose names start with a ``percent`` prefix show as percentages."""
+        csv_path = self.out_dir / "tables" / f"{name}.csv"
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(csv_path, index=False)
+        self.csv_names.append(csv_path.name)
+        as_percent = {column: "{:.1%}".format for column in frame.columns if str(column).startswith(percent or "\0")}
+        shown = frame.to_html(index=False, na_rep="—", float_format="{:.3g}".format, formatters=as_percent, border=0)
+        css = "provenance fake" if "fake engine" in provenance else "provenance"
+        self.parts.append(
+            f'<h3 id="{name}">{html.escape(title)}</h3><p class="{css}">{html.escape(provenance)} · '
+            f'<a href="tables/{csv_path.name}">{csv_path.name}</a></p>{shown}'
+        )
+
+    def figure(self, caption: str, png: bytes) -> None:
+        encoded = base64.b64encode(png).decode()
+        self.parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{encoded}">'
+                          f"<figcaption>{html.escape(caption)}</figcaption></figure>")  # fmt: skip
+
+    def write(self, title: str) -> Path:
+        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                f"<style>{STYLE}</style></head><body>{''.join(self.parts)}</body></html>")  # fmt: skip
+        path = self.out_dir / REPORT_FILE
+        path.write_text(page)
+        return path
+
+
+def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | None = None) -> Path:
+    data = load_sweep(sweep_dir)
+    out_dir = Path(out_dir or data.directory / "report").absolute()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = ReportBuilder(out_dir)
+    report.heading(f"Sweep {data.name}", 1)
+    done, total = len(data.done), len(data.summary)
+    report.paragraph(f"{done} of {total} cells done. Numbers: {data.provenance()}. Results: {data.directory}.")
+    _overview(report, data)
+    for gpu in data.gpus:
+        _gpu_section(report, data, gpu)
+    if compare is not None:
+        _comparison(report, data, load_sweep(compare))
+    return report.write(f"kvsweep report: {data.name}")
+
+
+def _overview(report: ReportBuilder, data: SweepData) -> None:
+    missing = tables.missing_cells(data.summary)
+    if len(missing):
+        report.heading("Missing cells")
+        report.table("missing", f"{len(missing)} cells without a result", missing, "cells of the grid, not numbers")
+    if len(data.done):
+        report.heading("Across GPUs")
+        report.table("cross_gpu", "Where each policy wins (lowest mean JCT) and its peak advantage (%)",
+                     tables.cross_gpu_summary(data.summary), data.provenance(data.done))  # fmt: skip
+
+
+def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str) -> None:
+    cells = data.summary[data.summary.gpu == gpu]
+    done = cells[cells.status == "done"]
+    provenance = data.provenance(done) if len(done) else "no cell of this GPU type has run yet"
+    slug = _slug(gpu)
+    report.heading(f"{gpu}")
+    jct = tables.jct_table(data.summary, gpu)
+    report.table(f"jct_{slug}", f"{gpu}: mean JCT (s) per policy; winner and its advantage over the best other (%)",
+                 jct, provenance)  # fmt: skip
+    if not len(done):
+        return
+    policies = list(dict.fromkeys(cells.policy))
+    report.figure(f"{gpu}: mean JCT against load", plots.jct_vs_jps(jct, policies, f"{gpu}: mean JCT"))
+    latency = tables.per_turn_latency(data.summary, data.turns, gpu)
+    report.table(f"per_turn_latency_{slug}", f"{gpu}: mean latency per turn (s) and T8/T1", latency, provenance)
+    report.figure(f"{gpu}: per-turn latency", plots.per_turn_curves(latency, f"{gpu}: latency per turn"))
+    cached = tables.cached_per_turn(data.summary, data.turns, gpu)
+    report.table(f"cached_per_turn_{slug}", f"{gpu}: prefix-cache hit per turn (cached_) and theoretical best (best_)",
+                 cached, provenance, percent=("cached_", "best_"))  # fmt: skip
+    report.figure(f"{gpu}: cached fraction per turn (dotted: best)", plots.cached_curves(cached, f"{gpu}: prefix hits"))
+    report.table(f"health_{slug}", f"{gpu}: jobs, timeouts, errors and client dispatch lag",
+                 tables.health(data.summary, gpu), provenance)  # fmt: skip
+    top = done[done.jps == done.jps.max()]
+    for cell in top.drop_duplicates("policy").itertuples():
+        _cell_detail(report, data, cell, f"{gpu}_{_slug(cell.policy)}")
+
+
+def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> None:
+    """KV lifecycle of the median job and the step timeline of one cell."""
+    directory = data.cell_dir(cell.cell_key)
+    trace_path = directory / "scheduler_trace.jsonl"
+    trace = pd.read_json(trace_path, lines=True) if trace_path.exists() and trace_path.stat().st_size else pd.DataFrame()
+    jobs = pd.read_parquet(directory / "jobs.parquet")
+    completed = jobs[jobs.jct_s.notna()].sort_values("jct_s")
+    if len(completed):
+        job = completed.iloc[len(completed) // 2]
+        lifecycle = tables.kv_lifecycle(pd.read_parquet(directory / "requests.parquet"), trace, job.job_id)
+        report.table(f"kv_lifecycle_{slug}", f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: KV lifecycle of job "
+                     f"{job.job_id} (median JCT, {job.jct_s:.2f} s)", lifecycle, data.provenance(data.done),
+                     percent=("best_fraction", "hit_fraction"))  # fmt: skip
+    if len(trace) and "step" in set(trace.kind):
+        title = f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: engine steps"
+        report.figure(title, plots.step_timeline(trace, title))
+
+
+def _comparison(report: ReportBuilder, a: SweepData, b: SweepData) -> None:
+    report.heading(f"{a.name} against {b.name}")
+    for gpu in sorted(set(a.gpus) & set(b.gpus)):
+        left = tables.jct_table(a.summary, gpu).drop(columns=["winner", "advantage_pct"])
+        right = tables.jct_table(b.summary, gpu).drop(columns=["winner", "advantage_pct"])
+        keys = [column for column in ("dram_gb", "jps") if column in left and column in right]
+        merged = left.merge(right, on=keys, how="outer", suffixes=(f" ({a.name})", f" ({b.name})"))
+        merged = merged.rename(columns={c: f"{c} ({a.name})" for c in left.columns if c not in keys and c not in right})
+        report.table(f"compare_jct_{_slug(gpu)}", f"{gpu}: mean JCT (s), {a.name} beside {b.name}", merged,
+                     f"{a.name}: {a.provenance()}; {b.name}: {b.provenance()}")  # fmt: skip
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", str(text)).strip("-").lower()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
+    parser.add_argument("sweep_dir", type=Path, help="a sweep's results directory, DIR/<sweep>")
+    parser.add_argument("--compare", type=Path, help="a second sweep's directory, shown side by side")
+    parser.add_argument("--out", type=Path, help="output directory (default: DIR/<sweep>/report)")
+    args = parser.parse_args(argv)
+    try:
+        path = build_report(args.sweep_dir, args.out, args.compare)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The report's tables, computed from the parquet (pure functions of frames; no I/O).
+
+Missing cells stay missing (NaN, never 0): a table only averages what is done, and ``missing_cells``
+says which cells are absent from it and why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+TURN_COLUMNS = [f"T{turn}" for turn in range(1, 9)]
+
+
+def _grid_index(cells: pd.DataFrame) -> list[str]:
+    """Rows are load levels, and DRAM budgets too where a GPU was swept over several."""
+    return ["dram_gb", "jps"] if cells.dram_gb.nunique() > 1 else ["jps"]
+
+
+def jct_table(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """Mean JCT (s) per policy per load on ``gpu`` (mean over seeds), the winner of each row and its
+    advantage: how much lower its JCT is than the best other policy's, in percent."""
+    cells = summary[summary.gpu == gpu]
+    index = _grid_index(cells)
+    done = cells[cells.status == "done"]
+    table = done.pivot_table(index=index, columns="policy", values="jct_mean_s", aggfunc="mean")
+    rows = cells[index].drop_duplicates().sort_values(index)
+    table = table.reindex(pd.MultiIndex.from_frame(rows) if len(index) > 1 else rows[index[0]])
+    table = table.reindex(columns=[p for p in dict.fromkeys(cells.policy)])
+    winners, advantages = [], []
+    for _, row in table.iterrows():
+        measured = row.dropna().sort_values()
+        if len(measured) >= 2:
+            winners.append(measured.index[0])
+            advantages.append((measured.iloc[1] - measured.iloc[0]) / measured.iloc[1] * 100)
+        else:
+            winners.append(None)
+            advantages.append(np.nan)
+    table["winner"] = winners
+    table["advantage_pct"] = advantages
+    table.columns.name = None
+    return table.reset_index()
+
+
+def cross_gpu_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU and policy: the loads where the policy wins, and its peak advantage and where."""
+    rows = []
+    for gpu in sorted(summary.gpu.unique()):
+        table = jct_table(summary, gpu)
+        contested = table[table.winner.notna()]
+        for policy in summary[summary.gpu == gpu].policy.unique():
+            won = contested[contested.winner == policy]
+            peak = won.loc[won.advantage_pct.idxmax()] if len(won) else None
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "policy": policy,
+                    "wins": len(won),
+                    "contested_loads": len(contested),
+                    "jps_won": ", ".join(f"{jps:g}" for jps in won.jps),
+                    "peak_advantage_pct": peak.advantage_pct if peak is not None else np.nan,
+                    "peak_at_jps": peak.jps if peak is not None else np.nan,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _per_turn(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str, value: str) -> pd.DataFrame:
+    cells = summary[(summary.gpu == gpu) & (summary.status == "done")]
+    merged = turns.merge(cells[["cell_key", "policy", "dram_gb", "jps", "seed"]], on="cell_key")
+    index = ["policy", *_grid_index(summary[summary.gpu == gpu])]
+    table = merged.pivot_table(index=index, columns="turn", values=value, aggfunc="mean")
+    table.columns = [f"T{turn}" for turn in table.columns]
+    return table
+
+
+def per_turn_latency(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """Mean latency (s) of each turn per policy and load, and the last turn's over the first's."""
+    table = _per_turn(summary, turns, gpu, "latency_mean_s")
+    if len(table.columns):
+        table["T8/T1"] = table[table.columns[-1]] / table["T1"]
+    return table.reset_index()
+
+
+def cached_per_turn(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """Prefix-cache hit per turn (cached / prompt tokens) beside the theoretical best
+    ((previous prompt + completion) / prompt), per policy and load."""
+    cached = _per_turn(summary, turns, gpu, "cached_fraction").add_prefix("cached_")
+    best = _per_turn(summary, turns, gpu, "best_cached_fraction").add_prefix("best_")
+    return cached.join(best).reset_index()
+
+
+def health(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """Jobs, completions, timeouts, errors and the client's dispatch lag of every cell on ``gpu``."""
+    columns = ["policy", "dram_gb", "jps", "seed", "status", "n_jobs", "n_completed", "n_timeouts", "n_errors",
+               "dispatch_lag_p99_ms"]  # fmt: skip
+    cells = summary[summary.gpu == gpu]
+    return cells[[c for c in columns if c in cells.columns]].sort_values(["policy", "dram_gb", "jps"]).reset_index(drop=True)
+
+
+def missing_cells(summary: pd.DataFrame) -> pd.DataFrame:
+    """Cells of the grid without a result, and why (``pending``: the cluster had no GPU of the type)."""
+    missing = summary[summary.status != "done"]
+    reasons = {
+        "pending": "no GPU of this type in the cluster yet",
+        "not_run": "not run yet",
+        "failed": "failed (see its MLflow run)",
+        "hung": "engine stopped making progress",
+        "interrupted": "sweep stopped while it ran",
+    }
+    frame = missing[["gpu", "policy", "dram_gb", "jps", "seed", "status"]].copy()
+    frame["why"] = frame.status.map(reasons).fillna(frame.status)
+    return frame.sort_values(["gpu", "policy", "dram_gb", "jps"]).reset_index(drop=True)
+
+
+def kv_lifecycle(requests: pd.DataFrame, trace: pd.DataFrame, job_id: str) -> pd.DataFrame:
+    """One job's KV across its turns: what each turn sent, what could have been cached (everything the
+    previous turn sent and received), what was, the gap since the previous turn finished, the free
+    blocks when it was admitted, and what happened to its blocks when it finished (pin or free)."""
+    job = requests[requests.job_id == job_id].sort_values("turn")
+    events = trace[trace.get("job_id", pd.Series(dtype=object)) == job_id] if len(trace) else trace
+    admits = events[events.kind == "admit"].drop_duplicates("turn").set_index("turn") if len(events) else None
+    finishes = events[events.kind == "finish"].set_index("turn") if len(events) else None
+    rows, previous_finish = [], None
+    for record in job.itertuples():
+        admit = admits.loc[record.turn] if admits is not None and record.turn in admits.index else None
+        finish = finishes.loc[record.turn] if finishes is not None and record.turn in finishes.index else None
+        rows.append(
+            {
+                "turn": record.turn,
+                "prompt_tokens": record.prompt_tokens,
+                "cacheable_tokens": record.best_cached_tokens,
+                "best_fraction": record.best_cached_tokens / record.prompt_tokens if record.prompt_tokens else np.nan,
+                "hit_tokens": record.cached_tokens,
+                "hit_fraction": record.cached_tokens / record.prompt_tokens if record.prompt_tokens else np.nan,
+                "gap_s": admit.t - previous_finish if admit is not None and previous_finish is not None else np.nan,
+                "free_blocks_at_admit": admit.free_blocks if admit is not None else np.nan,
+                "action": finish.action if finish is not None else None,
+            }
+        )
+        previous_finish = finish.t if finish is not None else None
+    return pd.DataFrame(rows)

@@ -1,0 +1,63 @@
+import math
+
+import pandas as pd
+
+from analysis.tables import cross_gpu_summary, jct_table, kv_lifecycle, missing_cells
+
+
+def cell(gpu, policy, jps, jct, status="done", dram_gb=0.0, seed=42):
+    return {"gpu": gpu, "policy": policy, "jps": jps, "dram_gb": dram_gb, "seed": seed, "status": status,
+            "jct_mean_s": jct if status == "done" else None, "cell_key": f"{gpu}-{policy}-{jps}-{seed}"}  # fmt: skip
+
+
+SUMMARY = pd.DataFrame(
+    [cell("H100", "fcfs", 1, 10.0), cell("H100", "continuum", 1, 8.0), cell("H100", "lmcache", 1, 9.0),
+     cell("H100", "fcfs", 6, 100.0), cell("H100", "continuum", 6, 40.0, seed=1), cell("H100", "continuum", 6, 60.0),
+     cell("H100", "lmcache", 6, None, status="failed"),
+     cell("H200", "fcfs", 1, None, status="pending"), cell("H200", "continuum", 1, None, status="pending")]
+)  # fmt: skip
+
+
+def test_the_winner_beats_the_best_other_policy_by_the_stated_percent_and_seeds_are_averaged():
+    table = jct_table(SUMMARY, "H100").set_index("jps")
+    assert table.loc[1, "winner"] == "continuum" and math.isclose(table.loc[1, "advantage_pct"], (9 - 8) / 9 * 100)
+    assert table.loc[6, "continuum"] == 50.0  # mean of the two seeds
+    assert math.isclose(table.loc[6, "advantage_pct"], (100 - 50) / 100 * 100)
+
+
+def test_a_missing_cell_is_missing_not_zero_and_a_gpu_with_nothing_done_has_no_winner():
+    assert math.isnan(jct_table(SUMMARY, "H100").set_index("jps").loc[6, "lmcache"])
+    empty = jct_table(SUMMARY, "H200")
+    assert list(empty.jps) == [1] and empty[["fcfs", "continuum"]].isna().all().all() and empty.winner.isna().all()
+    why = missing_cells(SUMMARY)
+    assert set(zip(why.gpu, why.policy, why.status)) == {("H100", "lmcache", "failed"), ("H200", "fcfs", "pending"),
+                                                         ("H200", "continuum", "pending")}  # fmt: skip
+    assert (why[why.status == "pending"].why == "no GPU of this type in the cluster yet").all()
+
+
+def test_the_cross_gpu_summary_counts_wins_and_the_peak_advantage():
+    rows = cross_gpu_summary(SUMMARY).set_index(["gpu", "policy"])
+    assert rows.loc[("H100", "continuum"), "wins"] == 2 and rows.loc[("H100", "continuum"), "jps_won"] == "1, 6"
+    assert rows.loc[("H100", "continuum"), "peak_at_jps"] == 6 and rows.loc[("H100", "fcfs"), "wins"] == 0
+    assert rows.loc[("H200", "fcfs"), "contested_loads"] == 0
+
+
+def test_the_kv_lifecycle_follows_one_job_through_the_trace():
+    requests = pd.DataFrame(
+        [{"job_id": "j", "turn": t, "prompt_tokens": p, "best_cached_tokens": b, "cached_tokens": c}
+         for t, p, b, c in ((1, 100, 0, 0), (2, 300, 120, 96), (3, 500, 320, 0))]
+        + [{"job_id": "other", "turn": 1, "prompt_tokens": 1, "best_cached_tokens": 0, "cached_tokens": 0}]
+    )  # fmt: skip
+    trace = pd.DataFrame(
+        [{"kind": "admit", "job_id": "j", "turn": 1, "t": 10.0, "free_blocks": 50},
+         {"kind": "finish", "job_id": "j", "turn": 1, "t": 11.0, "action": "pin"},
+         {"kind": "admit", "job_id": "j", "turn": 2, "t": 11.6, "free_blocks": 40},
+         {"kind": "finish", "job_id": "j", "turn": 2, "t": 12.0, "action": "pin"},
+         {"kind": "step", "t": 12.1},
+         {"kind": "admit", "job_id": "j", "turn": 3, "t": 14.0, "free_blocks": 5},
+         {"kind": "finish", "job_id": "j", "turn": 3, "t": 15.0, "action": "free"}]
+    )  # fmt: skip
+    life = kv_lifecycle(requests, trace, "j").set_index("turn")
+    assert list(life.action) == ["pin", "pin", "free"] and list(life.free_blocks_at_admit) == [50, 40, 5]
+    assert math.isclose(life.loc[2, "gap_s"], 0.6) and math.isclose(life.loc[3, "gap_s"], 2.0)
+    assert math.isclose(life.loc[2, "best_fraction"], 0.4) and life.loc[3, "hit_tokens"] == 0

@@ -1,0 +1,88 @@
+"""The report of a partial sweep on the fake two-GPU-type cluster: its CSVs against numbers recomputed
+from the raw parquet, its marking of missing cells, and its rendering in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+
+import pandas as pd
+import pytest
+
+from analysis.report import build_report
+from orchestrator.sweep.driver import run_sweep
+from tests.sweep.conftest import fake_spec, options
+
+CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+
+
+@pytest.fixture(scope="module")
+def partial_sweep(fake_gpu_cluster, tmp_path_factory):
+    """fcfs and continuum at two loads on H100 and A100, with H200 absent from the cluster."""
+    results = tmp_path_factory.mktemp("results")
+    grid = dict(gpus=("H100", "A100", "H200"), policies=("fcfs", "continuum"), jps=(2, 4))
+    assert run_sweep(fake_spec("report", **grid), options(results)) == 0
+    return results / "report"
+
+
+def test_the_sweep_ends_with_its_report_also_on_the_parent_mlflow_run(partial_sweep):
+    from mlflow import MlflowClient
+
+    from orchestrator.sweep.tracking import SweepTracker, default_tracking_uri
+
+    assert (partial_sweep / "report" / "report.html").exists()
+    tracker = SweepTracker.read_only(default_tracking_uri(partial_sweep.parent), "report")
+    client = MlflowClient(default_tracking_uri(partial_sweep.parent))
+    logged = {artifact.path for artifact in client.list_artifacts(tracker.parent_run_id, "report")}
+    assert "report/report.html" in logged
+
+
+def test_the_jct_tables_match_job_completion_times_recomputed_from_the_raw_records(partial_sweep):
+    summary = pd.read_parquet(partial_sweep / "summary.parquet")
+    for gpu in ("H100", "A100"):
+        csv = pd.read_csv(partial_sweep / "report" / "tables" / f"jct_{gpu.lower()}.csv").set_index("jps")
+        for cell in summary[(summary.gpu == gpu) & (summary.status == "done")].itertuples():
+            jobs = pd.read_parquet(partial_sweep / "cells" / cell.cell_key / "jobs.parquet")
+            recomputed = (jobs.finished_at - jobs.arrival_at)[jobs.status == "completed"].mean()
+            assert csv.loc[cell.jps, cell.policy] == pytest.approx(recomputed, rel=1e-9)
+
+
+def test_missing_cells_are_blank_in_the_csv_marked_in_the_page_and_listed_with_the_reason(partial_sweep):
+    h200 = pd.read_csv(partial_sweep / "report" / "tables" / "jct_h200.csv")
+    assert list(h200.jps) == [2, 4] and h200[["fcfs", "continuum"]].isna().all().all()
+    missing = pd.read_csv(partial_sweep / "report" / "tables" / "missing.csv")
+    assert len(missing) == 4 and set(missing.gpu) == {"H200"} and set(missing.status) == {"pending"}
+    page = (partial_sweep / "report" / "report.html").read_text()
+    assert "no GPU of this type in the cluster yet" in page and "—" in page
+    assert "fake engine: orchestration check, not a measurement" in page  # never passed off as measured
+
+
+def test_a_second_sweep_is_shown_side_by_side(partial_sweep, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(partial_sweep, other)
+    summary = pd.read_parquet(other / "summary.parquet").assign(sweep="other")
+    summary["jct_mean_s"] *= 2
+    summary.to_parquet(other / "summary.parquet")
+    path = build_report(partial_sweep, out_dir=tmp_path / "out", compare=other)
+    side_by_side = pd.read_csv(tmp_path / "out" / "tables" / "compare_jct_h100.csv").set_index("jps")
+    assert list(side_by_side.columns) == ["fcfs (report)", "continuum (report)", "fcfs (other)", "continuum (other)"]
+    assert (side_by_side["fcfs (other)"] == 2 * side_by_side["fcfs (report)"]).all()
+    assert "report against other" in path.read_text()
+
+
+def test_the_report_renders_in_headless_chromium_with_its_tables_and_figures(partial_sweep, tmp_path):
+    chromium = next((shutil.which(name) for name in CHROMIUM_NAMES if shutil.which(name)), None)
+    assert chromium, f"no headless Chromium ({', '.join(CHROMIUM_NAMES)}); `make test` installs one"
+    url = (partial_sweep / "report" / "report.html").as_uri()
+    flags = ["--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    assert len(re.findall(r"<table", dom)) >= 10  # per GPU: JCT, per-turn, cached, health, lifecycles; overview
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', dom)
+    assert len(images) >= 6
+    screenshot = tmp_path / "report.png"
+    subprocess.run([chromium, *flags, "--window-size=1400,3000", f"--screenshot={screenshot}", url],
+                   capture_output=True, timeout=120, check=True)  # fmt: skip
+    header = screenshot.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1400, 3000)
