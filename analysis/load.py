@@ -37,6 +37,10 @@ class SweepData:
     def gpus(self) -> list[str]:
         return sorted(self.summary.gpu.unique())
 
+    @property
+    def tool_time_s(self) -> float:
+        return float(self.summary.tool_time_s.iloc[0]) if "tool_time_s" in self.summary and len(self.summary) else 0.5
+
     def cell_dir(self, cell_key: str) -> Path:
         return self.directory / "cells" / cell_key
 

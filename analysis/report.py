@@ -122,6 +122,10 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str) -> None:
     report.figure(f"{gpu}: cached fraction per turn (dotted: best)", plots.cached_curves(cached, f"{gpu}: prefix hits"))
     report.table(f"health_{slug}", f"{gpu}: jobs, timeouts, errors and client dispatch lag",
                  tables.health(data.summary, gpu), provenance)  # fmt: skip
+    tier = tables.cpu_tier_diagnosis(data.summary[data.summary.gpu == gpu], data.turns, data.tool_time_s)
+    if len(tier):
+        report.table(f"cpu_tier_{slug}", f"{gpu}: does the CPU tier read back what it writes? (retention clock)",
+                     tier, provenance, percent=("read_per_write", "external_hit_rate"))  # fmt: skip
     top = done[done.jps == done.jps.max()]
     for cell in top.drop_duplicates("policy").itertuples():
         _cell_detail(report, data, cell, f"{gpu}_{_slug(cell.policy)}")

@@ -140,3 +140,37 @@ def kv_lifecycle(requests: pd.DataFrame, trace: pd.DataFrame, job_id: str) -> pd
         )
         previous_finish = finish.t if finish is not None else None
     return pd.DataFrame(rows)
+
+
+def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: float) -> pd.DataFrame:
+    """Does each cell's CPU tier read back what it writes? Per cell with offload counters: bytes each
+    way, the retention time of the tier (its size over the write rate) against the reuse gap a block must
+    survive (tool time + mean TTFT of turns after the first), and the verdict."""
+    columns = ["kv_offload_store_bytes", "kv_offload_load_bytes"]
+    if not set(columns) <= set(summary.columns):
+        return pd.DataFrame()
+    cells = summary[(summary.status == "done") & summary.kv_offload_store_bytes.notna() & (summary.dram_gb > 0)]
+    rows = []
+    for cell in cells.itertuples():
+        later = turns[(turns.cell_key == cell.cell_key) & (turns.turn > 1)]
+        reuse_gap = tool_time_s + (later.ttft_mean_s.mean() if len(later) else 0.0)
+        write_rate = cell.kv_offload_store_bytes / cell.wall_s if cell.wall_s else 0.0
+        retention = cell.dram_gb * 1e9 / write_rate if write_rate else np.inf
+        read_back = cell.kv_offload_load_bytes / cell.kv_offload_store_bytes if cell.kv_offload_store_bytes else np.nan
+        hits = getattr(cell, "external_prefix_cache_hits", np.nan)
+        queries = getattr(cell, "external_prefix_cache_queries", np.nan)
+        if not cell.kv_offload_store_bytes:
+            verdict = "idle: nothing offloaded"
+        elif retention >= reuse_gap and read_back >= 0.1:
+            verdict = "reads back what it writes"
+        else:
+            verdict = "a very busy /dev/null"
+        rows.append(
+            {
+                "gpu": cell.gpu, "policy": cell.policy, "dram_gb": cell.dram_gb, "jps": cell.jps,
+                "written_gb": cell.kv_offload_store_bytes / 1e9, "read_gb": cell.kv_offload_load_bytes / 1e9,
+                "read_per_write": read_back, "external_hit_rate": hits / queries if queries else np.nan,
+                "retention_s": retention, "reuse_gap_s": reuse_gap, "verdict": verdict,
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows)

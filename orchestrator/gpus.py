@@ -20,6 +20,7 @@ CPU = "cpu"
 class GpuType:
     name: str
     memory_gb: float  # HBM, decimal GB as sold
+    memory_gib: float  # what the device reports (nvidia-smi), which is what vLLM's utilization applies to
     hbm_gb_s: float
     bf16_tflops: float  # dense
     pcie_gb_s: float  # effective host <-> device, one direction
@@ -28,12 +29,12 @@ class GpuType:
 GPU_TYPES: dict[str, GpuType] = {
     gpu.name: gpu
     for gpu in (
-        GpuType("B200", memory_gb=180, hbm_gb_s=8000, bf16_tflops=2250, pcie_gb_s=55),
-        GpuType("H200", memory_gb=141, hbm_gb_s=4800, bf16_tflops=989, pcie_gb_s=55),
-        GpuType("H100", memory_gb=80, hbm_gb_s=3350, bf16_tflops=989, pcie_gb_s=55),
-        GpuType("A100", memory_gb=80, hbm_gb_s=2039, bf16_tflops=312, pcie_gb_s=25),
-        GpuType("L40S", memory_gb=48, hbm_gb_s=864, bf16_tflops=362, pcie_gb_s=25),
-        GpuType("L4", memory_gb=24, hbm_gb_s=300, bf16_tflops=121, pcie_gb_s=25),
+        GpuType("B200", memory_gib=179.1, memory_gb=180, hbm_gb_s=8000, bf16_tflops=2250, pcie_gb_s=55),
+        GpuType("H200", memory_gib=140.4, memory_gb=141, hbm_gb_s=4800, bf16_tflops=989, pcie_gb_s=55),
+        GpuType("H100", memory_gib=79.6, memory_gb=80, hbm_gb_s=3350, bf16_tflops=989, pcie_gb_s=55),
+        GpuType("A100", memory_gib=80.0, memory_gb=80, hbm_gb_s=2039, bf16_tflops=312, pcie_gb_s=25),
+        GpuType("L40S", memory_gib=45.0, memory_gb=48, hbm_gb_s=864, bf16_tflops=362, pcie_gb_s=25),
+        GpuType("L4", memory_gib=22.5, memory_gb=24, hbm_gb_s=300, bf16_tflops=121, pcie_gb_s=25),
     )
 }
 

@@ -101,6 +101,12 @@ def make_app(state: FakeEngineState) -> web.Application:
             f"vllm:generation_tokens_total {state.generation_tokens_total}",
             f"vllm:num_requests_running {state.running}",
             "vllm:num_requests_waiting 0",
+            # A CPU tier that stores 1 KiB per prompt token and never reads anything back, so the tier
+            # diagnosis downstream has counters to work on (a stand-in: there is no tier here).
+            f"vllm:kv_offload_store_bytes_total {state.prompt_tokens_total * 1024}",
+            "vllm:kv_offload_load_bytes_total 0",
+            f"vllm:external_prefix_cache_queries_total {state.prompt_tokens_total}",
+            "vllm:external_prefix_cache_hits_total 0",
         ]
         return web.Response(text="\n".join(lines) + "\n")
 

@@ -40,25 +40,40 @@ def parse_cache_config(metrics_text: str) -> dict[str, str]:
 
 # Counters that grow with every step that does work; a replica whose counters stand still while
 # requests are in flight is making no progress.
-_WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+# What a CPU KV tier moved and served: GPU->CPU and CPU->GPU bytes, external prefix-cache lookups.
+TIER_COUNTERS = (
+    "vllm:kv_offload_store_bytes_total",
+    "vllm:kv_offload_load_bytes_total",
+    "vllm:external_prefix_cache_queries_total",
+    "vllm:external_prefix_cache_hits_total",
+)
 
 
-def work_counter(metrics_text: str) -> float:
-    """Sum of the token counters in a Prometheus exposition (over all label sets)."""
-    total = 0.0
+def counter_totals(metrics_text: str) -> dict[str, float]:
+    """Each metric's value in a Prometheus exposition, summed over its label sets."""
+    totals: dict[str, float] = {}
     for line in metrics_text.splitlines():
+        if not line or line.startswith("#"):
+            continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in _WORK_COUNTERS:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+        try:
+            totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+    return totals
 
 
-def read_work_counter(base_url: str, timeout_s: float = 5.0) -> float | None:
-    """The replica's work counter, or None if ``/metrics`` does not answer in time."""
+def read_counters(base_url: str, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """The replica's counters, or None if ``/metrics`` does not answer in time."""
     try:
-        return work_counter(_get(base_url + "/metrics", timeout_s))
+        return counter_totals(_get(base_url + "/metrics", timeout_s))
     except (OSError, ValueError):
         return None
+
+
+def work_done(counters: dict[str, float] | None) -> float | None:
+    return sum(counters.get(name, 0.0) for name in WORK_COUNTERS) if counters is not None else None
 
 
 def read_engine_facts(base_url: str, timeout_s: float = 10.0) -> EngineFacts:

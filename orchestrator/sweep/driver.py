@@ -26,6 +26,7 @@ from pathlib import Path
 from orchestrator.records.summary import summarize
 from orchestrator.sweep.cells import CellSpec, CellStatus, expand
 from orchestrator.sweep.cluster import Inventory, Slot, read_inventory
+from orchestrator.sweep.preflight import preflight
 from orchestrator.sweep.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.results import SweepResults, summary_row
 from orchestrator.sweep.spec import SweepSpec
@@ -121,6 +122,10 @@ class _Sweep:
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in {self.results.sweep_dir}, "
             f"tracking at {self.options.tracking_uri}"
         )
+        for cell in to_run:
+            check = preflight(cell)
+            if check.warn:
+                self.reporter.event(f"preflight {cell.label}: {check.regime.meaning} ({check.note})")
         self._write_summary()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -168,7 +173,8 @@ class _Sweep:
             cell = queue.pop(index)
             attempt = max((run.attempt for run in self.history.get(cell.key, [])), default=0) + 1
             self.tries[cell.key] += 1
-            run_id = self.tracker.start_cell(cell, attempt, worker.slot.name)
+            check = preflight(cell)
+            run_id = self.tracker.start_cell(cell, attempt, worker.slot.name, {"preflight": check.note})
             worker.attempt = _Attempt(cell, attempt, run_id, worker.actor.run.remote(cell, self.spec.limits))
             self._remember(worker.attempt, CellStatus.RUNNING)
             worker.group = cell.server_group
@@ -221,6 +227,7 @@ class _Sweep:
             "finished_unix": outcome.finished_unix,
             "wall_s": outcome.finished_unix - outcome.started_unix,
             "replica_reused": outcome.config.get("replica_reused"),
+            **outcome.config.get("tier_counters", {}),
         }
         row = summary_row(self.spec.name, cell, outcome.status, summary, **extra)
         staged = self.results.stage(outcome, summary, row)
@@ -462,7 +469,8 @@ def _print_plan(spec, cells, inventory: Inventory, history: dict[str, list[CellR
         else:
             state = ("re-run" if done else "run") + (f", last attempt {runs[-1].status.value}" if runs else "")
             state += f" on a {cell.gpu} slot"
-        print(f"  {cell.key}  {cell.label:<44} {state}")
+        check = preflight(cell)
+        print(f"  {cell.key}  {cell.label:<44} {state}\n      preflight: {check.note}{'  <- note' if check.warn else ''}")
 
 
 def _last_line(error: BaseException) -> str:

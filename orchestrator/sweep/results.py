@@ -57,6 +57,7 @@ def summary_row(sweep: str, cell: CellSpec, status: CellStatus, summary: CellSum
         "model": cell.model,
         "scale": cell.workload.scale,
         "duration_s": cell.workload.duration_s,
+        "tool_time_s": cell.workload.tool_time_s,
         "n_errors": summary.num_errors if summary else None,
         "t8_over_t1": t_last / t1 if t1 and t_last else None,
         "dispatch_lag_p99_ms": summary.dispatch_lag_p99_ms if summary else None,

@@ -112,7 +112,7 @@ class SweepTracker:
             attempts.sort(key=lambda cell_run: cell_run.attempt)
         return runs
 
-    def start_cell(self, cell: CellSpec, attempt: int, slot: str) -> str:
+    def start_cell(self, cell: CellSpec, attempt: int, slot: str, extra_tags: dict[str, str]) -> str:
         from mlflow.entities import Param
 
         tags = {
@@ -126,6 +126,7 @@ class SweepTracker:
             "policy": cell.policy,
             "attempt": str(attempt),
             "slot": slot,
+            **extra_tags,
         }
         run = self._client.create_run(self._experiment_id, tags=tags, run_name=f"{cell.label} #{attempt}")
         params = [Param(key, value) for key, value in cell.params().items()]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.records.schema import JobRecord, RequestRecord
-from orchestrator.replica.probe import read_work_counter
+from orchestrator.replica.probe import TIER_COUNTERS, read_counters, work_done
 from orchestrator.replica.replica import EngineConfig, Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError
 from orchestrator.sweep.cells import CellSpec, CellStatus, served_cell
@@ -101,11 +101,13 @@ class CellWorker:
             return CellOutcome.failure(cell, reason, True, self._node_id, started, server_log=log)
         replica = self._replica
         mark = replica.mark()
+        counters_before = read_counters(replica.info.base_url) or {}
         options = RequestOptions(served.served_model_name, cell.workload.output_tokens, served.send_priority)
         self._status = WorkerStatus(cell.key, "running", 0, len(plan.jobs))
         load = self._start_load(plan, replica.info, options, limits)
         status, reason = self._watch(load, replica, limits, (deadline, limit_s), cell.key)
         shard = load.result() if status is CellStatus.DONE else None
+        counters_after = read_counters(replica.info.base_url) or {}
         crashed = not replica.is_alive()  # a crash is worth another attempt; a hang or a time limit is not
         if crashed and shard is not None:
             status, reason, shard = CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell", None
@@ -123,6 +125,9 @@ class CellWorker:
             "server_env": replica.info.server_env,
             "engine_facts": replica.info.facts.as_dict(),
             "replica_reused": reused,
+            # Only the counters this engine has: a policy without a CPU tier reports none.
+            "tier_counters": {name.removeprefix("vllm:").removesuffix("_total"): counters_after[name] - counters_before.get(name, 0.0)
+                              for name in TIER_COUNTERS if name in counters_after},  # fmt: skip
             "host": platform.node(),
             "node_id": self._node_id,
         }
@@ -180,7 +185,7 @@ class CellWorker:
 
         ``time_limit`` is the cell's (monotonic deadline, limit in seconds)."""
         deadline, limit_s = time_limit
-        last_work = read_work_counter(replica.info.base_url)
+        last_work = work_done(read_counters(replica.info.base_url))
         last_progress = time.monotonic()
         while not load.wait(limits.poll_s):
             now = time.monotonic()
@@ -189,7 +194,7 @@ class CellWorker:
             progress = load.progress()
             self._status = WorkerStatus(cell_key, "running", progress.jobs_finished, progress.jobs_total,
                                         self._status.since_unix)  # fmt: skip
-            work = read_work_counter(replica.info.base_url)
+            work = work_done(read_counters(replica.info.base_url))
             if progress.requests_in_flight == 0 or (work is not None and work != last_work):
                 last_work, last_progress = work, now
             elif now - last_progress > limits.hang_timeout_s:

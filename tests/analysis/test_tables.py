@@ -2,7 +2,7 @@ import math
 
 import pandas as pd
 
-from analysis.tables import cross_gpu_summary, jct_table, kv_lifecycle, missing_cells
+from analysis.tables import cpu_tier_diagnosis, cross_gpu_summary, jct_table, kv_lifecycle, missing_cells
 
 
 def cell(gpu, policy, jps, jct, status="done", dram_gb=0.0, seed=42):
@@ -61,3 +61,22 @@ def test_the_kv_lifecycle_follows_one_job_through_the_trace():
     assert list(life.action) == ["pin", "pin", "free"] and list(life.free_blocks_at_admit) == [50, 40, 5]
     assert math.isclose(life.loc[2, "gap_s"], 0.6) and math.isclose(life.loc[3, "gap_s"], 2.0)
     assert math.isclose(life.loc[2, "best_fraction"], 0.4) and life.loc[3, "hit_tokens"] == 0
+
+
+def test_the_cpu_tier_diagnosis_tells_a_tier_that_reads_back_from_a_busy_dev_null():
+    base = {"status": "done", "gpu": "H100", "policy": "lmcache", "dram_gb": 100.0, "wall_s": 100.0}
+    summary = pd.DataFrame(
+        [base | {"cell_key": "a", "jps": 1, "kv_offload_store_bytes": 50e9, "kv_offload_load_bytes": 40e9},
+         # 100 GB tier written at 10 GB/s: a block lives 10 s, longer than the 0.5 s + 1 s reuse gap...
+         base | {"cell_key": "b", "jps": 6, "kv_offload_store_bytes": 1000e9, "kv_offload_load_bytes": 8e9},
+         # ...but almost nothing is read back: the tier churns and serves nothing
+         base | {"cell_key": "c", "jps": 9, "kv_offload_store_bytes": 1e14, "kv_offload_load_bytes": 5e13},
+         base | {"cell_key": "d", "jps": 1, "dram_gb": 0.0, "policy": "fcfs", "kv_offload_store_bytes": 0.0,
+                 "kv_offload_load_bytes": 0.0}]
+    )  # fmt: skip
+    turns = pd.DataFrame([{"cell_key": key, "turn": t, "ttft_mean_s": 1.0} for key in "abcd" for t in (1, 2)])
+    rows = cpu_tier_diagnosis(summary, turns, tool_time_s=0.5).set_index("jps")
+    assert list(rows.index) == [1, 6, 9]  # the cell without a tier is not diagnosed
+    assert rows.loc[1, "verdict"] == "reads back what it writes" and rows.loc[1, "reuse_gap_s"] == 1.5
+    assert rows.loc[6, "retention_s"] == 10.0 and rows.loc[6, "verdict"] == "a very busy /dev/null"
+    assert rows.loc[9, "retention_s"] == 0.1 and rows.loc[9, "verdict"] == "a very busy /dev/null"  # evicted first

@@ -20,9 +20,9 @@ CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser", "go
 
 @pytest.fixture(scope="module")
 def partial_sweep(fake_gpu_cluster, tmp_path_factory):
-    """fcfs and continuum at two loads on H100 and A100, with H200 absent from the cluster."""
+    """fcfs, continuum and lmcache at two loads on H100 and A100, with H200 absent from the cluster."""
     results = tmp_path_factory.mktemp("results")
-    grid = dict(gpus=("H100", "A100", "H200"), policies=("fcfs", "continuum"), jps=(2, 4))
+    grid = dict(gpus=("H100", "A100", "H200"), policies=("fcfs", "continuum", "lmcache"), jps=(2, 4), dram_gb=(1,))
     assert run_sweep(fake_spec("report", **grid), options(results)) == 0
     return results / "report"
 
@@ -51,12 +51,21 @@ def test_the_jct_tables_match_job_completion_times_recomputed_from_the_raw_recor
 
 def test_missing_cells_are_blank_in_the_csv_marked_in_the_page_and_listed_with_the_reason(partial_sweep):
     h200 = pd.read_csv(partial_sweep / "report" / "tables" / "jct_h200.csv")
-    assert list(h200.jps) == [2, 4] and h200[["fcfs", "continuum"]].isna().all().all()
+    assert list(h200.jps) == [2, 4] and h200[["fcfs", "continuum", "lmcache"]].isna().all().all()
     missing = pd.read_csv(partial_sweep / "report" / "tables" / "missing.csv")
-    assert len(missing) == 4 and set(missing.gpu) == {"H200"} and set(missing.status) == {"pending"}
+    assert len(missing) == 6 and set(missing.gpu) == {"H200"} and set(missing.status) == {"pending"}
     page = (partial_sweep / "report" / "report.html").read_text()
     assert "no GPU of this type in the cluster yet" in page and "—" in page
     assert "fake engine: orchestration check, not a measurement" in page  # never passed off as measured
+
+
+def test_the_cpu_tier_diagnosis_is_computed_from_the_cells_offload_counters(partial_sweep):
+    # The fake engine's stand-in tier writes 1 KiB per prompt token and reads nothing back.
+    tier = pd.read_csv(partial_sweep / "report" / "tables" / "cpu_tier_h100.csv")
+    summary = pd.read_parquet(partial_sweep / "summary.parquet").set_index("cell_key")
+    assert len(tier) == 6 and set(tier.verdict) == {"a very busy /dev/null"} and (tier.read_gb == 0).all()
+    written = summary[(summary.gpu == "H100") & (summary.status == "done")].kv_offload_store_bytes / 1e9
+    assert sorted(tier.written_gb) == pytest.approx(sorted(written))
 
 
 def test_a_second_sweep_is_shown_side_by_side(partial_sweep, tmp_path):
@@ -67,7 +76,8 @@ def test_a_second_sweep_is_shown_side_by_side(partial_sweep, tmp_path):
     summary.to_parquet(other / "summary.parquet")
     path = build_report(partial_sweep, out_dir=tmp_path / "out", compare=other)
     side_by_side = pd.read_csv(tmp_path / "out" / "tables" / "compare_jct_h100.csv").set_index("jps")
-    assert list(side_by_side.columns) == ["fcfs (report)", "continuum (report)", "fcfs (other)", "continuum (other)"]
+    assert list(side_by_side.columns) == [f"{policy} ({sweep})" for sweep in ("report", "other")
+                                          for policy in ("continuum", "fcfs", "lmcache")]  # fmt: skip
     assert (side_by_side["fcfs (other)"] == 2 * side_by_side["fcfs (report)"]).all()
     assert "report against other" in path.read_text()
 

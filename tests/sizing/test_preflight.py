@@ -1,0 +1,43 @@
+from orchestrator.sizing.kv import Regime
+from orchestrator.sweep.cells import expand
+from orchestrator.sweep.preflight import preflight
+from sweeps.large_dram import SPEC as LARGE_DRAM
+
+
+def cells(policy: str, gpu: str):
+    return {cell.jps: cell for cell in expand(LARGE_DRAM) if cell.policy == policy and cell.gpu == gpu}
+
+
+def test_low_load_fits_on_an_h200_so_an_offload_tier_is_flagged_as_a_no_op():
+    check = preflight(cells("lmcache", "H200")[1])
+    assert check.regime is Regime.FITS_ON_GPU and check.warn and "CPU tier" in check.note
+    assert not preflight(cells("fcfs", "H200")[1]).warn  # nothing to offload, nothing to warn about
+
+
+def test_more_load_or_a_smaller_gpu_moves_a_cell_toward_queueing():
+    order = [Regime.FITS_ON_GPU, Regime.OFFLOAD_WINDOW, Regime.QUEUEING]
+    h200 = [order.index(preflight(cell).regime) for _, cell in sorted(cells("fcfs", "H200").items())]
+    assert h200 == sorted(h200) and h200[-1] == 2
+    assert preflight(cells("fcfs", "L40S")[15]).regime is Regime.QUEUEING
+
+
+def test_the_cpu_device_gets_no_roofline_estimate_rather_than_a_wrong_one():
+    from sweeps.cpu_tiny import SPEC as CPU_TINY
+
+    check = preflight(expand(CPU_TINY)[0])
+    assert check.regime is None and "no estimate for the cpu device" in check.note
+
+
+def test_dry_run_of_large_dram_shows_every_cells_regime(tmp_path):
+    import subprocess
+    import sys
+
+    from orchestrator.paths import PROJECT_ROOT
+
+    command = [sys.executable, str(PROJECT_ROOT / "sweeps" / "large_dram.py"), "--dry-run", "--results-dir", str(tmp_path),
+               "--ray-address", "local"]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, timeout=180, check=True).stdout
+    regimes = [line.split("preflight: ")[1].split(":")[0] for line in out.splitlines() if "preflight: " in line]
+    assert len(regimes) == 60 and set(regimes) <= {regime.value for regime in Regime}
+    assert {"fits-on-gpu", "queueing"} <= set(regimes)
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
