@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
-FAKE_ENGINE = "orchestrator.replica.fake_engine"
+# The fake engine as started from this checkout's environment (another checkout's tests may run beside).
+FAKE_ENGINE = f"{Path(sys.executable).parent}/python -m orchestrator.replica.fake_engine".lower()
 
 
 def processes_matching(text: str) -> list[tuple[int, str]]:
