@@ -35,35 +35,37 @@ def jct_vs_jps(table: pd.DataFrame, policies: list[str], title: str) -> bytes:
 
 def per_turn_curves(latency: pd.DataFrame, title: str) -> bytes:
     """Latency of turns 1..8, one panel per load level, one line per policy."""
-    loads = sorted(latency.jps.unique())
     turns = [column for column in latency.columns if column.startswith("T") and column[1:].isdigit()]
-    figure, panels = plt.subplots(1, len(loads), figsize=(3.2 * len(loads), 3.2), sharey=True, squeeze=False)
-    for panel, jps in zip(panels[0], loads):
-        for row in latency[latency.jps == jps].itertuples(index=False):
-            panel.plot(range(1, len(turns) + 1), [getattr(row, turn) for turn in turns], marker=".", label=row.policy)
-        panel.set_title(f"{jps:g} JPS")
-        panel.set_xlabel("turn")
-        panel.grid(True, alpha=0.3)
-    panels[0][0].set_ylabel("mean latency (s)")
-    panels[0][0].legend(fontsize=8)
-    figure.suptitle(title, y=1.04)
-    return _png(figure)
+
+    def draw(panel, row: dict) -> None:
+        panel.plot(range(1, len(turns) + 1), [row[turn] for turn in turns], marker=".", label=row["policy"])
+
+    return _panels_per_load(latency, draw, "mean latency (s)", title)
 
 
 def cached_curves(cached: pd.DataFrame, title: str) -> bytes:
     """Cached fraction per turn (solid) against the theoretical best (dotted), per load level."""
-    loads = sorted(cached.jps.unique())
+
+    def draw(panel, row: dict) -> None:
+        turns = sorted(int(key.removeprefix("cached_T")) for key in row if key.startswith("cached_T"))
+        line = panel.plot(turns, [row[f"cached_T{t}"] for t in turns], marker=".", label=row["policy"])[0]
+        panel.plot(turns, [row[f"best_T{t}"] for t in turns], linestyle=":", color=line.get_color())
+        panel.set_ylim(0, 1.05)
+
+    return _panels_per_load(cached, draw, "cached / prompt tokens", title)
+
+
+def _panels_per_load(frame: pd.DataFrame, draw, ylabel: str, title: str) -> bytes:
+    """One panel per load level (``jps``); ``draw(panel, row)`` adds each row's lines against the turn."""
+    loads = sorted(frame.jps.unique())
     figure, panels = plt.subplots(1, len(loads), figsize=(3.2 * len(loads), 3.2), sharey=True, squeeze=False)
     for panel, jps in zip(panels[0], loads):
-        for row in cached[cached.jps == jps].to_dict("records"):
-            turns = sorted(int(key.removeprefix("cached_T")) for key in row if key.startswith("cached_T"))
-            line = panel.plot(turns, [row[f"cached_T{t}"] for t in turns], marker=".", label=row["policy"])[0]
-            panel.plot(turns, [row[f"best_T{t}"] for t in turns], linestyle=":", color=line.get_color())
+        for row in frame[frame.jps == jps].to_dict("records"):
+            draw(panel, row)
         panel.set_title(f"{jps:g} JPS")
         panel.set_xlabel("turn")
-        panel.set_ylim(0, 1.05)
         panel.grid(True, alpha=0.3)
-    panels[0][0].set_ylabel("cached / prompt tokens")
+    panels[0][0].set_ylabel(ylabel)
     panels[0][0].legend(fontsize=8)
     figure.suptitle(title, y=1.04)
     return _png(figure)
