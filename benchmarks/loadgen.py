@@ -1,0 +1,124 @@
+"""Is the load generator ever the bottleneck? Lag measured where it matters: at the server.
+
+Drives the agent workload at full prompt size against the fake engine (a separate process that answers
+at once and records each request's arrival) and reports, per load point, from the server-side arrival
+times: achieved against target request rate, dispatch lag (arrival minus scheduled time) p50/p99/max,
+and the client's CPU time per request. The client is sharded over ``--processes`` processes sharing one
+start epoch. The last line is one JSON object: {"points": [...], ...}, the source-study point first.
+
+    python benchmarks/loadgen.py [--jps 15 150] [--duration-s 45 10] [--processes 1] [--scale 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+if __name__ == "__main__":
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # the project root instead of benchmarks/
+
+import numpy as np  # noqa: E402
+
+from orchestrator.models.tiny import ensure_tiny_model  # noqa: E402
+from orchestrator.replica.fake_engine import FakeEngineConfig  # noqa: E402
+from orchestrator.replica.server import ServerProcess, free_port  # noqa: E402
+from orchestrator.workload.actor import merge_shards  # noqa: E402
+from orchestrator.workload.client import RequestOptions  # noqa: E402
+from orchestrator.workload.loadgen import LoadGenerator  # noqa: E402
+from orchestrator.workload.plan import WorkloadPlan, build_plan  # noqa: E402
+from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
+from orchestrator.workload.tokenizer import token_counter_for  # noqa: E402
+
+OPTIONS = RequestOptions(model="tiny")
+START_LEAD_S = 2.0
+
+
+def run_shard(args: tuple[WorkloadPlan, str, float]):
+    plan, url, epoch = args
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    result = LoadGenerator(url, OPTIONS).run(plan, epoch)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result, cpu_s
+
+
+def measure_point(jps: float, duration_s: float, processes: int, scale: float, counter, work_dir: Path) -> dict:
+    started = time.monotonic()
+    plan = build_plan(WorkloadSpec(jps=jps, duration_s=duration_s, scale=scale), counter)
+    planned_s = time.monotonic() - started
+    port = free_port()
+    server = ServerProcess(FakeEngineConfig().server_command(port), work_dir / f"fake-engine-{jps:g}.log")
+    server.start(health_timeout_s=60)
+    try:
+        epoch = time.time() + START_LEAD_S
+        shards = [(plan.shard(i, processes), server.command.base_url, epoch) for i in range(processes)]
+        if processes == 1:
+            outcomes = [run_shard(shards[0])]
+        else:
+            with multiprocessing.get_context("fork").Pool(processes) as pool:
+                outcomes = pool.map(run_shard, shards)
+        with urllib.request.urlopen(server.command.base_url + "/arrivals", timeout=60) as response:
+            arrivals = {(job, turn): at for at, job, turn in json.loads(response.read())}
+    finally:
+        server.stop()
+    records = merge_shards([result for result, _ in outcomes]).requests
+    lags_ms = np.array([(arrivals[(r.job_id, r.turn)] - (epoch + r.scheduled_at)) * 1000 for r in records
+                        if (r.job_id, r.turn) in arrivals])  # fmt: skip
+    scheduled = np.array([r.scheduled_at for r in records])
+    arrived = np.array(sorted(arrivals.values()))
+    target_rate = (len(scheduled) - 1) / (scheduled.max() - scheduled.min())
+    achieved_rate = (len(arrived) - 1) / (arrived.max() - arrived.min())
+    return {
+        "jps": jps,
+        "duration_s": duration_s,
+        "processes": processes,
+        "requests": len(records),
+        "lost_requests": len(records) - len(lags_ms),
+        "failed_requests": sum(not r.status.is_ok for r in records),
+        "max_prompt_tokens": max((r.prompt_tokens or 0) for r in records),
+        "target_rate": round(target_rate, 2),
+        "achieved_rate": round(achieved_rate, 2),
+        "rate_error_pct": round((achieved_rate - target_rate) / target_rate * 100, 3),
+        "p50_lag_ms": round(float(np.percentile(lags_ms, 50)), 3),
+        "p99_lag_ms": round(float(np.percentile(lags_ms, 99)), 3),
+        "max_lag_ms": round(float(lags_ms.max()), 3),
+        "cpu_ms_per_request": round(sum(cpu for _, cpu in outcomes) * 1000 / len(records), 3),
+        # The client's own share of the lag (send minus scheduled), to tell client from wire and server.
+        "client_p99_lag_ms": round(float(np.percentile([r.dispatch_lag_s * 1000 for r in records], 99)), 3),
+        "plan_build_s": round(planned_s, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jps", type=float, nargs="+", default=[15, 150], help="load points (the first: the source study's heaviest)")
+    parser.add_argument("--duration-s", type=float, nargs="+", default=[45, 10], help="arrival window per point")
+    parser.add_argument("--processes", type=int, default=1, help="client processes per point")
+    parser.add_argument("--scale", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    if len(args.duration_s) != len(args.jps):
+        parser.error("--duration-s takes one window per --jps point")
+    model_dir = ensure_tiny_model()
+    counter = token_counter_for(str(model_dir))
+    work_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "kvsweep-bench-loadgen"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    points = []
+    for jps, duration_s in zip(args.jps, args.duration_s):
+        point = measure_point(jps, duration_s, args.processes, args.scale, counter, work_dir)
+        print(f"JPS {jps:g}: {point['requests']} requests, target {point['target_rate']}/s achieved "
+              f"{point['achieved_rate']}/s, lag p50 {point['p50_lag_ms']} ms p99 {point['p99_lag_ms']} ms max "
+              f"{point['max_lag_ms']} ms, {point['cpu_ms_per_request']} ms CPU per request", flush=True)  # fmt: skip
+        points.append(point)
+    print(json.dumps({"points": points, "cpus": os.cpu_count(), "scale": args.scale}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
