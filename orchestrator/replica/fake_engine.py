@@ -132,7 +132,9 @@ def make_app(state: FakeEngineState) -> web.Application:
 async def _stream(request: web.Request, body: dict, state: FakeEngineState) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
-    prompt_tokens = len(body.get("prompt", "").split())
+    prompt = body.get("prompt", "")
+    # Token ids (as vLLM's own benchmark client sends them) or text (words stand in for tokens).
+    prompt_tokens = len(prompt) if isinstance(prompt, list) else len(prompt.split())
     state.prompt_tokens_total += prompt_tokens
     num_tokens = int(body.get("max_tokens", 16))
     chunks = [b"data: " + json.dumps({"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]}).encode()

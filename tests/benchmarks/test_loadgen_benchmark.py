@@ -17,3 +17,5 @@ def test_the_benchmark_prints_one_final_json_line_with_a_point_per_load():
         assert point["lost_requests"] == point["failed_requests"] == 0 and point["requests"] > 0
         assert {"target_rate", "achieved_rate", "p50_lag_ms", "p99_lag_ms", "max_lag_ms", "cpu_ms_per_request"} <= set(point)
         assert 0 <= point["p50_lag_ms"] <= point["p99_lag_ms"] <= point["max_lag_ms"]
+        # vLLM's own client replayed the same request times against its own fresh fake engine
+        assert point["vllm_bench"]["completed"] == point["requests"] and point["vllm_bench"]["lost_requests"] == 0
