@@ -13,7 +13,7 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.models.tiny import ensure_tiny_model
@@ -63,7 +63,6 @@ class WorkerStatus:
     phase: str = "idle"  # idle | starting | resetting | running
     jobs_finished: int = 0
     jobs_total: int = 0
-    since_unix: float = field(default_factory=time.time)
 
 
 class CellWorker:
@@ -78,9 +77,6 @@ class CellWorker:
 
     def status(self) -> WorkerStatus:
         return self._status
-
-    def node_id(self) -> str:
-        return self._node_id
 
     def run(self, cell: CellSpec, limits: RunLimits) -> CellOutcome:
         started = time.time()
@@ -192,8 +188,7 @@ class CellWorker:
             if not replica.is_alive():
                 return CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell"
             progress = load.progress()
-            self._status = WorkerStatus(cell_key, "running", progress.jobs_finished, progress.jobs_total,
-                                        self._status.since_unix)  # fmt: skip
+            self._status = WorkerStatus(cell_key, "running", progress.jobs_finished, progress.jobs_total)
             work = work_done(read_counters(replica.info.base_url))
             if progress.requests_in_flight == 0 or (work is not None and work != last_work):
                 last_work, last_progress = work, now
