@@ -47,11 +47,15 @@ START_LEAD_S = 2.0
 
 def run_shard(args: tuple[WorkloadPlan, str, float]):
     plan, url, epoch = args
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    started = _cpu_s()
     result = LoadGenerator(url, OPTIONS).run(plan, epoch)
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return result, cpu_s
+    return result, _cpu_s() - started
+
+
+def _cpu_s() -> float:
+    """User and system CPU seconds of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def offset_free_lags_ms(scheduled: list[float], arrivals: list[float]) -> np.ndarray:
@@ -103,14 +107,13 @@ def vllm_bench_point(records, model_dir: Path, work_dir: Path) -> dict:
                                   "/v1/completions", "--model", "tiny", "--tokenizer", str(model_dir), "--dataset-name",
                                   "timed_trace", "--dataset-path", str(trace), "--num-prompts", str(len(records)),
                                   "--disable-tqdm"])  # fmt: skip
-        before = resource.getrusage(resource.RUSAGE_SELF)
+        started = _cpu_s()
         result = bench_main(args)
-        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = _cpu_s() - started
         arrivals = [at for at, _, _ in server_arrivals(server)]
     finally:
         server.stop()
     scheduled = [r.scheduled_at for r in records]
-    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # Requests that never reached the server leave no arrival to pair: lags are then not comparable.
     lags = lag_figures(offset_free_lags_ms(scheduled, arrivals)) if len(arrivals) == len(scheduled) else {
         "p50_lag_ms": None, "p99_lag_ms": None, "max_lag_ms": None}  # fmt: skip

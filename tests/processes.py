@@ -43,7 +43,8 @@ def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float
     """The pid of the first vLLM API server not in ``exclude`` once it has answered ``min_requests``
     requests, i.e. a cell is mid-run."""
     import re
-    import urllib.request
+
+    from orchestrator.replica.probe import read_counters
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -51,14 +52,8 @@ def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float
             port = re.search(r"--port (\d+)", cmdline)
             if pid in exclude or not port:
                 continue
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=5) as response:
-                    text = response.read().decode()
-            except OSError:
-                continue
-            served = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                         if line.startswith("vllm:request_success_total"))  # fmt: skip
-            if served >= min_requests:
+            counters = read_counters(f"http://127.0.0.1:{port.group(1)}")
+            if counters and counters.get("vllm:request_success_total", 0) >= min_requests:
                 return pid
         time.sleep(0.5)
     raise TimeoutError(f"no vLLM server answered {min_requests} requests within {timeout_s:g} s")

@@ -122,8 +122,9 @@ class _Sweep:
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in {self.results.sweep_dir}, "
             f"tracking at {self.options.tracking_uri}"
         )
+        self.preflights = {cell.key: preflight(cell) for cell in to_run}
         for cell in to_run:
-            check = preflight(cell)
+            check = self.preflights[cell.key]
             if check.warn:
                 self.reporter.event(f"preflight {cell.label}: {check.regime.meaning} ({check.note})")
         self._write_summary()
@@ -173,8 +174,7 @@ class _Sweep:
             cell = queue.pop(index)
             attempt = max((run.attempt for run in self.history.get(cell.key, [])), default=0) + 1
             self.tries[cell.key] += 1
-            check = preflight(cell)
-            run_id = self.tracker.start_cell(cell, attempt, worker.slot.name, {"preflight": check.note})
+            run_id = self.tracker.start_cell(cell, attempt, worker.slot.name, {"preflight": self.preflights[cell.key].note})
             worker.attempt = _Attempt(cell, attempt, run_id, worker.actor.run.remote(cell, self.spec.limits))
             self._remember(worker.attempt, CellStatus.RUNNING)
             worker.group = cell.server_group
@@ -280,13 +280,12 @@ class _Sweep:
                     self._remember(run, CellStatus.INTERRUPTED)
 
     def _is_done(self, cell: CellSpec) -> bool:
-        done = any(run.status is CellStatus.DONE for run in self.history.get(cell.key, []))
-        return done and self.results.done_row(cell.key) is not None
+        return is_done(self.history.get(cell.key, []), self.results, cell.key)
 
     def _write_summary(self) -> None:
         rows, seen = [], set()
         for key, runs in self.history.items():
-            if any(run.status is CellStatus.DONE for run in runs) and (row := self.results.done_row(key)):
+            if _has_done(runs) and (row := self.results.done_row(key)):
                 rows.append(row)
                 seen.add(key)
         for cell in self.cells:
@@ -334,7 +333,7 @@ class _Sweep:
 
     def _last_status(self, cell: CellSpec) -> CellStatus | None:
         runs = self.history.get(cell.key)
-        if runs and any(run.status is CellStatus.DONE for run in runs):
+        if runs and _has_done(runs):
             return CellStatus.DONE
         return runs[-1].status if runs else None
 
@@ -394,6 +393,15 @@ class _Sweep:
 
 
 # -- helpers -----------------------------------------------------------------------------------------
+
+
+def is_done(runs: list[CellRun], results: SweepResults, cell_key: str) -> bool:
+    """A cell is done when a run says so and its files are in place (a user may have deleted them)."""
+    return _has_done(runs) and results.done_row(cell_key) is not None
+
+
+def _has_done(runs: list[CellRun]) -> bool:
+    return any(run.status is CellStatus.DONE for run in runs)
 
 
 def _connect_ray(address: str | None) -> None:
@@ -461,7 +469,7 @@ def _print_plan(spec, cells, inventory: Inventory, history: dict[str, list[CellR
         print(f"  {gpu}: {where}")
     for cell in cells:
         runs = history.get(cell.key, [])
-        done = any(run.status is CellStatus.DONE for run in runs) and results.done_row(cell.key) is not None
+        done = is_done(runs, results, cell.key)
         if not inventory.has(cell.gpu):
             state = f"pending: no {cell.gpu} in the cluster"
         elif done and not rerun:
