@@ -22,6 +22,7 @@ EngineConfig = VllmEngineConfig | FakeEngineConfig
 
 SERVER_LOG_FILE = "server.log"
 SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
+FINISH_EVENT = b'"kind":"finish"'
 
 
 class ResetError(RuntimeError):
@@ -88,10 +89,22 @@ class Replica:
     def mark(self) -> OutputMark:
         return OutputMark(_size(self._work_dir / SERVER_LOG_FILE), _size(self._work_dir / SCHEDULER_TRACE_FILE))
 
-    def output_since(self, mark: OutputMark) -> tuple[str, bytes]:
-        """The server log text and scheduler trace bytes written since ``mark``."""
+    def output_since(self, mark: OutputMark, num_requests: int = 0, settle_s: float = 5.0) -> tuple[str, bytes]:
+        """The server log text and scheduler trace bytes written since ``mark``.
+
+        A client's timeout reaches the engine as an abort a moment after the client gave up, so the trace
+        is re-read until it has a ``finish`` event for each of the ``num_requests`` the cell sent, for at
+        most ``settle_s`` (a request that never reached the engine has none). An engine that writes no
+        trace is not waited for.
+        """
+        trace_path = self._work_dir / SCHEDULER_TRACE_FILE
+        trace = _read_from(trace_path, mark.trace_bytes)
+        deadline = time.monotonic() + settle_s
+        while trace_path.exists() and trace.count(FINISH_EVENT) < num_requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+            trace = _read_from(trace_path, mark.trace_bytes)
         log = _read_from(self._work_dir / SERVER_LOG_FILE, mark.log_bytes).decode(errors="replace")
-        return log, _read_from(self._work_dir / SCHEDULER_TRACE_FILE, mark.trace_bytes)
+        return log, trace
 
     def reset(self, attempts: int = 20, wait_s: float = 0.5) -> None:
         """Clear the prefix cache and any offload tier; retried because it fails while blocks are held.

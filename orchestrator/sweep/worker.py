@@ -110,7 +110,7 @@ class CellWorker:
         if shard is None:
             self._drop_replica()  # ends every open stream, so the load generator can be abandoned
             load.cancel()
-        log, trace = replica.output_since(mark)
+        log, trace = replica.output_since(mark, len(shard.requests) if shard else 0)
         config = {
             "cell_key": cell.key,
             "cell": cell.model_dump(mode="json"),

@@ -96,9 +96,19 @@ class TracingScheduler(Scheduler):
 
     def update_from_output(self, *args, **kwargs):
         outputs = super().update_from_output(*args, **kwargs)
+        self._flush_when_idle()
+        return outputs
+
+    def finish_requests(self, *args, **kwargs):
+        # Aborts (a client that timed out) finish requests outside a step; the trace must still be
+        # complete on disk once the engine goes idle.
+        aborted = super().finish_requests(*args, **kwargs)
+        self._flush_when_idle()
+        return aborted
+
+    def _flush_when_idle(self) -> None:
         if not self.has_unfinished_requests():
             self.trace.flush()
-        return outputs
 
     def _free_request_blocks(self, request: Any) -> None:
         if not request.is_finished():
