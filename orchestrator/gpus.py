@@ -4,16 +4,19 @@ Names are Ray's ``accelerator_type`` labels (what ``ray start`` detects from the
 for ``H100`` is placed with the resource ``accelerator_type:H100``. ``cpu`` is not a GPU: it names the
 CPU build of vLLM serving the generated tiny model on any node.
 
-Figures are vendor datasheet values for the SXM/PCIe parts the source study used: HBM capacity and
-bandwidth, dense BF16 tensor throughput, and an effective host-link (PCIe) bandwidth per direction,
-which is what a CPU KV tier moves blocks over.
+The figures live in ``data/gpus.toml`` (datasheet HBM capacity and bandwidth, dense BF16 throughput, PCIe
+generation and its effective bandwidth per direction, which is what a CPU KV tier moves blocks over).
 """
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 CPU = "cpu"
+GIB = 2**30
+CATALOGUE = Path(__file__).parent / "data" / "gpus.toml"
 
 
 @dataclass(frozen=True)
@@ -23,20 +26,30 @@ class GpuType:
     memory_gib: float  # what the device reports (nvidia-smi), which is what vLLM's utilization applies to
     hbm_gb_s: float
     bf16_tflops: float  # dense
+    pcie_gen: int
     pcie_gb_s: float  # effective host <-> device, one direction
 
+    @property
+    def is_large(self) -> bool:
+        """vLLM's test for its larger serving defaults: at least 70 GiB and not an A100."""
+        return self.memory_gib >= 70 and self.name != "A100"
 
-GPU_TYPES: dict[str, GpuType] = {
-    gpu.name: gpu
-    for gpu in (
-        GpuType("B200", memory_gib=179.1, memory_gb=180, hbm_gb_s=8000, bf16_tflops=2250, pcie_gb_s=55),
-        GpuType("H200", memory_gib=140.4, memory_gb=141, hbm_gb_s=4800, bf16_tflops=989, pcie_gb_s=55),
-        GpuType("H100", memory_gib=79.6, memory_gb=80, hbm_gb_s=3350, bf16_tflops=989, pcie_gb_s=55),
-        GpuType("A100", memory_gib=80.0, memory_gb=80, hbm_gb_s=2039, bf16_tflops=312, pcie_gb_s=25),
-        GpuType("L40S", memory_gib=45.0, memory_gb=48, hbm_gb_s=864, bf16_tflops=362, pcie_gb_s=25),
-        GpuType("L4", memory_gib=22.5, memory_gb=24, hbm_gb_s=300, bf16_tflops=121, pcie_gb_s=25),
-    )
-}
+    @property
+    def default_max_num_batched_tokens(self) -> int:
+        """What ``vllm serve`` picks when the flag is not given (8192 on H100/H200, 2048 on L40S/A100)."""
+        return 8192 if self.is_large else 2048
+
+    @property
+    def default_max_num_seqs(self) -> int:
+        return 1024 if self.is_large else 256
+
+
+def _load(path: Path) -> dict[str, GpuType]:
+    rows = tomllib.loads(path.read_text())
+    return {name: GpuType(name=name, **fields) for name, fields in rows.items()}
+
+
+GPU_TYPES: dict[str, GpuType] = _load(CATALOGUE)
 
 
 def known_device_names() -> list[str]:
