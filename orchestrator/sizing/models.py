@@ -26,6 +26,8 @@ class ModelArch:
     latent_dim: int | None  # MLA: width of the cached latent (no separate K and V)
     num_parameters: float  # all of them (every expert of an MoE)
     weight_dtype_bytes: float
+    num_attention_heads: int = 0  # query heads: the attention FLOPs of a token
+    active_parameters: float = 0.0  # what one token's forward pass multiplies by (routed experts only)
 
 
 def shipped_names() -> list[str]:
@@ -64,6 +66,8 @@ def arch_from_config(config: dict, name: str = "model") -> ModelArch:
         latent_dim=latent,
         num_parameters=float(config.get("num_parameters") or estimate_parameters(config)),
         weight_dtype_bytes={"float32": 4, "float16": 2, "bfloat16": 2}.get(config.get("torch_dtype", "bfloat16"), 2),
+        num_attention_heads=heads,
+        active_parameters=_active_parameters(config),
     )
 
 
@@ -75,15 +79,24 @@ def _kv_layers(config: dict, layers: int) -> int:
     return layers
 
 
-def estimate_parameters(config: dict) -> float:
-    """Parameters of a Llama-style decoder from its shapes (attention, gated MLP or experts, embeddings)."""
+def _active_parameters(config: dict) -> float:
+    """Parameters one token passes through: all of a dense model's, only the routed experts of an MoE."""
+    experts = config.get("num_experts") or config.get("n_routed_experts")
+    if not experts:
+        return float(config.get("num_parameters") or estimate_parameters(config))
+    return estimate_parameters(config, experts_per_token=config.get("num_experts_per_tok", experts))
+
+
+def estimate_parameters(config: dict, experts_per_token: int | None = None) -> float:
+    """Parameters of a Llama-style decoder from its shapes (attention, gated MLP or experts, embeddings);
+    with ``experts_per_token``, only the experts one token is routed to."""
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // heads
     kv_heads = config.get("num_key_value_heads", heads)
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
     if config.get("num_experts") or config.get("n_routed_experts"):
-        experts = config.get("num_experts") or config["n_routed_experts"]
+        experts = experts_per_token or config.get("num_experts") or config["n_routed_experts"]
         mlp = 3 * hidden * config["moe_intermediate_size"] * (experts + config.get("n_shared_experts", 0))
     else:
         mlp = 3 * hidden * config["intermediate_size"]
