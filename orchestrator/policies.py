@@ -23,6 +23,9 @@ ASYNC_TRACING = f"{_SCHEDULERS}.async_variants.AsyncTracingScheduler"
 ASYNC_CONTINUUM = f"{_SCHEDULERS}.async_variants.AsyncContinuumScheduler"
 
 
+NOCACHE_TIER_GB = 1.0  # the source study's LMCACHE_MAX_LOCAL_CPU_SIZE=1 ablation
+
+
 class PolicyError(InputError):
     """An unknown policy, or one the engine cannot run; the message is one line naming the valid ones."""
 
@@ -34,6 +37,10 @@ class Policy:
     pins: ContinuumConfig | None = None  # None: finished turns are freed (stock vLLM)
     job_priority: bool = False  # vLLM priority scheduling with the job's arrival index as priority
     needs_cuda: bool = False
+    # The CPU tier the connector gives the engine, as the simulator models it: "lmcache" (blocking
+    # saves and loads) or "native" (vLLM's offload, asynchronous), and a size that overrides the budget.
+    cpu_tier: str | None = None
+    cpu_tier_gb: float | None = None
     connector: Callable[[float], tuple[tuple[str, ...], dict[str, str]]] | None = field(default=None, repr=False)
 
     def engine_config(self, base: VllmEngineConfig, dram_gb: float) -> VllmEngineConfig:
@@ -97,13 +104,13 @@ POLICIES: dict[str, Policy] = {
         Policy("continuum-yielding", "continuum whose pins always yield to a blocked admission",
                pins=ContinuumConfig(admission_release=AdmissionRelease.ALWAYS), job_priority=True),
         Policy("lmcache", "LMCache CPU offload (LMCacheConnectorV1) with the DRAM budget as its CPU tier",
-               needs_cuda=True, connector=_lmcache()),
+               needs_cuda=True, cpu_tier="lmcache", connector=_lmcache()),
         Policy("lmcache-nocache", "LMCache with a 1 GB CPU tier (the source study's ablation)",
-               needs_cuda=True, connector=_lmcache(cpu_gb_override=1)),
+               needs_cuda=True, cpu_tier="lmcache", cpu_tier_gb=NOCACHE_TIER_GB, connector=_lmcache(NOCACHE_TIER_GB)),
         Policy("native-offload", "vLLM's OffloadingConnector: eager async copy to a CPU tier of the DRAM budget",
-               needs_cuda=True, connector=_native_offload(simple=False)),
+               needs_cuda=True, cpu_tier="native", connector=_native_offload(simple=False)),
         Policy("simple-offload", "vLLM's SimpleCPUOffloadConnector with a CPU tier of the DRAM budget",
-               needs_cuda=True, connector=_native_offload(simple=True)),
+               needs_cuda=True, cpu_tier="native", connector=_native_offload(simple=True)),
     )
 }  # fmt: skip
 

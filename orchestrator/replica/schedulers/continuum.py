@@ -30,11 +30,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig, Pin, PinTable
+from orchestrator.replica.schedulers.pins import (
+    PINNED_PRIORITY_OFFSET,
+    AdmissionRelease,
+    ContinuumConfig,
+    Pin,
+    PinTable,
+)
 from orchestrator.replica.schedulers.tracing import JobTag, TracingScheduler
-
-# Added to a pinned job's priority so its waiting turn sorts before every unpinned request.
-PINNED_PRIORITY_OFFSET = -(10**9)
 
 
 class ContinuumScheduler(TracingScheduler):

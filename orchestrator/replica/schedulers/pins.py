@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CONFIG_ENV = "KVSWEEP_CONTINUUM"
+# Added to a pinned job's priority so its waiting turn sorts before every unpinned request.
+PINNED_PRIORITY_OFFSET = -(10**9)
 _LEARNING_WEIGHT = 0.1
 
 
@@ -146,6 +148,9 @@ class PinTable:
         """The job's last turn finished: drop what was learned about it."""
         self._gaps.last_finish_at.pop(job_id, None)
         self._gaps.longest_by_job.pop(job_id, None)
+
+    def next_expiry(self) -> float | None:
+        return min((pin.expires_at for pin in self._pins.values()), default=None)
 
     def take(self, job_id: str) -> Pin | None:
         return self._pins.pop(job_id, None)

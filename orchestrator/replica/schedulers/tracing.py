@@ -8,7 +8,7 @@ environment variables (the only channel into that process):
 Each line is one event with ``kind``:
 
 - ``step``: after every ``schedule()``: time, running, waiting, scheduled requests, prefill and decode
-  tokens, free blocks (vLLM counts evictable cached blocks as free), pinned blocks, preemptions.
+  tokens, context tokens read and attention (query, key) pairs computed, free blocks (vLLM counts evictable cached blocks as free), pinned blocks, preemptions.
 - ``admit``: a request admitted for the first time: job, turn, prompt tokens, tokens already computed from
   the prefix cache, free blocks.
 - ``finish``: a request finished and its blocks were freed (``action=free``) or kept (``action=pin``).
@@ -154,7 +154,8 @@ class TracingScheduler(Scheduler):
             )
 
     def _trace_step(self, output: Any) -> None:
-        prefill = decode = 0
+        prefill = decode = context = 0
+        attention_pairs = 0.0
         for request_id, num_tokens in output.num_scheduled_tokens.items():
             request = self.requests.get(request_id)
             if request is None:
@@ -164,6 +165,10 @@ class TracingScheduler(Scheduler):
             step_prefill = max(0, min(num_tokens, request.num_prompt_tokens - computed_before))
             prefill += step_prefill
             decode += num_tokens - step_prefill
+            # What the step's cost depends on (the simulator's roofline features): KV read, and the
+            # (query, key) products of causal attention over the request's context.
+            context += request.num_computed_tokens
+            attention_pairs += num_tokens * (computed_before + (num_tokens + 1) / 2)
         running, waiting = self.get_request_counts()
         self.trace.write(
             {
@@ -175,6 +180,8 @@ class TracingScheduler(Scheduler):
                 "scheduled": len(output.num_scheduled_tokens),
                 "prefill_tokens": prefill,
                 "decode_tokens": decode,
+                "context_tokens": context,
+                "attention_pairs": attention_pairs,
                 "free_blocks": self.free_blocks(),
                 "pinned_blocks": self.num_pinned_blocks,
                 "preempted": len(output.preempted_req_ids or ()),
