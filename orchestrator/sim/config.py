@@ -1,0 +1,62 @@
+"""From a cell's description (device, model, policy, DRAM budget, engine options) to a simulated engine.
+
+The same numbers the real engine would get: KV blocks from the sizing code at the cell's utilization
+(or ``num_kv_blocks`` when the options fix the pool), vLLM's batch defaults for the GPU, the policy's
+ordering, pins and CPU tier, and the tier's size in tokens from the DRAM budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from orchestrator.gpus import GPU_TYPES
+from orchestrator.policies import get_policy
+from orchestrator.sim.engine import SimEngine
+from orchestrator.sim.hardware import Calibration, Device, StepCost, gpu_kv_blocks
+from orchestrator.sim.scheduler import SchedulerConfig, TierKind
+from orchestrator.sizing.kv import GIB, kv_bytes_per_token
+from orchestrator.sizing.models import ModelArch, load_model
+
+
+def check_simulable(model: str, gpus: Iterable[str]) -> None:
+    """Raises ``ValueError`` (one line) unless every GPU has a profile and the model has a config."""
+    for gpu in gpus:
+        if gpu not in GPU_TYPES:
+            raise ValueError(f"the simulator has no profile for the {gpu!r} device; it simulates GPUs: {', '.join(GPU_TYPES)}")
+    load_model(model)
+
+
+def sim_engine(
+    device: Device,
+    model: str | ModelArch,
+    policy: str,
+    dram_gb: float,
+    *,
+    system_prompt_tokens: int,
+    output_tokens: int,
+    calibration: Calibration | None = None,
+    block_size: int = 16,
+    num_kv_blocks: int | None = None,
+    gpu_memory_utilization: float = 0.85,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+) -> SimEngine:
+    arch = model if isinstance(model, ModelArch) else load_model(model)
+    chosen = get_policy(policy)
+    if num_kv_blocks is None:
+        num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size)
+    tier_gb = chosen.cpu_tier_gb if chosen.cpu_tier_gb is not None else dram_gb
+    scheduler = SchedulerConfig(
+        num_blocks=num_kv_blocks,
+        num_shared_blocks=system_prompt_tokens // block_size,
+        max_num_batched_tokens=max_num_batched_tokens or device.default_max_num_batched_tokens,
+        max_num_seqs=max_num_seqs or device.default_max_num_seqs,
+        output_tokens=output_tokens,
+        block_size=block_size,
+        job_priority=chosen.job_priority,
+        pins=chosen.pins,
+        tier=TierKind(chosen.cpu_tier) if chosen.cpu_tier else None,
+        # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says.
+        tier_tokens=int(tier_gb * GIB / kv_bytes_per_token(arch, 2)) if chosen.cpu_tier else 0,
+    )
+    return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load()))

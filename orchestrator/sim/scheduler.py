@@ -1,0 +1,369 @@
+"""One engine step of vLLM v1's scheduler over the simulated block pool, with the policies' hooks (pure).
+
+The structure follows ``vllm/v1/core/sched/scheduler.py``:
+
+1. Running requests, in order, each get their next tokens (a decode token, or the next chunk of a
+   prefill) within the step's token budget (``max_num_batched_tokens``). When blocks run out, the
+   lowest-priority running request (the last admitted under FCFS) is preempted by recompute: its blocks
+   are freed (they stay cached) and it goes back to the front of the waiting queue.
+2. Only if nothing was preempted, waiting requests are admitted from the head of the queue while budget
+   and ``max_num_seqs`` allow: their cached prefix is hit, blocks are allocated for the rest (chunked
+   under the budget), and the first request that cannot get blocks stops admission (head of line).
+
+Policies hook in where they do in the real engine: Continuum (``pins``) pins a finished turn's blocks,
+releases pins on TTL, next turn and memory pressure, and holds new jobs back for the pinned jobs' reserve,
+through the same ``PinTable`` our vLLM scheduler plugin uses. A CPU tier (LMCache or vLLM's native
+offload) saves prompts and turns GPU misses into loads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+from orchestrator.replica.schedulers.pins import (
+    PINNED_PRIORITY_OFFSET,
+    AdmissionRelease,
+    ContinuumConfig,
+    Pin,
+    PinTable,
+)
+from orchestrator.sim.blocks import BlockPool, CpuTier
+
+
+class TierKind(str, Enum):
+    LMCACHE = "lmcache"  # loads block the step; every prefill step waits for its save (wait_for_save)
+    NATIVE = "native"  # vLLM's OffloadingConnector: stores and loads run beside the forward pass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    num_blocks: int
+    num_shared_blocks: int  # the system prompt's full blocks, held for the whole run
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    output_tokens: int
+    block_size: int = 16
+    job_priority: bool = False  # vLLM priority scheduling by job arrival index
+    pins: ContinuumConfig | None = None
+    tier: TierKind | None = None
+    tier_tokens: int = 0
+
+
+@dataclass(eq=False)
+class SimRequest:
+    request_id: str
+    job_id: str
+    job_index: int
+    turn: int
+    is_last: bool
+    prompt_tokens: int
+    arrival: float
+    priority: int = 0
+    num_output: int = 0
+    num_computed: int = 0
+    num_blocks: int = 0  # held by this request, beyond the shared system prompt blocks
+    cached_tokens: int | None = None  # prefix hit at first admission (what usage reports)
+    saved_tokens: int = 0  # how much of its prompt the CPU tier already has
+    ready_at: float = 0.0  # when its asynchronous CPU-tier load completes
+    first_token_at: float | None = None
+    scheduled_at: float = 0.0  # when the client sent it (the plan's due time)
+    in_engine: bool = False
+    done: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_tokens + self.num_output
+
+    def sort_key(self) -> tuple[int, float]:
+        return self.priority, self.arrival
+
+
+@dataclass
+class StepPlan:
+    """What one ``schedule()`` decided: ``(request, new tokens, context before)`` per scheduled request."""
+
+    scheduled: list[tuple[SimRequest, int, int]] = field(default_factory=list)
+    admitted: list[SimRequest] = field(default_factory=list)  # first admissions only
+    preempted: int = 0
+    loads: list[tuple[SimRequest, int]] = field(default_factory=list)  # CPU-tier tokens, before the forward
+    async_loads: list[tuple[SimRequest, int]] = field(default_factory=list)  # landing beside the forward
+    unpins: list[tuple[Pin, str]] = field(default_factory=list)
+
+
+class _Waiting:
+    """The waiting queue: arrival order (FCFS), or a heap by (priority, arrival) under priority scheduling."""
+
+    def __init__(self, by_priority: bool):
+        self._by_priority = by_priority
+        self._fifo: deque[SimRequest] = deque()
+        self._heap: list[tuple[int, float, int, SimRequest]] = []
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap) if self._by_priority else len(self._fifo)
+
+    def add(self, request: SimRequest) -> None:
+        if self._by_priority:
+            heapq.heappush(self._heap, (request.priority, request.arrival, next(self._order), request))
+        else:
+            self._fifo.append(request)
+
+    def prepend(self, request: SimRequest) -> None:
+        if self._by_priority:
+            self.add(request)
+        else:
+            self._fifo.appendleft(request)
+
+    def peek(self) -> SimRequest:
+        return self._heap[0][3] if self._by_priority else self._fifo[0]
+
+    def pop(self) -> SimRequest:
+        return heapq.heappop(self._heap)[3] if self._by_priority else self._fifo.popleft()
+
+    def remove(self, request: SimRequest) -> None:
+        if self._by_priority:
+            self._heap = [entry for entry in self._heap if entry[3] is not request]
+            heapq.heapify(self._heap)
+        else:
+            self._fifo.remove(request)
+
+
+class SimScheduler:
+    def __init__(self, config: SchedulerConfig):
+        self.config = config
+        self.pool = BlockPool(config.num_blocks, config.num_shared_blocks)
+        self.tier = CpuTier(config.tier_tokens) if config.tier else None
+        self.pins = PinTable(config.pins) if config.pins else None
+        self.running: list[SimRequest] = []
+        self.waiting = _Waiting(config.job_priority)
+        self._shared_tokens = config.num_shared_blocks * config.block_size
+        self.num_preemptions = 0
+
+    # Requests in and out.
+    def add(self, request: SimRequest) -> None:
+        if self.config.job_priority:
+            request.priority = request.job_index
+        if self.pins is not None:
+            self.pins.on_turn_arrived(request.job_id, request.arrival)
+            if self.pins.config.pinned_first and request.job_id in self.pins:
+                request.priority = PINNED_PRIORITY_OFFSET + request.job_index
+        self.waiting.add(request)
+
+    def abort(self, request: SimRequest, unpins: list[tuple[Pin, str]]) -> None:
+        """The client gave up on ``request``: it leaves the engine and its blocks are freed."""
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self._free(request)
+        if self.pins is not None:
+            self.pins.forget_job(request.job_id)
+            pin = self.pins.take(request.job_id)
+            if pin is not None:
+                self._release(pin, "abort", unpins)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    @property
+    def num_pinned_blocks(self) -> int:
+        return self.pins.num_pinned_blocks if self.pins else 0
+
+    # One step.
+    def schedule(self, now: float) -> StepPlan:
+        plan = StepPlan()
+        if self.pins is not None:
+            for pin in self.pins.take_expired(now):
+                self._release(pin, "ttl", plan.unpins)
+        budget = self.config.max_num_batched_tokens
+        scheduled: dict[int, int] = {}  # id(request) -> index in plan.scheduled
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            if request.ready_at > now:
+                index += 1
+                continue
+            num_new = min(request.num_tokens - request.num_computed, budget)
+            if not self._allocate_running(request, num_new, plan, scheduled):
+                break  # it had to preempt itself
+            scheduled[id(request)] = len(plan.scheduled)
+            plan.scheduled.append((request, num_new, request.num_computed))
+            budget -= num_new
+            index += 1
+        budget += sum(num for request, num, _ in plan.scheduled if id(request) not in scheduled)
+        plan.scheduled = [entry for entry in plan.scheduled if id(entry[0]) in scheduled]
+        if not plan.preempted:
+            self._admit(now, budget, plan)
+        for request, num_new, _ in plan.scheduled:
+            request.num_computed += num_new
+        return plan
+
+    def _allocate_running(self, request: SimRequest, num_new: int, plan: StepPlan, scheduled: dict[int, int]) -> bool:
+        needed = self._blocks_for(request.num_computed + num_new) - request.num_blocks
+        while not self._allocate(request, needed, plan):
+            victim = (max(self.running, key=SimRequest.sort_key) if self.config.job_priority
+                      else self.running[-1])  # fmt: skip
+            self.running.remove(victim)
+            scheduled.pop(id(victim), None)
+            self._preempt(victim)
+            plan.preempted += 1
+            if victim is request:
+                return False
+        return True
+
+    def _admit(self, now: float, budget: int, plan: StepPlan) -> None:
+        block = self.config.block_size
+        while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.peek()
+            hit_tokens, from_pin = self._gpu_hit(request)
+            load_tokens = self._tier_hit(request, hit_tokens)
+            computed = hit_tokens + load_tokens
+            num_new = min(request.num_tokens - computed, budget)
+            hit_blocks = max(0, hit_tokens // block - self.config.num_shared_blocks)
+            needed = self._blocks_for(computed + num_new) - hit_blocks
+            # Cached blocks sitting in the free queue count as free: hitting them uses them up.
+            hit_from_free = 0 if from_pin else hit_blocks
+            if self._must_wait_for_reserve(request):
+                break
+            if not self._allocate(request, needed + hit_from_free, plan, check_only=True):
+                break
+            self.waiting.pop()
+            self._take_hit(request, hit_blocks, from_pin, plan)
+            self.pool.allocate(needed)
+            request.num_blocks += needed
+            request.num_computed = computed
+            self.running.append(request)
+            if request.cached_tokens is None:
+                request.cached_tokens = computed
+                plan.admitted.append(request)
+            if load_tokens and self.config.tier is TierKind.NATIVE:
+                # The load runs beside the forward passes; the request computes once it has landed.
+                plan.async_loads.append((request, load_tokens))
+                continue
+            if load_tokens:
+                plan.loads.append((request, load_tokens))
+            plan.scheduled.append((request, num_new, computed))
+            budget -= num_new
+
+    # Blocks.
+    def _blocks_for(self, num_tokens: int) -> int:
+        return max(0, -(-num_tokens // self.config.block_size) - self.config.num_shared_blocks)
+
+    def _gpu_hit(self, request: SimRequest) -> tuple[int, bool]:
+        """Tokens of ``request``'s prompt found in the GPU prefix cache (whole blocks, never the last token,
+        as vLLM), and whether a pin holds them."""
+        block, shared = self.config.block_size, self.config.num_shared_blocks
+        hit = min(shared + self.pool.cached_blocks(request.job_id), (request.num_tokens - 1) // block)
+        from_pin = self.pins is not None and request.job_id in self.pins
+        return hit * block, from_pin
+
+    def _tier_hit(self, request: SimRequest, gpu_hit_tokens: int) -> int:
+        """Tokens beyond the GPU hit that the CPU tier can load instead of recompute (whole blocks)."""
+        if self.tier is None:
+            return 0
+        saved = self.tier.hit(request.job_id)
+        request.saved_tokens = min(saved, request.prompt_tokens)
+        usable = min(saved, request.num_tokens - 1) // self.config.block_size * self.config.block_size
+        return max(0, usable - gpu_hit_tokens)
+
+    def _take_hit(self, request: SimRequest, hit_blocks: int, from_pin: bool, plan: StepPlan) -> None:
+        if from_pin:
+            pin = self.pins.take(request.job_id)
+            # The next turn now references the pinned blocks; only the uncached tail block goes back.
+            self.pool.release_uncached(len(pin.blocks) - hit_blocks)
+            plan.unpins.append((pin, "next_turn"))
+        else:
+            self.pool.touch(request.job_id, hit_blocks)
+        request.num_blocks = hit_blocks
+
+    def _allocate(self, request: SimRequest, num_blocks: int, plan: StepPlan, check_only: bool = False) -> bool:
+        """``num_blocks`` for ``request``, letting Continuum's pins give way under pressure."""
+        while num_blocks > self.pool.num_free:
+            victim = self._pressure_victim(request)
+            if victim is None:
+                return False
+            self._release(victim, "pressure", plan.unpins)
+        if not check_only and num_blocks > 0:
+            self.pool.allocate(num_blocks)
+            request.num_blocks += num_blocks
+        return True
+
+    def _pressure_victim(self, request: SimRequest) -> Pin | None:
+        if self.pins is None:
+            return None
+        any_pin = self.pins.config.admission_release is AdmissionRelease.ALWAYS
+        return self.pins.take_victim(exclude_job_id=request.job_id, younger_than=None if any_pin else request.job_index)
+
+    def _must_wait_for_reserve(self, request: SimRequest) -> bool:
+        """Continuum's admission rule: a new job's first turn waits while admitting it would leave fewer
+        free blocks than the jobs in flight are expected to grow by (as the plugin counts them)."""
+        pins = self.pins
+        if pins is None or request.turn != 1 or request.num_computed or request.job_id in pins:
+            return False
+        block = self.config.block_size
+        running = [-(-other.num_tokens // block) for other in self.running if not other.is_last]
+        return self.pool.num_free - -(-request.num_tokens // block) < pins.reserved_blocks(running)
+
+    def _preempt(self, request: SimRequest) -> None:
+        self.num_preemptions += 1
+        self._free(request)
+        request.num_computed = 0
+        request.ready_at = 0.0
+        self.waiting.prepend(request)
+
+    def _cached_blocks_of(self, request: SimRequest) -> int:
+        """Full blocks of the request's own chain whose KV is computed (they are hashed and cached)."""
+        full = request.num_computed // self.config.block_size - self.config.num_shared_blocks
+        return max(0, min(full, request.num_blocks))
+
+    def _free(self, request: SimRequest) -> None:
+        if request.num_blocks:
+            self.pool.free(request.job_id, request.num_blocks, self._cached_blocks_of(request))
+        request.num_blocks = 0
+
+    def finish(self, request: SimRequest, now: float, unpins: list[tuple[Pin, str]]) -> None:
+        """The request's last token is out: its blocks are freed, or pinned until the job's next turn."""
+        self.running.remove(request)
+        request.done = True
+        pins = self.pins
+        if pins is None:
+            self._free(request)
+            return
+        if request.is_last:
+            pins.forget_job(request.job_id)
+            pins.on_job_finished(self._blocks_for(request.num_tokens) + self.config.num_shared_blocks)
+            self._free(request)
+            return
+        self.pool.hold(request.job_id, self._cached_blocks_of(request))
+        for replaced in pins.pin(request.job_id, request.job_index, range(request.num_blocks), now):
+            self._release(replaced, "replaced", unpins)
+        request.num_blocks = 0
+
+    def _release(self, pin: Pin, reason: str, unpins: list[tuple[Pin, str]]) -> None:
+        self.pool.free(pin.job_id, len(pin.blocks), min(self.pool.cached_blocks(pin.job_id), len(pin.blocks)))
+        unpins.append((pin, reason))
+
+    # The CPU tier.
+    def save_prompt(self, request: SimRequest, num_new: int, context_before: int) -> int:
+        """Save the prompt tokens this step computed that the tier does not have yet, including a GPU hit
+        the tier lost (as LMCache stores everything past its own hit); decode tokens are not saved.
+        Returns how many tokens were saved."""
+        if self.tier is None:
+            return 0
+        computed = min(context_before + num_new, request.prompt_tokens)
+        new = computed - request.saved_tokens
+        if new <= 0:
+            return 0
+        request.saved_tokens = computed
+        self.tier.save(request.job_id, computed)
+        return new
+
+
+def num_chunks(num_tokens: int, chunk_tokens: int) -> int:
+    return math.ceil(num_tokens / chunk_tokens)
