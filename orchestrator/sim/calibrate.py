@@ -1,0 +1,186 @@
+"""Fit the simulator's few physical constants on the H200 measurements, and report the error per cell.
+
+    python -m orchestrator.sim.calibrate            # the table for the shipped calibration.toml
+    python -m orchestrator.sim.calibrate --fit      # refit, rewrite calibration.toml, print the table
+
+Only the H200 files in ``measured/`` (copied from the source study) are used: the large-DRAM sweep
+(400 GB, fcfs / continuum / lmcache, JPS 1-15) and the bottleneck ablation (64 GB, with LMCache's 1 GB
+"nocache" variant). The fitted constants describe the software stack (kernel efficiency, per-step and
+per-request overheads, LMCache's save stall), not a GPU; every other GPU gets its own datasheet roofline
+with the same constants. The objective is the squared log error of average JCT over all cells, so a
+cell at 700 s and a cell at 8 s weigh the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from orchestrator.sim.config import sim_engine
+from orchestrator.sim.engine import simulate
+from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device
+from orchestrator.workload.spec import WorkloadSpec
+
+MEASURED_DIR = Path(__file__).parent / "measured"
+MODEL = "llama-3.1-8b-instruct"
+# What is fitted, with the range each may take (the search runs on log scale inside it).
+FITTED: dict[str, tuple[float, float]] = {
+    "compute_efficiency": (0.2, 0.9),
+    "hbm_efficiency": (0.3, 0.95),
+    "step_overhead_s": (0.0005, 0.05),
+    "seq_overhead_s": (0.00001, 0.003),
+    "lmcache_save_step_s": (0.0005, 0.1),
+    "lmcache_save_chunk_s": (0.00005, 0.01),
+}
+
+
+# The source study's names for what it ran, in this project's policies. Its Continuum is the public
+# prototype, which admits a new job whenever blocks are free (no reserve for pinned jobs); its measured
+# per-turn shape (a T1 spike at 6 JPS, a T2 spike at 10 JPS, flat later turns) is that policy's.
+SOURCE_POLICIES = {"continuum": "continuum-no-reserve"}
+
+
+@dataclass(frozen=True)
+class MeasuredCell:
+    source: str
+    gpu: str
+    policy: str
+    jps: float
+    dram_gb: float
+    avg_jct_s: float
+
+
+def measured_cells(directory: Path = MEASURED_DIR) -> list[MeasuredCell]:
+    cells = []
+    with open(directory / "h200_large_dram_jct.csv") as handle:
+        for row in csv.DictReader(handle):
+            cells.append(MeasuredCell("large_dram", row["gpu"], row["policy"], float(row["jps"]), float(row["dram_gb"]),
+                                      float(row["avg_jct_s"])))  # fmt: skip
+    with open(directory / "h200_bottleneck_ablation_jct.csv") as handle:
+        for row in csv.DictReader(handle):
+            cells.append(MeasuredCell("ablation_64gb", row["gpu"], row["policy"], float(row["jps"]), 64.0,
+                                      float(row["avg_jct_s"])))  # fmt: skip
+    return cells
+
+
+def simulated_jct(cell: MeasuredCell, calibration: Calibration) -> float:
+    workload = WorkloadSpec(jps=cell.jps)
+    policy = SOURCE_POLICIES.get(cell.policy, cell.policy)
+    engine = sim_engine(Device.gpu(cell.gpu), MODEL, policy, cell.dram_gb, calibration=calibration,
+                        system_prompt_tokens=workload.scaled_system_prompt_tokens,
+                        output_tokens=workload.output_tokens)  # fmt: skip
+    jcts = [job.jct_s for job in simulate(workload, engine).jobs if job.jct_s is not None]
+    return statistics.fmean(jcts) if jcts else math.inf
+
+
+def _simulate_all(calibration: Calibration, cells: list[MeasuredCell], pool: ProcessPoolExecutor) -> list[float]:
+    return list(pool.map(simulated_jct, cells, [calibration] * len(cells)))
+
+
+def log_error(simulated: list[float], cells: list[MeasuredCell]) -> float:
+    return statistics.fmean(math.log(sim / cell.avg_jct_s) ** 2 for sim, cell in zip(simulated, cells))
+
+
+def _to_calibration(base: Calibration, point) -> Calibration:
+    values = {}
+    for (name, (low, high)), x in zip(FITTED.items(), point):
+        # x in (-inf, inf) maps smoothly into (low, high) on a log scale.
+        values[name] = math.exp(math.log(low) + (math.log(high) - math.log(low)) / (1 + math.exp(-x)))
+    return base.with_values(**values)
+
+
+def _from_calibration(calibration: Calibration) -> list[float]:
+    point = []
+    for name, (low, high) in FITTED.items():
+        share = (math.log(getattr(calibration, name)) - math.log(low)) / (math.log(high) - math.log(low))
+        share = min(max(share, 1e-3), 1 - 1e-3)
+        point.append(math.log(share / (1 - share)))
+    return point
+
+
+def fit(cells: list[MeasuredCell], start: Calibration, pool: ProcessPoolExecutor, max_evaluations: int) -> Calibration:
+    from scipy.optimize import minimize
+
+    evaluations = 0
+
+    def objective(point) -> float:
+        nonlocal evaluations
+        evaluations += 1
+        error = log_error(_simulate_all(_to_calibration(start, point), cells, pool), cells)
+        print(f"  evaluation {evaluations}: rms log error {math.sqrt(error):.3f}", file=sys.stderr, flush=True)
+        return error
+
+    origin = _from_calibration(start)
+    # A wide first simplex (one unit of logit per parameter), so the search is not stuck near the start.
+    simplex = [origin] + [[x + (1.0 if i == j else 0.0) for j, x in enumerate(origin)] for i in range(len(origin))]
+    result = minimize(objective, origin, method="Nelder-Mead",
+                      options={"maxfev": max_evaluations, "xatol": 0.02, "fatol": 1e-4, "initial_simplex": simplex})  # fmt: skip
+    return _to_calibration(start, result.x)
+
+
+def write_calibration(calibration: Calibration, rms_log_error: float, path: Path = CALIBRATION_FILE) -> None:
+    lines = [
+        "# The simulator's physical constants, fitted by `python -m orchestrator.sim.calibrate --fit` on the",
+        "# H200 measurements in measured/ only (large-DRAM sweep and the 64 GB bottleneck ablation).",
+        f"# RMS log error of average JCT over those cells: {rms_log_error:.3f}. See docs/simulator.md.",
+        "[calibration]",
+    ]
+    lines += [f"{name} = {value:.6g}" for name, value in asdict(calibration).items()]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def winners(cells: list[MeasuredCell], jcts: list[float]) -> dict[tuple[str, float], tuple[str, str]]:
+    """Per (source, JPS): the measured and the simulated winning policy."""
+    groups: dict[tuple[str, float], list[tuple[MeasuredCell, float]]] = {}
+    for cell, jct in zip(cells, jcts):
+        groups.setdefault((cell.source, cell.jps), []).append((cell, jct))
+    return {key: (min(rows, key=lambda r: r[0].avg_jct_s)[0].policy, min(rows, key=lambda r: r[1])[0].policy)
+            for key, rows in groups.items()}  # fmt: skip
+
+
+def report(cells: list[MeasuredCell], jcts: list[float]) -> str:
+    lines = ["| source | policy | JPS | measured JCT s | simulated JCT s | error |", "|---|---|---|---|---|---|"]
+    for cell, jct in zip(cells, jcts):
+        lines.append(f"| {cell.source} | {cell.policy} | {cell.jps:g} | {cell.avg_jct_s:.2f} | {jct:.2f} | "
+                     f"{(jct - cell.avg_jct_s) / cell.avg_jct_s:+.0%} |")  # fmt: skip
+    worst = max(abs(jct - cell.avg_jct_s) / cell.avg_jct_s for cell, jct in zip(cells, jcts))
+    lines += ["", "| source | JPS | measured winner | simulated winner |", "|---|---|---|---|"]
+    won = winners(cells, jcts)
+    for (source, jps), (measured, simulated) in won.items():
+        lines.append(f"| {source} | {jps:g} | {measured} | {simulated}{'' if measured == simulated else ' (differs)'} |")
+    matches = sum(measured == simulated for measured, simulated in won.values())
+    lines += ["", f"Worst cell error {worst:.0%}; winner matches at {matches} of {len(won)} (source, JPS) groups; "
+              f"RMS log error {math.sqrt(log_error(jcts, cells)):.3f}."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.calibrate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fit", action="store_true", help="refit and rewrite calibration.toml")
+    parser.add_argument("--max-evaluations", type=int, default=150, help="Nelder-Mead budget (each simulates every cell)")
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args(argv)
+    cells = measured_cells()
+    calibration = Calibration.load()
+    with ProcessPoolExecutor(args.processes) as pool:
+        if args.fit:
+            calibration = fit(cells, calibration, pool, args.max_evaluations)
+        jcts = _simulate_all(calibration, cells, pool)
+    if args.fit:
+        write_calibration(calibration, math.sqrt(log_error(jcts, cells)))
+        print(f"wrote {CALIBRATION_FILE}")
+    print("\n".join(f"{name} = {value:.6g}" for name, value in asdict(calibration).items()))
+    print(report(cells, jcts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
