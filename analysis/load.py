@@ -57,7 +57,7 @@ def load_sweep(directory: Path) -> SweepData:
     path = directory / SUMMARY_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {directory} a sweep's results directory (DIR/<sweep>)?")
-    summary = pd.read_parquet(path)
+    summary = _measured_over_simulated(pd.read_parquet(path))
     turns = []
     for key in summary[summary.status == "done"].cell_key:
         try:
@@ -69,3 +69,15 @@ def load_sweep(directory: Path) -> SweepData:
     turns_frame = pd.DataFrame(turns) if turns else pd.DataFrame(columns=columns)
     name = summary.sweep.iloc[0] if len(summary) else directory.name
     return SweepData(name, directory, summary, turns_frame)
+
+
+def _measured_over_simulated(summary: pd.DataFrame) -> pd.DataFrame:
+    """An ``auto`` sweep simulates a GPU type until the cluster has one and then measures it: where a cell
+    is done both ways, the report shows the measurement (the simulated cell stays in the results)."""
+    axes = [column for column in ("gpu", "policy", "jps", "dram_gb", "seed") if column in summary]
+    if "engine" not in summary or not len(summary):
+        return summary
+    measured = summary[(summary.engine == "vllm") & (summary.status == "done")][axes].drop_duplicates()
+    simulated = summary.engine == "sim"
+    superseded = summary[simulated].reset_index().merge(measured, on=axes)["index"]
+    return summary.drop(index=superseded).reset_index(drop=True)

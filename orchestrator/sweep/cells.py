@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -20,6 +21,7 @@ from orchestrator.policies import get_policy
 from orchestrator.replica.fake_engine import FakeEngineConfig
 from orchestrator.replica.replica import EngineConfig
 from orchestrator.replica.vllm_server import VllmEngineConfig
+from orchestrator.sweep.cluster import SIM
 from orchestrator.sweep.spec import EngineKind, EngineOptions, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -64,7 +66,13 @@ class CellSpec(BaseModel):
 
     @property
     def label(self) -> str:
-        return f"{self.gpu} {self.policy} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}"
+        simulated = " (sim)" if self.engine is EngineKind.SIM else ""
+        return f"{self.gpu}{simulated} {self.policy} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}"
+
+    @property
+    def placement(self) -> str:
+        """Where a worker for this cell runs: a GPU of its type, the CPU engine's place, or any CPU (sim)."""
+        return SIM if self.engine is EngineKind.SIM else self.gpu
 
     @property
     def server_group(self) -> tuple:
@@ -92,12 +100,18 @@ class CellSpec(BaseModel):
         return flat
 
 
-def expand(spec: SweepSpec) -> list[CellSpec]:
+def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> list[CellSpec]:
     """Every cell of the grid, ordered so that cells sharing a server configuration are neighbours
-    (same GPU, policy and DRAM budget; then load and seed), which lets a worker reuse its replica."""
-    engine = EngineKind.VLLM if spec.engine is EngineKind.AUTO else spec.engine
+    (same GPU, policy and DRAM budget; then load and seed), which lets a worker reuse its replica.
+
+    ``auto`` becomes real vLLM for the GPU types ``has_gpu`` says the cluster has (all, without it) and
+    the simulator for the others.
+    """
     cells = []
     for gpu, policy in itertools.product(spec.gpus, spec.policies):
+        engine = spec.engine
+        if engine is EngineKind.AUTO:
+            engine = EngineKind.VLLM if has_gpu is None or has_gpu(gpu) else EngineKind.SIM
         for dram_gb, jps, seed in itertools.product(spec.dram_for(gpu), spec.jps, spec.seeds):
             cells.append(
                 CellSpec(

@@ -4,6 +4,7 @@ A Ray request for an accelerator type the cluster lacks waits forever, so the dr
 cells of absent types are reported pending. Each node gets as many worker slots of its type as it has
 GPUs, but no more than its memory can give every slot the sweep's largest DRAM budget for that type.
 The CPU engine gets one slot on the driver's node: vLLM's CPU worker binds cores, two would fight.
+Simulated cells need no GPU: they get one slot per CPU of the driver's node (placement ``sim``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from orchestrator.validation import InputError
 GIB = 2**30
 GB = 1e9
 ACCELERATOR_PREFIX = "accelerator_type:"
+SIM = "sim"  # the placement of simulated cells: any CPU, no GPU
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,13 @@ class NodeInfo:
     accelerator_type: str | None
     num_gpus: int
     memory_gb: float  # Ray's schedulable memory on the node
+    num_cpus: int = 1
 
 
 @dataclass(frozen=True)
 class Slot:
-    """One place a cell worker runs: a GPU of ``gpu`` type on ``node_id`` (or the CPU engine's place)."""
+    """One place a cell worker runs: a GPU of ``gpu`` type on ``node_id`` (or the CPU engine's place, or
+    a CPU for simulated cells)."""
 
     gpu: str
     node_id: str
@@ -46,7 +50,7 @@ class Slot:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options: dict = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.node_id, soft=False)}
-        if self.gpu == CPU:
+        if self.gpu in (CPU, SIM):
             options["num_cpus"] = 1
         else:
             options.update(num_cpus=0, num_gpus=1, accelerator_type=self.gpu)
@@ -64,7 +68,7 @@ class Inventory:
         return {node.accelerator_type for node in self.nodes if node.accelerator_type and node.num_gpus > 0}
 
     def has(self, gpu: str) -> bool:
-        return gpu == CPU or gpu in self.gpu_types()
+        return gpu in (CPU, SIM) or gpu in self.gpu_types()
 
     def nodes_of(self, gpu: str) -> list[NodeInfo]:
         if gpu == CPU:
@@ -87,6 +91,9 @@ class Inventory:
         """Worker slots for cells of ``gpu`` whose largest DRAM budget is ``dram_gb``."""
         if gpu == CPU:
             return [Slot(CPU, self.driver_node_id, 0, dram_gb)]
+        if gpu == SIM:  # a simulated DRAM budget reserves nothing
+            driver = next(node for node in self.nodes if node.node_id == self.driver_node_id)
+            return [Slot(SIM, self.driver_node_id, index, 0) for index in range(max(1, driver.num_cpus))]
         slots = []
         for node in self.nodes_of(gpu):
             fit = node.num_gpus if dram_gb <= 0 else min(node.num_gpus, int(node.memory_gb // dram_gb))
@@ -109,6 +116,7 @@ def inventory_from_nodes(nodes: Iterable[dict], driver_node_id: str) -> Inventor
                 accelerator_type=types[0] if types else None,
                 num_gpus=int(resources.get("GPU", 0)),
                 memory_gb=resources.get("memory", 0) / GB,
+                num_cpus=int(resources.get("CPU", 1)),
             )
         )
     return Inventory(tuple(infos), driver_node_id)

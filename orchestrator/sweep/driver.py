@@ -29,7 +29,8 @@ from orchestrator.sweep.cluster import Inventory, Slot, read_inventory
 from orchestrator.sweep.preflight import preflight
 from orchestrator.sweep.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.results import SweepResults, summary_row
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sim.config import check_simulable
+from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.sweep.tracking import CellRun, SweepTracker
 from orchestrator.sweep.worker import CellOutcome, WorkerStatus, worker_actor_class
 from orchestrator.validation import InputError, first_line
@@ -69,13 +70,18 @@ class _Worker:
 
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     """Run (or with ``dry_run`` describe) the sweep; the process exit code."""
-    cells = expand(spec)
     _connect_ray(options.ray_address)
     inventory = read_inventory()
-    for gpu in spec.gpus:
+    cells = expand(spec, inventory.has)
+    for gpu, dram_gb in dict.fromkeys((cell.gpu, cell.dram_gb) for cell in cells if cell.engine is not EngineKind.SIM):
         if inventory.has(gpu):
-            for dram_gb in spec.dram_for(gpu):
-                inventory.check_dram(gpu, dram_gb)
+            inventory.check_dram(gpu, dram_gb)
+    simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
+    if simulated:
+        try:
+            check_simulable(spec.model, simulated)
+        except ValueError as error:
+            raise InputError(f"--engine {spec.engine.value} would simulate {', '.join(simulated)}: {error}") from None
     results = SweepResults(options.results_dir / spec.name)
     if options.dry_run:
         tracker = SweepTracker.read_only(options.tracking_uri, spec.name)
@@ -112,11 +118,11 @@ class _Sweep:
     def run(self) -> int:
         self._retire_stale_runs()
         self.results.clear_staging()
-        present = [cell for cell in self.cells if self.inventory.has(cell.gpu)]
+        present = [cell for cell in self.cells if self.inventory.has(cell.placement)]
         done = {cell.key for cell in present if self._is_done(cell)}
         to_run = present if self.options.rerun else [cell for cell in present if cell.key not in done]
         for cell in to_run:
-            self.queues[cell.gpu].append(cell)
+            self.queues[cell.placement].append(cell)
         self.reporter.event(
             f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, {len(present) - len(to_run)} already "
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in {self.results.sweep_dir}, "
@@ -153,9 +159,9 @@ class _Sweep:
 
     def _start_workers(self) -> None:
         actor_class = worker_actor_class()
-        for gpu, queue in self.queues.items():
+        for placement, queue in self.queues.items():
             largest_dram = max(cell.dram_gb for cell in queue)
-            for slot in self.inventory.slots(gpu, largest_dram):
+            for slot in self.inventory.slots(placement, largest_dram):
                 self.workers.append(_Worker(slot, actor_class.options(**slot.actor_options()).remote(slot.node_id)))
 
     def _restart_worker(self, worker: _Worker) -> None:
@@ -256,7 +262,7 @@ class _Sweep:
                 + ("; retrying" if retry else "")
             )
             if retry:
-                self.queues[cell.gpu].insert(0, cell)
+                self.queues[cell.placement].insert(0, cell)
         self._remember(attempt, outcome.status)
         self._write_summary()
 
@@ -292,7 +298,7 @@ class _Sweep:
             if cell.key in seen:
                 continue
             runs = self.history.get(cell.key)
-            status = runs[-1].status if runs else CellStatus.NOT_RUN if self.inventory.has(cell.gpu) else CellStatus.PENDING
+            status = runs[-1].status if runs else CellStatus.NOT_RUN if self.inventory.has(cell.placement) else CellStatus.PENDING
             rows.append(summary_row(self.spec.name, cell, status))
         self.results.write_summary(rows)
 
@@ -312,7 +318,7 @@ class _Sweep:
         queued = sum(len(queue) for queue in self.queues.values())
         pending: dict[str, int] = defaultdict(int)
         for cell in self.cells:
-            if not self.inventory.has(cell.gpu):
+            if not self.inventory.has(cell.placement):
                 pending[cell.gpu] += 1
         eta = None
         if self.wall_times and self.workers:
@@ -379,9 +385,9 @@ class _Sweep:
         self.reporter.update(self._snapshot())
         self.reporter.close()
         self._report()
-        statuses = {cell.key: self._last_status(cell) for cell in self.cells if self.inventory.has(cell.gpu)}
+        statuses = {cell.key: self._last_status(cell) for cell in self.cells if self.inventory.has(cell.placement)}
         not_done = [key for key, status in statuses.items() if status is not CellStatus.DONE]
-        pending = [cell for cell in self.cells if not self.inventory.has(cell.gpu)]
+        pending = [cell for cell in self.cells if not self.inventory.has(cell.placement)]
         self.tracker.close(complete=not not_done and not pending)
         print(
             f"[{self.spec.name}] {len(statuses) - len(not_done)}/{len(self.cells)} cells done, {len(not_done)} not done, "
@@ -462,23 +468,23 @@ def _worker_statuses(workers: list[_Worker]) -> list[WorkerStatus | None]:
 
 def _print_plan(spec, cells, inventory: Inventory, history: dict[str, list[CellRun]], results, rerun: bool) -> None:
     print(f"sweep {spec.name}: {len(cells)} cells (engine {spec.engine.value}); results {results.sweep_dir}")
-    for gpu in spec.gpus:
-        largest = max(spec.dram_for(gpu))
-        slots = inventory.slots(gpu, largest) if inventory.has(gpu) else []
+    for placement in dict.fromkeys(cell.placement for cell in cells):
+        largest = max(cell.dram_gb for cell in cells if cell.placement == placement)
+        slots = inventory.slots(placement, largest) if inventory.has(placement) else []
         where = f"{len(slots)} slot(s) on {len({s.node_id for s in slots})} node(s)" if slots else "absent: cells pend"
-        print(f"  {gpu}: {where}")
+        print(f"  {placement}: {where}")
     for cell in cells:
         runs = history.get(cell.key, [])
         done = is_done(runs, results, cell.key)
-        if not inventory.has(cell.gpu):
+        if not inventory.has(cell.placement):
             state = f"pending: no {cell.gpu} in the cluster"
         elif done and not rerun:
             state = "done (skipped)"
         else:
             state = ("re-run" if done else "run") + (f", last attempt {runs[-1].status.value}" if runs else "")
-            state += f" on a {cell.gpu} slot"
+            state += " in the simulator" if cell.engine is EngineKind.SIM else f" on a {cell.gpu} slot"
         check = preflight(cell)
-        print(f"  {cell.key}  {cell.label:<44} {state}\n      preflight: {check.note}{'  <- note' if check.warn else ''}")
+        print(f"  {cell.key}  {cell.label:<50} {state}\n      preflight: {check.note}{'  <- note' if check.warn else ''}")
 
 
 def _last_line(error: BaseException) -> str:

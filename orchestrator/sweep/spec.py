@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.policies import POLICIES
+from orchestrator.sim.config import check_simulable
 from orchestrator.workload.spec import WorkloadSpec
 
 TINY_MODEL = "tiny"
@@ -20,9 +21,9 @@ GPU_BLOCK_SIZE = 16
 
 
 class EngineKind(str, Enum):
-    AUTO = "auto"  # real vLLM wherever the cluster has the cell's GPU type (the simulator is not built yet)
+    AUTO = "auto"  # real vLLM wherever the cluster has the cell's GPU type, the simulator for the others
     VLLM = "vllm"  # real vLLM: on a GPU of the cell's type, or the CPU build for the ``cpu`` device
-    SIM = "sim"  # the discrete-event simulator (not built yet: refused with a clear error)
+    SIM = "sim"  # the discrete-event simulator of a vLLM engine (``orchestrator/sim``), on any CPU
     FAKE = "fake"  # a stand-in server with no model, for exercising the orchestration; never a measurement
 
 
@@ -135,7 +136,7 @@ class SweepSpec(BaseModel):
             if gpu not in self.gpus:
                 raise ValueError(f"dram_gb_by_gpu names {gpu!r}, which is not among the sweep's GPUs {list(self.gpus)}")
         if self.engine is EngineKind.SIM:
-            raise ValueError("engine 'sim' is not available yet (the simulator is still to be built); use auto, vllm or fake")
+            check_simulable(self.model, self.gpus)
         if self.engine in (EngineKind.AUTO, EngineKind.VLLM):
             if CPU in self.gpus:
                 self._check_cpu_policies()

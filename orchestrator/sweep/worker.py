@@ -21,8 +21,11 @@ from orchestrator.records.schema import JobRecord, RequestRecord
 from orchestrator.replica.probe import TIER_COUNTERS, read_counters, work_done
 from orchestrator.replica.replica import EngineConfig, Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError
+from orchestrator.sim.config import sim_engine
+from orchestrator.sim.engine import simulate
+from orchestrator.sim.hardware import Device
 from orchestrator.sweep.cells import CellSpec, CellStatus, served_cell
-from orchestrator.sweep.spec import TINY_MODEL, RunLimits
+from orchestrator.sweep.spec import TINY_MODEL, EngineKind, RunLimits
 from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
 from orchestrator.workload.client import RequestOptions
@@ -80,6 +83,8 @@ class CellWorker:
 
     def run(self, cell: CellSpec, limits: RunLimits) -> CellOutcome:
         started = time.time()
+        if cell.engine is EngineKind.SIM:
+            return self._simulate(cell, started)
         limit_s = limits.cell_limit_s(cell.workload)
         deadline = time.monotonic() + limit_s
         self._status = WorkerStatus(cell.key, "starting")
@@ -142,6 +147,42 @@ class CellWorker:
             started_unix=started,
             finished_unix=time.time(),
         )
+
+    def _simulate(self, cell: CellSpec, started: float) -> CellOutcome:
+        """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
+        self._status = WorkerStatus(cell.key, "running", 0, 0)
+        options, workload = cell.engine_options, cell.workload
+        engine = sim_engine(
+            Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb,
+            system_prompt_tokens=workload.scaled_system_prompt_tokens, output_tokens=workload.output_tokens,
+            block_size=options.block_size_on(cell.gpu), num_kv_blocks=options.num_kv_blocks,
+            gpu_memory_utilization=options.gpu_memory_utilization,
+            max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
+        )  # fmt: skip
+        result = simulate(workload, engine)
+        stats = asdict(result.stats)
+        config = {
+            "cell_key": cell.key,
+            "cell": cell.model_dump(mode="json"),
+            "engine": {"kind": "sim", "scheduler": asdict(engine.scheduler) | {"tier": engine.scheduler.tier and engine.scheduler.tier.value,
+                       "pins": engine.scheduler.pins and asdict(engine.scheduler.pins)},
+                       "calibration": asdict(engine.cost.calibration)},  # fmt: skip
+            "engine_facts": {"block_size": engine.scheduler.block_size, "num_kv_blocks": engine.scheduler.num_blocks,
+                             "kv_cache_tokens": engine.scheduler.num_blocks * engine.scheduler.block_size,
+                             "device_name": f"simulated {cell.gpu}"},  # fmt: skip
+            "simulation": stats,
+            "tier_counters": result.stats.tier_counters,
+            "replica_reused": False,
+            "host": platform.node(),
+            "node_id": self._node_id,
+        }
+        summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
+        self._status = WorkerStatus()
+        return CellOutcome(
+            cell_key=cell.key, status=CellStatus.DONE, reason=None, retryable=False, requests=tuple(result.requests),
+            jobs=tuple(result.jobs), config=config, server_log=f"simulated {cell.label}: {summary}\n",
+            scheduler_trace=result.trace_bytes(), node_id=self._node_id, started_unix=started, finished_unix=time.time(),
+        )  # fmt: skip
 
     def shutdown(self) -> None:
         self._drop_replica()

@@ -23,7 +23,7 @@ def run_script(tmp_path, *flags):
         (["--jps", "1,-3"], "jobs per second must be positive, got -3"),
         (["--jps", "fast"], "--jps takes a list of float values, got 'fast'"),
         (["--policies", "lmcache"], "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu device"),
-        (["--engine", "sim"], "engine 'sim' is not available yet"),
+        (["--engine", "sim"], "the simulator has no profile for the 'cpu' device"),
         (["--scale", "0"], "workload.scale: Input should be greater than 0 (got 0.0)"),
     ],
 )

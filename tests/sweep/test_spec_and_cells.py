@@ -45,6 +45,16 @@ def test_anything_that_can_change_a_result_changes_the_key(change):
     assert base.key != changed.key
 
 
+def test_auto_runs_real_vllm_on_the_gpu_types_the_cluster_has_and_simulates_the_others():
+    cells = expand(spec(engine=EngineKind.AUTO, model="llama-3.1-8b-instruct"), has_gpu=lambda gpu: gpu == "H100")
+    assert {(cell.gpu, cell.engine, cell.placement) for cell in cells} == {
+        ("H100", EngineKind.VLLM, "H100"),
+        ("A100", EngineKind.SIM, "sim"),
+    }
+    assert all("(sim)" in cell.label for cell in cells if cell.engine is EngineKind.SIM)
+    assert {cell.engine for cell in expand(spec(engine=EngineKind.AUTO))} == {EngineKind.VLLM}
+
+
 def test_run_limits_are_not_part_of_the_key():
     assert expand(spec())[0].key == expand(spec(limits=RunLimits(max_attempts=5, hang_timeout_s=9)))[0].key
 
@@ -57,7 +67,9 @@ def test_run_limits_are_not_part_of_the_key():
         ({"jps": (1, 0)}, "jobs per second must be positive, got 0"),
         ({"dram_gb": (-1,)}, "a DRAM budget must be 0 or more GB, got -1"),
         ({"gpus": ("cpu",), "policies": ("fcfs", "lmcache")}, "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu"),
-        ({"engine": EngineKind.SIM}, "engine 'sim' is not available yet"),
+        ({"engine": EngineKind.SIM, "gpus": ("H100", "cpu"), "model": "llama-3.1-8b-instruct"},
+         "the simulator has no profile for the 'cpu' device; it simulates GPUs: B200, H200"),
+        ({"engine": EngineKind.SIM, "model": "no/such-model"}, "unknown model 'no/such-model'"),
         ({"gpus": ("cpu",), "engine_options": EngineOptions(num_kv_blocks=400)},
          "num_kv_blocks 400 x block size 32 = 12800 tokens cannot hold one max_model_len (16384) sequence; use at least 512"),
     ],

@@ -1,0 +1,70 @@
+"""A sweep on the simulator goes through the same driver, records, tracking and report as a real one."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from orchestrator.sweep.cells import CellStatus
+from orchestrator.sweep.driver import run_sweep
+from orchestrator.sweep.spec import EngineKind, SweepSpec
+from orchestrator.sweep.tracking import default_tracking_uri
+from orchestrator.workload.spec import WorkloadSpec
+from tests.sweep.conftest import options, runs_by_key, summary
+
+SPEC = SweepSpec(
+    name="simulated",
+    engine=EngineKind.SIM,
+    gpus=("H100", "L40S"),
+    policies=("fcfs", "continuum", "lmcache"),
+    jps=(2, 8),
+    dram_gb=(100,),
+    model="meta-llama/Llama-3.1-8B-Instruct",
+    workload=WorkloadSpec(jps=1, duration_s=20),
+)
+
+
+@pytest.fixture(scope="module")
+def simulated(fake_gpu_cluster, tmp_path_factory):
+    results = tmp_path_factory.mktemp("sim")
+    assert run_sweep(SPEC, options(results)) == 0
+    return results
+
+
+def test_every_cell_is_simulated_done_and_tagged_sim_even_for_gpu_types_the_cluster_lacks(simulated):
+    rows = summary(simulated, "simulated")
+    assert len(rows) == 12 and set(rows.status) == {"done"} and set(rows.engine) == {"sim"}
+    assert (rows.n_completed == rows.n_jobs).all() and (rows.n_jobs > 0).all()
+    from mlflow import MlflowClient
+
+    client = MlflowClient(default_tracking_uri(simulated))
+    for row in rows.itertuples():
+        run = client.get_run(row.run_id)
+        assert run.data.tags["engine"] == "sim" and run.data.tags["status"] == "done"
+        assert run.data.params["engine"] == "sim"
+
+
+def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(simulated):
+    rows = summary(simulated, "simulated")
+    key = rows[(rows.gpu == "L40S") & (rows.policy == "lmcache") & (rows.jps == 8)].cell_key.item()
+    cell_dir = simulated / "simulated" / "cells" / key
+    requests, jobs = pd.read_parquet(cell_dir / "requests.parquet"), pd.read_parquet(cell_dir / "jobs.parquet")
+    assert len(requests) == 8 * len(jobs)
+    trace = pd.read_json(cell_dir / "scheduler_trace.jsonl", lines=True)
+    assert (trace.kind == "finish").sum() == len(requests)
+    assert trace[trace.kind == "step"].eval("prefill_tokens + decode_tokens").max() <= 2048  # L40S's budget
+    config = json.loads((cell_dir / "cell.json").read_text())
+    assert config["engine"]["kind"] == "sim" and config["engine"]["scheduler"]["max_num_batched_tokens"] == 2048
+    assert config["tier_counters"]["kv_offload_store_bytes"] > 0
+
+
+def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing(simulated):
+    before = runs_by_key(simulated, "simulated")
+    assert run_sweep(SPEC, options(simulated)) == 0
+    assert runs_by_key(simulated, "simulated") == before
+    assert all([run.status for run in runs] == [CellStatus.DONE] for runs in before.values())
+
+
+def test_the_report_labels_every_table_as_simulated(simulated):
+    page = (simulated / "simulated" / "report" / "report.html").read_text()
+    assert "simulated" in page and "measured on real vLLM" not in page
