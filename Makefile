@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo test test-fast clean
+.PHONY: install chromium demo demo-cpu test test-fast clean
 
 install: $(INSTALLED)
 
@@ -18,14 +18,23 @@ $(INSTALLED): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The main job. Until the simulator exists (`--engine auto` then covers absent GPUs with it), a machine
-# without GPUs runs the real CPU-vLLM sweep; re-running fills only what is missing.
+# The main job: the source study's grid with --engine auto (real vLLM on the GPU types the Ray cluster
+# has, the simulator for the others), then its report; re-running fills only what is missing.
+# `make demo-cpu` is the real CPU-vLLM sweep on the tiny model instead.
 RESULTS ?= $(CURDIR)/results
 
-demo: install
-	$(PY) sweeps/cpu_tiny.py --results-dir $(RESULTS)
-	@echo "Report: $(RESULTS)/cpu_tiny/report/report.html"
+define where_results_are
+	@echo "Report: $(RESULTS)/$(1)/report/report.html"
 	@echo "MLflow UI on these results:  $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(RESULTS)/mlflow.db  (then open http://127.0.0.1:5000)"
+endef
+
+demo: install
+	$(PY) sweeps/large_dram.py --results-dir $(RESULTS)
+	$(call where_results_are,large_dram)
+
+demo-cpu: install
+	$(PY) sweeps/cpu_tiny.py --results-dir $(RESULTS)
+	$(call where_results_are,cpu_tiny)
 
 # The report test renders the HTML report in headless Chromium; Debian/Ubuntu get it from apt.
 CHROMIUM := $(firstword $(foreach name,chromium-headless-shell chromium chromium-browser google-chrome,$(shell command -v $(name))))
