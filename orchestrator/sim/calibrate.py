@@ -137,13 +137,22 @@ def write_calibration(calibration: Calibration, rms_log_error: float, path: Path
     tmp.replace(path)
 
 
+TIE = 0.01  # policies within 1% of each other: the simulator calls no winner
+
+
 def winners(cells: list[MeasuredCell], jcts: list[float]) -> dict[tuple[str, float], tuple[str, str]]:
-    """Per (source, JPS): the measured and the simulated winning policy."""
+    """Per (source, JPS): the measured and the simulated winning policy ("a tie of ..." when the best
+    simulated policies are within ``TIE`` of each other)."""
     groups: dict[tuple[str, float], list[tuple[MeasuredCell, float]]] = {}
     for cell, jct in zip(cells, jcts):
         groups.setdefault((cell.source, cell.jps), []).append((cell, jct))
-    return {key: (min(rows, key=lambda r: r[0].avg_jct_s)[0].policy, min(rows, key=lambda r: r[1])[0].policy)
-            for key, rows in groups.items()}  # fmt: skip
+    won = {}
+    for key, rows in groups.items():
+        best = min(jct for _, jct in rows)
+        tied = [cell.policy for cell, jct in rows if jct <= best * (1 + TIE)]
+        simulated = tied[0] if len(tied) == 1 else f"a tie of {' and '.join(tied)}"
+        won[key] = (min(rows, key=lambda row: row[0].avg_jct_s)[0].policy, simulated)
+    return won
 
 
 def report(cells: list[MeasuredCell], jcts: list[float]) -> str:
@@ -157,8 +166,9 @@ def report(cells: list[MeasuredCell], jcts: list[float]) -> str:
     for (source, jps), (measured, simulated) in won.items():
         lines.append(f"| {source} | {jps:g} | {measured} | {simulated}{'' if measured == simulated else ' (differs)'} |")
     matches = sum(measured == simulated for measured, simulated in won.values())
-    lines += ["", f"Worst cell error {worst:.0%}; winner matches at {matches} of {len(won)} (source, JPS) groups; "
-              f"RMS log error {math.sqrt(log_error(jcts, cells)):.3f}."]  # fmt: skip
+    ties = sum(simulated.startswith("a tie") for _, simulated in won.values())
+    lines += ["", f"Worst cell error {worst:.0%}; winner matches at {matches} of {len(won)} (source, JPS) groups, "
+              f"{ties} simulated ties; RMS log error {math.sqrt(log_error(jcts, cells)):.3f}."]  # fmt: skip
     return "\n".join(lines)
 
 
