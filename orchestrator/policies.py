@@ -99,8 +99,12 @@ POLICIES: dict[str, Policy] = {
                pins=ContinuumConfig(ttl_mode=TtlMode.ADAPTIVE), job_priority=True),
         Policy("continuum-pin-only", "continuum's pins with stock request-level FCFS order",
                pins=ContinuumConfig(pinned_first=False)),
-        Policy("continuum-no-reserve", "continuum as the public prototype: new jobs are admitted whenever blocks are free",
+        Policy("continuum-no-reserve", "continuum without the reserve: new jobs are admitted whenever blocks are free",
                pins=ContinuumConfig(reserve_for_pinned=False), job_priority=True),
+        Policy("continuum-prototype", "the public prototype's rules: no reserve, pins give way only when nothing else "
+               "runs, an expired pin holds while its job's next turn waits",
+               pins=ContinuumConfig(reserve_for_pinned=False, admission_release=AdmissionRelease.IDLE,
+                                    hold_while_waiting=True), job_priority=True),
         Policy("continuum-yielding", "continuum whose pins always yield to a blocked admission",
                pins=ContinuumConfig(admission_release=AdmissionRelease.ALWAYS), job_priority=True),
         Policy("lmcache", "LMCache CPU offload (LMCacheConnectorV1) with the DRAM budget as its CPU tier",

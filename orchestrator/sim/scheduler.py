@@ -27,7 +27,6 @@ from enum import Enum
 
 from orchestrator.replica.schedulers.pins import (
     PINNED_PRIORITY_OFFSET,
-    AdmissionRelease,
     ContinuumConfig,
     Pin,
     PinTable,
@@ -125,6 +124,10 @@ class _Waiting:
     def pop(self) -> SimRequest:
         return heapq.heappop(self._heap)[3] if self._by_priority else self._fifo.popleft()
 
+    def job_ids(self) -> set[str]:
+        entries = (entry[3] for entry in self._heap) if self._by_priority else self._fifo
+        return {request.job_id for request in entries}
+
     def remove(self, request: SimRequest) -> None:
         if self._by_priority:
             self._heap = [entry for entry in self._heap if entry[3] is not request]
@@ -179,7 +182,8 @@ class SimScheduler:
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
         if self.pins is not None:
-            for pin in self.pins.take_expired(now):
+            waiting_jobs = self.waiting.job_ids() if self.pins.config.hold_while_waiting else ()
+            for pin in self.pins.take_expired(now, waiting_jobs):
                 self._release(pin, "ttl", plan.unpins)
         budget = self.config.max_num_batched_tokens
         scheduled: dict[int, int] = {}  # id(request) -> index in plan.scheduled
@@ -297,8 +301,8 @@ class SimScheduler:
     def _pressure_victim(self, request: SimRequest) -> Pin | None:
         if self.pins is None:
             return None
-        any_pin = self.pins.config.admission_release is AdmissionRelease.ALWAYS
-        return self.pins.take_victim(exclude_job_id=request.job_id, younger_than=None if any_pin else request.job_index)
+        others_running = len(self.running) - (request in self.running)
+        return self.pins.pressure_victim(request.job_id, request.job_index, others_running)
 
     def _must_wait_for_reserve(self, request: SimRequest) -> bool:
         """Continuum's admission rule: a new job's first turn waits while admitting it would leave fewer

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.replica.schedulers.pins import CONFIG_ENV, ContinuumConfig, PinTable, TtlMode
+from orchestrator.replica.schedulers.pins import CONFIG_ENV, AdmissionRelease, ContinuumConfig, PinTable, TtlMode
 
 
 def test_fixed_ttl_expiry_takes_only_the_expired_pins():
@@ -33,6 +33,29 @@ def test_a_waiting_request_may_only_take_pins_of_younger_jobs():
     assert table.take_victim(younger_than=0).job_id == "c"
     assert table.take_victim(younger_than=0).job_id == "b"
     assert table.take_victim(younger_than=0) is None
+
+
+def test_the_release_rule_decides_which_pin_gives_way_to_a_request_short_of_blocks():
+    def table(release):
+        pins = PinTable(ContinuumConfig(admission_release=release))
+        for index, (job, pinned_at) in enumerate((("a", 5.0), ("b", 9.0), ("c", 1.0))):
+            pins.pin(job, index, [job], now=pinned_at)
+        return pins
+
+    assert table(AdmissionRelease.YOUNGER).pressure_victim("b", 1, others_running=3).job_id == "c"
+    assert table(AdmissionRelease.YOUNGER).pressure_victim("c", 2, others_running=0) is None
+    assert table(AdmissionRelease.ALWAYS).pressure_victim("c", 2, others_running=3).job_id == "b"
+    # The prototype: nothing gives way while others run; then the most recently pinned goes first.
+    assert table(AdmissionRelease.IDLE).pressure_victim("a", 0, others_running=1) is None
+    assert table(AdmissionRelease.IDLE).pressure_victim("a", 0, others_running=0).job_id == "b"
+
+
+def test_an_expired_pin_holds_while_its_jobs_next_turn_waits_when_configured():
+    for hold, expired in ((True, ["b"]), (False, ["a", "b"])):
+        table = PinTable(ContinuumConfig(ttl_s=1.0, hold_while_waiting=hold))
+        table.pin("a", 0, ["a"], now=0.0)
+        table.pin("b", 1, ["b"], now=0.0)
+        assert [pin.job_id for pin in table.take_expired(now=5.0, waiting_jobs=["a"])] == expired
 
 
 def test_repinning_a_job_hands_back_its_older_pin():

@@ -32,7 +32,6 @@ from typing import Any
 
 from orchestrator.replica.schedulers.pins import (
     PINNED_PRIORITY_OFFSET,
-    AdmissionRelease,
     ContinuumConfig,
     Pin,
     PinTable,
@@ -74,7 +73,8 @@ class ContinuumScheduler(TracingScheduler):
         super().add_request(request)
 
     def schedule(self, *args, **kwargs):
-        for pin in self.pins.take_expired(time.time()):
+        waiting_jobs = (JobTag(request).job_id for request in self.waiting) if self.pins.config.hold_while_waiting else ()
+        for pin in self.pins.take_expired(time.time(), waiting_jobs):
             self._release(pin, "ttl")
         output = super().schedule(*args, **kwargs)
         for new in output.scheduled_new_reqs:
@@ -117,9 +117,8 @@ class ContinuumScheduler(TracingScheduler):
 
     def _pressure_victim(self, request: Any) -> Pin | None:
         tag = JobTag(request)
-        may_take_any = tag.job_id is None or self.pins.config.admission_release is AdmissionRelease.ALWAYS
-        younger_than = None if may_take_any else tag.job_index
-        return self.pins.take_victim(exclude_job_id=tag.job_id, younger_than=younger_than)
+        others_running = len(self.running) - (request in self.running)
+        return self.pins.pressure_victim(tag.job_id, tag.job_index, others_running)
 
     def _release(self, pin: Pin, reason: str) -> None:
         # Tail blocks first, as vLLM frees a request's blocks, so the shared prefix is evicted last.

@@ -38,6 +38,9 @@ class AdmissionRelease(str, enum.Enum):
     # job waits for blocks instead of evicting a job in flight (Continuum's turn-1/turn-2 spike).
     YOUNGER = "younger"
     ALWAYS = "always"  # any pin, youngest first: pins never delay an admission
+    # The public prototype's rule: pins give way only when no other request is running (the most recently
+    # pinned first); until then new work waits and a running request short of blocks preempts another.
+    IDLE = "idle"
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class ContinuumConfig:
     # A new job is admitted only if the blocks left free cover what the pinned jobs are expected to grow to
     # by their last turn, so jobs in flight do not have to take each other's pins (beyond the prototype).
     reserve_for_pinned: bool = True
+    # The prototype keeps an expired pin while its job's next turn waits in the queue.
+    hold_while_waiting: bool = False
 
     @classmethod
     def from_env(cls) -> ContinuumConfig:
@@ -155,9 +160,24 @@ class PinTable:
     def take(self, job_id: str) -> Pin | None:
         return self._pins.pop(job_id, None)
 
-    def take_expired(self, now: float) -> list[Pin]:
-        expired = [job_id for job_id, pin in self._pins.items() if pin.expires_at <= now]
+    def take_expired(self, now: float, waiting_jobs: Iterable[str] = ()) -> list[Pin]:
+        """Pins past their TTL; with ``hold_while_waiting``, not those of ``waiting_jobs``."""
+        held = set(waiting_jobs) if self.config.hold_while_waiting else set()
+        expired = [job_id for job_id, pin in self._pins.items() if pin.expires_at <= now and job_id not in held]
         return [self._pins.pop(job_id) for job_id in expired]
+
+    def pressure_victim(self, job_id: str | None, job_index: int, others_running: int) -> Pin | None:
+        """The pin that gives way to a request of ``job_id`` that cannot get blocks, by the release rule;
+        None when it must wait (or, if running, let the engine preempt)."""
+        release = self.config.admission_release
+        if release is AdmissionRelease.IDLE:
+            if others_running or not self._pins:
+                return None
+            latest = max(self._pins.values(), key=lambda pin: pin.pinned_at)
+            return self._pins.pop(latest.job_id)
+        if job_id is None or release is AdmissionRelease.ALWAYS:
+            return self.take_victim(exclude_job_id=job_id)
+        return self.take_victim(exclude_job_id=job_id, younger_than=job_index)
 
     def take_victim(self, exclude_job_id: str | None = None, younger_than: int | None = None) -> Pin | None:
         """The pin to give up under pressure: the youngest job's (highest arrival index), never
