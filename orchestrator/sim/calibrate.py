@@ -41,8 +41,12 @@ FITTED: dict[str, tuple[float, float]] = {
 
 
 # The source study's names for what it ran, in this project's policies. Its Continuum is the public
-# prototype, which admits a new job whenever blocks are free (no reserve for pinned jobs); its measured
-# per-turn shape (a T1 spike at 6 JPS, a T2 spike at 10 JPS, flat later turns) is that policy's.
+# prototype, which admits a new job whenever blocks are free (no reserve for pinned jobs): run as
+# `continuum-no-reserve`, whose per-turn shape (a T1 spike at 6 JPS, a T2 spike at 10 JPS, flat later
+# turns) is the measured one. `continuum-prototype` adds the prototype's other rules as read from its
+# code (pins give way only when nothing else runs; an expired pin holds while its job waits); it fits
+# worse (worst cell 38% against 31%) and the study's workload may not have triggered them (the
+# prototype pins only turns whose output it parses as a tool call), so it is not the mapping.
 SOURCE_POLICIES = {"continuum": "continuum-no-reserve"}
 
 

@@ -65,7 +65,8 @@ def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, 
 
     def predicted(x):
         device = Device("cpu", math.exp(x[0]), math.exp(x[1]), 1.0, 2048, 128)
-        cost = StepCost(arch, device, Calibration(1.0, 1.0, math.exp(x[2]), math.exp(x[3])))
+        overheads = Calibration(1.0, 1.0, step_overhead_s=math.exp(x[2]), seq_overhead_s=math.exp(x[3]))
+        cost = StepCost(arch, device, overheads)
         return [cost.forward_s(n, p, c, s) for n, p, c, s in zip(tokens, pairs, context, seqs)]
 
     def residuals(x):

@@ -13,7 +13,8 @@ ARCH = load_model("llama-3.1-8b-instruct")
 
 
 def synthetic_trace(flops: float, bandwidth: float, step_s: float, seq_s: float, num_steps: int = 400) -> pd.DataFrame:
-    cost = StepCost(ARCH, Device("cpu", flops, bandwidth, 1.0, 2048, 128), Calibration(1.0, 1.0, step_s, seq_s))
+    overheads = Calibration(1.0, 1.0, step_overhead_s=step_s, seq_overhead_s=seq_s)
+    cost = StepCost(ARCH, Device("cpu", flops, bandwidth, 1.0, 2048, 128), overheads)
     rng = random.Random(3)
     rows, now = [], 0.0
     for step in range(num_steps):
