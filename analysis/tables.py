@@ -154,7 +154,9 @@ def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: 
     for cell in cells.itertuples():
         later = turns[(turns.cell_key == cell.cell_key) & (turns.turn > 1)]
         reuse_gap = tool_time_s + (later.ttft_mean_s.mean() if len(later) else 0.0)
-        write_rate = cell.kv_offload_store_bytes / cell.wall_s if cell.wall_s else 0.0
+        # Over the load's own span (virtual for a simulated cell), not the worker's wall time.
+        span = getattr(cell, "span_s", None) or cell.wall_s
+        write_rate = cell.kv_offload_store_bytes / span if span else 0.0
         retention = cell.dram_gb * 1e9 / write_rate if write_rate else np.inf
         read_back = cell.kv_offload_load_bytes / cell.kv_offload_store_bytes if cell.kv_offload_store_bytes else np.nan
         hits = getattr(cell, "external_prefix_cache_hits", np.nan)

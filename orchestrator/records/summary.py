@@ -38,6 +38,7 @@ class CellSummary:
     dispatch_lag_p50_ms: float | None
     dispatch_lag_p99_ms: float | None
     dispatch_lag_max_ms: float | None
+    span_s: float | None  # first arrival to last job end on the cell's clock (virtual time for the simulator)
     turns: tuple[TurnSummary, ...]
 
     def turn(self, number: int) -> TurnSummary | None:
@@ -68,8 +69,14 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> C
         dispatch_lag_p50_ms=_percentile(lags_ms, 50),
         dispatch_lag_p99_ms=_percentile(lags_ms, 99),
         dispatch_lag_max_ms=max(lags_ms) if lags_ms else None,
+        span_s=_span(jobs),
         turns=tuple(_turn_summary(turn, requests) for turn in sorted({record.turn for record in requests})),
     )
+
+
+def _span(jobs: Sequence[JobRecord]) -> float | None:
+    ends = [job.finished_at for job in jobs if job.finished_at is not None]
+    return max(ends) - min(job.arrival_at for job in jobs) if ends else None
 
 
 def _turn_summary(turn: int, requests: Sequence[RequestRecord]) -> TurnSummary:

@@ -61,6 +61,7 @@ def summary_row(sweep: str, cell: CellSpec, status: CellStatus, summary: CellSum
         "n_errors": summary.num_errors if summary else None,
         "t8_over_t1": t_last / t1 if t1 and t_last else None,
         "dispatch_lag_p99_ms": summary.dispatch_lag_p99_ms if summary else None,
+        "span_s": summary.span_s if summary else None,
     }
     row.update(extra)
     return row
