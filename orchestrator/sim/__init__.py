@@ -1,0 +1,7 @@
+"""The simulated engine (``--engine sim``): one vLLM v1 engine in virtual time.
+
+blocks.py (block pool, CPU tier) -> scheduler.py (one vLLM step, the policies' hooks) -> engine.py (the
+clients, the host link and time) with hardware.py (what a step costs) and config.py (a cell to an
+engine); calibrate.py fits the constants on measured/ into calibration.toml; profile.py builds a device
+from a real engine's step trace. See docs/simulator.md.
+"""

@@ -25,12 +25,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from orchestrator.gpus import GPU_TYPES, GpuType
-from orchestrator.sizing.kv import kv_bytes_per_token, kv_tokens, replica_kv_bytes, weight_bytes
+from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, kv_bytes_per_token, size, weight_bytes
 from orchestrator.sizing.models import ModelArch
 
 CALIBRATION_FILE = Path(__file__).parent / "calibration.toml"
-# vLLM's own overhead outside the KV pool at 0.85 utilization (activations, CUDA graphs), as the preflight.
-NON_KV_OVERHEAD_GIB = 2.0
 
 
 @dataclass(frozen=True)
@@ -82,10 +80,10 @@ class Device:
 
 
 def gpu_kv_blocks(arch: ModelArch, gpu: str, utilization: float, block_size: int = 16) -> int:
-    """KV blocks vLLM allocates for ``arch`` on one ``gpu`` (the preflight's sizing)."""
-    memory_gib = GPU_TYPES[gpu].memory_gib
-    kv_bytes = replica_kv_bytes(memory_gib, utilization, NON_KV_OVERHEAD_GIB, weight_bytes(arch))
-    return kv_tokens(kv_bytes, kv_bytes_per_token(arch, 2), block_size) // block_size
+    """KV blocks vLLM allocates for ``arch`` on one ``gpu``: the preflight's sizing."""
+    sizing = size(arch, gpu, GPU_TYPES[gpu].memory_gib, utilization=utilization,
+                  overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=block_size)  # fmt: skip
+    return sizing.gpu_kv_tokens // block_size
 
 
 class StepCost:

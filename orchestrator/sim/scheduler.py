@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
@@ -367,7 +366,3 @@ class SimScheduler:
         request.saved_tokens = computed
         self.tier.save(request.job_id, computed)
         return new
-
-
-def num_chunks(num_tokens: int, chunk_tokens: int) -> int:
-    return math.ceil(num_tokens / chunk_tokens)

@@ -26,6 +26,7 @@ GIB = 2**30
 KIB = 2**10
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 PRACTICAL_MAX_UTILIZATION = 0.95
+VLLM_NON_KV_OVERHEAD_GIB = 2.0  # what vLLM keeps outside the KV pool per GPU (activations, CUDA graphs)
 
 
 class Regime(str, Enum):

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.policies import get_policy
 from orchestrator.sizing.agent import agent_working_sets
-from orchestrator.sizing.kv import Regime, kv_bytes_per_token, regime, size
+from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, kv_bytes_per_token, regime, size
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.cells import CellSpec
 
-OVERHEAD_GIB = 2.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ def preflight(cell: CellSpec) -> Preflight:
         gpu_tokens = options.num_kv_blocks * block
     else:
         sizing = size(arch, cell.gpu, gpu.memory_gib, utilization=options.gpu_memory_utilization,
-                      overhead_gib=OVERHEAD_GIB, block_size=block)  # fmt: skip
+                      overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=block)  # fmt: skip
         gpu_tokens = sizing.gpu_kv_tokens
     fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
     has_cpu_tier = get_policy(cell.policy).connector is not None

@@ -164,9 +164,7 @@ class CellWorker:
         config = {
             "cell_key": cell.key,
             "cell": cell.model_dump(mode="json"),
-            "engine": {"kind": "sim", "scheduler": asdict(engine.scheduler) | {"tier": engine.scheduler.tier and engine.scheduler.tier.value,
-                       "pins": engine.scheduler.pins and asdict(engine.scheduler.pins)},
-                       "calibration": asdict(engine.cost.calibration)},  # fmt: skip
+            "engine": {"kind": "sim", "scheduler": asdict(engine.scheduler), "calibration": asdict(engine.cost.calibration)},
             "engine_facts": {"block_size": engine.scheduler.block_size, "num_kv_blocks": engine.scheduler.num_blocks,
                              "kv_cache_tokens": engine.scheduler.num_blocks * engine.scheduler.block_size,
                              "device_name": f"simulated {cell.gpu}"},  # fmt: skip
