@@ -39,7 +39,7 @@ GRID = SPEC.model_copy(update={"engine": EngineKind.SIM})
 
 def _simulate(cell: CellSpec) -> tuple[str, float, int]:
     started = time.perf_counter()
-    outcome = CellWorker("benchmark")._simulate(cell, time.time())
+    outcome = CellWorker("benchmark").run(cell, GRID.limits)
     return cell.label, time.perf_counter() - started, len(outcome.requests)
 
 

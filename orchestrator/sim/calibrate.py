@@ -76,9 +76,7 @@ def measured_cells(directory: Path = MEASURED_DIR) -> list[MeasuredCell]:
 def simulated_jct(cell: MeasuredCell, calibration: Calibration) -> float:
     workload = WorkloadSpec(jps=cell.jps)
     policy = SOURCE_POLICIES.get(cell.policy, cell.policy)
-    engine = sim_engine(Device.gpu(cell.gpu), MODEL, policy, cell.dram_gb, calibration=calibration,
-                        system_prompt_tokens=workload.scaled_system_prompt_tokens,
-                        output_tokens=workload.output_tokens)  # fmt: skip
+    engine = sim_engine(Device.gpu(cell.gpu), MODEL, policy, cell.dram_gb, workload, calibration=calibration)
     jcts = [job.jct_s for job in simulate(workload, engine).jobs if job.jct_s is not None]
     return statistics.fmean(jcts) if jcts else math.inf
 

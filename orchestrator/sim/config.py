@@ -16,6 +16,7 @@ from orchestrator.sim.hardware import Calibration, Device, StepCost, gpu_kv_bloc
 from orchestrator.sim.scheduler import SchedulerConfig, TierKind
 from orchestrator.sizing.kv import GIB, kv_bytes_per_token
 from orchestrator.sizing.models import ModelArch, load_model
+from orchestrator.workload.spec import WorkloadSpec
 
 
 def check_simulable(model: str, gpus: Iterable[str]) -> None:
@@ -31,9 +32,8 @@ def sim_engine(
     model: str | ModelArch,
     policy: str,
     dram_gb: float,
+    workload: WorkloadSpec,
     *,
-    system_prompt_tokens: int,
-    output_tokens: int,
     calibration: Calibration | None = None,
     block_size: int = 16,
     num_kv_blocks: int | None = None,
@@ -48,10 +48,10 @@ def sim_engine(
     tier_gb = chosen.cpu_tier_gb if chosen.cpu_tier_gb is not None else dram_gb
     scheduler = SchedulerConfig(
         num_blocks=num_kv_blocks,
-        num_shared_blocks=system_prompt_tokens // block_size,
+        num_shared_blocks=workload.scaled_system_prompt_tokens // block_size,
         max_num_batched_tokens=max_num_batched_tokens or device.default_max_num_batched_tokens,
         max_num_seqs=max_num_seqs or device.default_max_num_seqs,
-        output_tokens=output_tokens,
+        output_tokens=workload.output_tokens,
         block_size=block_size,
         job_priority=chosen.job_priority,
         pins=chosen.pins,

@@ -44,7 +44,10 @@ class SimStats:
     evicted_blocks: int = 0
     save_stall_s: float = 0.0
     load_stall_s: float = 0.0
-    tier_counters: dict[str, float] = field(default_factory=dict)
+    tier_store_bytes: float = 0.0
+    tier_load_bytes: float = 0.0
+    tier_hits: int = 0
+    tier_counters: dict[str, float] = field(default_factory=dict)  # named as the real engine's counters
 
 
 @dataclass
@@ -97,7 +100,6 @@ class Simulation:
         self.requests: list[RequestRecord] = []
         self.jobs: list[JobRecord] = []
         self._job_of: dict[str, _Job] = {}
-        self._tier_bytes = {"store": 0.0, "load": 0.0, "queries": 0, "hits": 0}
 
     def run(self) -> SimResult:
         spec = self.workload
@@ -193,7 +195,7 @@ class Simulation:
         save_stall = 0.0
         if save_tokens:
             copied = self._d2h.transfer(start, cost.copy_s(save_tokens))
-            self._tier_bytes["store"] += save_tokens * cost.kv_bytes_per_token
+            self.stats.tier_store_bytes += save_tokens * cost.kv_bytes_per_token
             if scheduler.config.tier is TierKind.LMCACHE:  # wait_for_save: the copies, syncs and bookkeeping
                 calibration = cost.calibration
                 sync = calibration.lmcache_save_step_s + calibration.lmcache_save_chunk_s * save_chunks
@@ -303,8 +305,8 @@ class Simulation:
             })  # fmt: skip
 
     def _count_loads(self, num_tokens: int, num_requests: int) -> None:
-        self._tier_bytes["load"] += num_tokens * self.cost.kv_bytes_per_token
-        self._tier_bytes["hits"] += num_requests
+        self.stats.tier_load_bytes += num_tokens * self.cost.kv_bytes_per_token
+        self.stats.tier_hits += num_requests
 
     def _finish_stats(self) -> None:
         stats = self.stats
@@ -312,9 +314,9 @@ class Simulation:
         stats.evicted_blocks = self.scheduler.pool.evicted_blocks
         if self.scheduler.tier is not None:
             stats.tier_counters = {
-                "kv_offload_store_bytes": self._tier_bytes["store"],
-                "kv_offload_load_bytes": self._tier_bytes["load"],
-                "external_prefix_cache_hits": float(self._tier_bytes["hits"]),
+                "kv_offload_store_bytes": stats.tier_store_bytes,
+                "kv_offload_load_bytes": stats.tier_load_bytes,
+                "external_prefix_cache_hits": float(stats.tier_hits),
             }
 
 

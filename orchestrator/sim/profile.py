@@ -80,10 +80,8 @@ def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, 
 
 
 def simulate_cell(profile: CpuProfile, arch: ModelArch, policy: str, workload: WorkloadSpec) -> SimResult:
-    engine = sim_engine(profile.device(), arch, policy, 0, calibration=profile.calibration(),
-                        system_prompt_tokens=workload.scaled_system_prompt_tokens,
-                        output_tokens=workload.output_tokens, block_size=profile.block_size,
-                        num_kv_blocks=profile.num_kv_blocks)  # fmt: skip
+    engine = sim_engine(profile.device(), arch, policy, 0, workload, calibration=profile.calibration(),
+                        block_size=profile.block_size, num_kv_blocks=profile.num_kv_blocks)  # fmt: skip
     return simulate(workload, engine)
 
 

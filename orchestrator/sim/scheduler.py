@@ -185,7 +185,7 @@ class SimScheduler:
             for pin in self.pins.take_expired(now, waiting_jobs):
                 self._release(pin, "ttl", plan.unpins)
         budget = self.config.max_num_batched_tokens
-        scheduled: dict[int, int] = {}  # id(request) -> index in plan.scheduled
+        scheduled: set[int] = set()  # ids of the running requests still scheduled (a preemption undoes one)
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
@@ -195,7 +195,7 @@ class SimScheduler:
             num_new = min(request.num_tokens - request.num_computed, budget)
             if not self._allocate_running(request, num_new, plan, scheduled):
                 break  # it had to preempt itself
-            scheduled[id(request)] = len(plan.scheduled)
+            scheduled.add(id(request))
             plan.scheduled.append((request, num_new, request.num_computed))
             budget -= num_new
             index += 1
@@ -207,13 +207,13 @@ class SimScheduler:
             request.num_computed += num_new
         return plan
 
-    def _allocate_running(self, request: SimRequest, num_new: int, plan: StepPlan, scheduled: dict[int, int]) -> bool:
+    def _allocate_running(self, request: SimRequest, num_new: int, plan: StepPlan, scheduled: set[int]) -> bool:
         needed = self._blocks_for(request.num_computed + num_new) - request.num_blocks
         while not self._allocate(request, needed, plan):
             victim = (max(self.running, key=SimRequest.sort_key) if self.config.job_priority
                       else self.running[-1])  # fmt: skip
             self.running.remove(victim)
-            scheduled.pop(id(victim), None)
+            scheduled.discard(id(victim))
             self._preempt(victim)
             plan.preempted += 1
             if victim is request:

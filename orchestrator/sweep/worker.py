@@ -153,8 +153,7 @@ class CellWorker:
         self._status = WorkerStatus(cell.key, "running", 0, 0)
         options, workload = cell.engine_options, cell.workload
         engine = sim_engine(
-            Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb,
-            system_prompt_tokens=workload.scaled_system_prompt_tokens, output_tokens=workload.output_tokens,
+            Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb, workload,
             block_size=options.block_size_on(cell.gpu), num_kv_blocks=options.num_kv_blocks,
             gpu_memory_utilization=options.gpu_memory_utilization,
             max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,

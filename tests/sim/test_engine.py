@@ -18,8 +18,7 @@ LLAMA = "llama-3.1-8b-instruct"
 
 def run(policy="fcfs", jps=1.0, gpu="H200", dram_gb=400, **engine_overrides):
     workload = WorkloadSpec(jps=jps, **engine_overrides.pop("workload", {}))
-    engine = sim_engine(Device.gpu(gpu), LLAMA, policy, dram_gb, system_prompt_tokens=workload.scaled_system_prompt_tokens,
-                        output_tokens=workload.output_tokens, **engine_overrides)  # fmt: skip
+    engine = sim_engine(Device.gpu(gpu), LLAMA, policy, dram_gb, workload, **engine_overrides)
     return simulate(workload, engine)
 
 
