@@ -14,6 +14,11 @@ from orchestrator.replica.server import ServerCommand
 # module needs vLLM, and building a command line must not).
 TRACE_ENV = "KVSWEEP_SCHEDULER_TRACE"
 
+# How long the server keeps an idle HTTP connection open (vLLM's default is 5 s, shorter than a tool-call
+# gap). Longer than the load generator's idle limit (``workload.client.IDLE_CONNECTION_S``) so that the
+# client, never the server, closes an idle connection.
+HTTP_KEEP_ALIVE_S = 120
+
 
 class VllmEngineConfig(BaseModel):
     """What a replica is asked to run. Frozen and strict; the server's own report of what took effect is
@@ -87,6 +92,7 @@ def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str,
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "HF_HUB_OFFLINE": "1",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(HTTP_KEEP_ALIVE_S),
     }
     if trace_path is not None:
         env[TRACE_ENV] = str(trace_path)

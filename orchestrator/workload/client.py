@@ -15,6 +15,19 @@ from dataclasses import dataclass
 
 import aiohttp
 
+# A pooled connection is dropped after this long idle. It must be shorter than the server's keep-alive
+# (replicas start vLLM with a longer one, ``replica.vllm_server.HTTP_KEEP_ALIVE_S``): a client whose loop
+# is busy when the server closes an idle connection would otherwise write its next request onto the
+# closing socket and record "Server disconnected" against a healthy server.
+IDLE_CONNECTION_S = 30.0
+
+
+def open_session(idle_connection_s: float = IDLE_CONNECTION_S) -> aiohttp.ClientSession:
+    """The HTTP session load generators use: unlimited connections, no overall timeout (each request has
+    its own), and idle connections dropped after ``idle_connection_s``."""
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=idle_connection_s)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+
 
 class EpochClock:
     """Seconds since a shared Unix epoch, read from the monotonic clock so it never jumps.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
-from orchestrator.workload.client import Completion, CompletionClient, EpochClock, RequestOptions
+from orchestrator.workload.client import Completion, CompletionClient, EpochClock, RequestOptions, open_session
 from orchestrator.workload.plan import JobPlan, TurnPlan, WorkloadPlan
 from orchestrator.workload.text import TOOL_SEPARATOR
 
@@ -63,9 +63,7 @@ class LoadGenerator:
     async def run_async(self, plan: WorkloadPlan, epoch_unix: float) -> ShardResult:
         clock = EpochClock(epoch_unix)
         self.progress = LoadProgress(jobs_total=len(plan.jobs))
-        connector = aiohttp.TCPConnector(limit=0, force_close=False)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async with open_session() as session:
             client = CompletionClient(self._base_url, self._options, session, clock.now)
             runner = _JobRunner(plan, client, clock, self.progress)
             outcomes = await _dispatch(plan, clock, runner.run)
