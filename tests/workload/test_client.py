@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 
@@ -11,6 +10,7 @@ import aiohttp
 import pytest
 import uvicorn
 
+from orchestrator.replica.server import free_port
 from orchestrator.replica.vllm_server import VllmEngineConfig
 from orchestrator.workload.client import IDLE_CONNECTION_S, open_session
 
@@ -26,9 +26,7 @@ async def _ok(scope, receive, send):
 
 @pytest.fixture(scope="module")
 def keep_alive_server():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = uvicorn.Config(_ok, host="127.0.0.1", port=port, timeout_keep_alive=SERVER_KEEP_ALIVE_S,
                             log_level="warning", lifespan="off")  # fmt: skip
     server = uvicorn.Server(config)
