@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from orchestrator.units import GIB
+
 TURN_COLUMNS = [f"T{turn}" for turn in range(1, 9)]
 
 
@@ -110,6 +112,8 @@ def missing_cells(summary: pd.DataFrame) -> pd.DataFrame:
     }
     frame = missing[["gpu", "policy", "dram_gb", "jps", "seed", "status"]].copy()
     frame["why"] = frame.status.map(reasons).fillna(frame.status)
+    if "reason" in missing:  # the driver's own words where it gave some (e.g. the autoscaler's time-out)
+        frame["why"] = missing["reason"].where(missing["reason"].notna(), frame["why"])
     return frame.sort_values(["gpu", "policy", "dram_gb", "jps"]).reset_index(drop=True)
 
 
@@ -157,7 +161,7 @@ def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: 
         # Over the load's own span (virtual for a simulated cell), not the worker's wall time.
         span = getattr(cell, "span_s", None) or cell.wall_s
         write_rate = cell.kv_offload_store_bytes / span if span else 0.0
-        retention = cell.dram_gb * 1e9 / write_rate if write_rate else np.inf
+        retention = cell.dram_gb * GIB / write_rate if write_rate else np.inf
         read_back = cell.kv_offload_load_bytes / cell.kv_offload_store_bytes if cell.kv_offload_store_bytes else np.nan
         hits = getattr(cell, "external_prefix_cache_hits", np.nan)
         queries = getattr(cell, "external_prefix_cache_queries", np.nan)

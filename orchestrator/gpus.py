@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CPU = "cpu"
-GIB = 2**30
 CATALOGUE = Path(__file__).parent / "data" / "gpus.toml"
 
 

@@ -23,7 +23,7 @@ ASYNC_TRACING = f"{_SCHEDULERS}.async_variants.AsyncTracingScheduler"
 ASYNC_CONTINUUM = f"{_SCHEDULERS}.async_variants.AsyncContinuumScheduler"
 
 
-NOCACHE_TIER_GB = 1.0  # the source study's LMCACHE_MAX_LOCAL_CPU_SIZE=1 ablation
+NOCACHE_TIER_GB = 1.0  # GiB: the source study's LMCACHE_MAX_LOCAL_CPU_SIZE=1 ablation
 
 
 class PolicyError(InputError):
@@ -42,6 +42,12 @@ class Policy:
     cpu_tier: str | None = None
     cpu_tier_gb: float | None = None
     connector: Callable[[float], tuple[tuple[str, ...], dict[str, str]]] | None = field(default=None, repr=False)
+
+    def tier_gib(self, dram_gb: float) -> float:
+        """The CPU tier this policy's connector allocates for a DRAM budget of ``dram_gb`` GiB (0 without one)."""
+        if self.cpu_tier is None:
+            return 0.0
+        return self.cpu_tier_gb if self.cpu_tier_gb is not None else dram_gb
 
     def engine_config(self, base: VllmEngineConfig, dram_gb: float) -> VllmEngineConfig:
         """``base`` configured for this policy with a CPU tier of ``dram_gb`` where the policy has one."""
@@ -109,7 +115,7 @@ POLICIES: dict[str, Policy] = {
                pins=ContinuumConfig(admission_release=AdmissionRelease.ALWAYS), job_priority=True),
         Policy("lmcache", "LMCache CPU offload (LMCacheConnectorV1) with the DRAM budget as its CPU tier",
                needs_cuda=True, cpu_tier="lmcache", connector=_lmcache()),
-        Policy("lmcache-nocache", "LMCache with a 1 GB CPU tier (the source study's ablation)",
+        Policy("lmcache-nocache", "LMCache with a 1 GiB CPU tier (the source study's ablation)",
                needs_cuda=True, cpu_tier="lmcache", cpu_tier_gb=NOCACHE_TIER_GB, connector=_lmcache(NOCACHE_TIER_GB)),
         Policy("native-offload", "vLLM's OffloadingConnector: eager async copy to a CPU tier of the DRAM budget",
                needs_cuda=True, cpu_tier="native", connector=_native_offload(simple=False)),

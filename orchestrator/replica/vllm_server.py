@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.replica.server import ServerCommand
+from orchestrator.units import GIB
 
 # Read by orchestrator.replica.schedulers.tracing inside the engine process (not imported here: that
 # module needs vLLM, and building a command line must not).
@@ -71,7 +72,7 @@ def vllm_server_command(
         # Without an explicit size the CPU engine claims 0.92 of the node's memory and refuses to start
         # when anything else uses some. With a fixed block count the pool is that count times the block size.
         kv_gib = config.kv_cache_gib if config.kv_cache_gib is not None else 1.0
-        argv += ["--kv-cache-memory-bytes", str(int(kv_gib * 2**30))]
+        argv += ["--kv-cache-memory-bytes", str(int(kv_gib * GIB))]
     for flag, value in (
         ("--max-num-seqs", config.max_num_seqs),
         ("--max-num-batched-tokens", config.max_num_batched_tokens),

@@ -14,7 +14,8 @@ from orchestrator.policies import get_policy
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.hardware import Calibration, Device, StepCost, gpu_kv_blocks
 from orchestrator.sim.scheduler import SchedulerConfig, TierKind
-from orchestrator.sizing.kv import GIB, kv_bytes_per_token
+from orchestrator.sizing.kv import kv_bytes_per_token
+from orchestrator.units import GIB
 from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -45,7 +46,6 @@ def sim_engine(
     chosen = get_policy(policy)
     if num_kv_blocks is None:
         num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size)
-    tier_gb = chosen.cpu_tier_gb if chosen.cpu_tier_gb is not None else dram_gb
     scheduler = SchedulerConfig(
         num_blocks=num_kv_blocks,
         num_shared_blocks=workload.scaled_system_prompt_tokens // block_size,
@@ -57,6 +57,6 @@ def sim_engine(
         pins=chosen.pins,
         tier=TierKind(chosen.cpu_tier) if chosen.cpu_tier else None,
         # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says.
-        tier_tokens=int(tier_gb * GIB / kv_bytes_per_token(arch, 2)) if chosen.cpu_tier else 0,
+        tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, 2)),
     )
     return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load()))

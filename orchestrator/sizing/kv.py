@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from orchestrator.sizing.models import ModelArch
+from orchestrator.units import GIB
 
-GIB = 2**30
 KIB = 2**10
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 PRACTICAL_MAX_UTILIZATION = 0.95

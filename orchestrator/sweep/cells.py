@@ -28,6 +28,12 @@ from orchestrator.workload.spec import WorkloadSpec
 # Bump when the meaning of a field changes, so old results are not mistaken for new ones.
 KEY_VERSION = 1
 
+# Host memory a vLLM replica takes besides its CPU KV tier: the API server and engine-core processes with
+# torch and the CUDA runtime, the tokenizer, LMCache's staging buffers. An estimate (no GPU has run here);
+# the doctor prints each replica's measured resident memory beside it. The CPU engine's figure covers the
+# tiny model and its KV pool, which live in host memory there.
+REPLICA_HOST_GIB = {"gpu": 16.0, "cpu": 4.0}
+
 
 class CellStatus(str, Enum):
     RUNNING = "running"
@@ -82,6 +88,17 @@ class CellSpec(BaseModel):
     @property
     def device(self) -> str:
         return "cpu" if self.gpu == CPU else "gpu"
+
+    @property
+    def replica_host_gib(self) -> float:
+        """Host memory one replica of this cell takes: the CPU tier its policy allocates from the DRAM
+        budget, plus the replica itself. The fake engine stands in for a replica with that tier alone;
+        a simulated cell takes nothing."""
+        if self.engine is EngineKind.SIM:
+            return 0.0
+        if self.engine is EngineKind.FAKE:
+            return self.dram_gb
+        return get_policy(self.policy).tier_gib(self.dram_gb) + REPLICA_HOST_GIB[self.device]
 
     def params(self) -> dict[str, str]:
         """Every axis and option as flat string parameters (for the tracking store)."""

@@ -15,6 +15,7 @@ from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, kv_bytes_per_token, regime, size
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.cells import CellSpec
+from orchestrator.units import GIB
 
 
 
@@ -47,7 +48,7 @@ def preflight(cell: CellSpec) -> Preflight:
     note = (f"{fit.value}: live {sets.live_tokens / 1e3:,.0f}K, corpus {sets.corpus_tokens / 1e3:,.0f}K tokens "
             f"vs GPU KV {gpu_tokens / 1e3:,.0f}K; offered load {sets.offered_load:.2f}")  # fmt: skip
     if has_cpu_tier and cell.dram_gb > 0:
-        cpu_tokens = cell.dram_gb * 1e9 / kv_bytes_per_token(arch, 2)
+        cpu_tokens = cell.dram_gb * GIB / kv_bytes_per_token(arch, 2)
         note += f"; CPU tier {cpu_tokens / 1e3:,.0f}K tokens"
     warn = (fit is Regime.FITS_ON_GPU and has_cpu_tier) or fit is Regime.QUEUEING
     return Preflight(fit, note, warn)
