@@ -1,8 +1,10 @@
-"""What the Ray cluster has, and where each cell can run: read once, before anything is scheduled.
+"""What the Ray cluster has and can get, and where each cell can run.
 
-A Ray request for an accelerator type the cluster lacks waits forever, so the driver never makes one:
-cells of absent types are reported pending. Each node gets as many worker slots of its type as it has
-GPUs, but no more than its memory can give every slot the sweep's largest DRAM budget for that type.
+The cluster a sweep sees is the nodes that are up plus the node types the autoscaler can launch
+(``sweep.autoscaler`` reads them). A Ray request for an accelerator type the cluster neither has nor can
+launch waits forever, so the driver never makes one: cells of absent types are reported pending. Each
+node gets as many worker slots of its type as it has GPUs, but no more than its memory can give each
+slot its replica's host memory (the largest DRAM budget of the type plus the replica itself).
 The CPU engine gets one slot on the driver's node: vLLM's CPU worker binds cores, two would fight.
 Simulated cells need no GPU: they get one slot per CPU of the driver's node (placement ``sim``).
 """
@@ -14,10 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from orchestrator.gpus import CPU
+from orchestrator.units import GIB
 from orchestrator.validation import InputError
 
-GIB = 2**30
-GB = 1e9
 ACCELERATOR_PREFIX = "accelerator_type:"
 SIM = "sim"  # the placement of simulated cells: any CPU, no GPU
 
@@ -28,8 +29,24 @@ class NodeInfo:
     address: str
     accelerator_type: str | None
     num_gpus: int
-    memory_gb: float  # Ray's schedulable memory on the node
+    memory_gib: float  # Ray's schedulable memory on the node
     num_cpus: int = 1
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """A worker node type the autoscaler can launch (from its configuration)."""
+
+    name: str
+    accelerator_type: str
+    num_gpus: int  # per node
+    max_workers: int  # nodes of this type the autoscaler may run at once
+    memory_gib: float | None = None  # None: the configuration does not say (the provider fills it in)
+
+    def slots_per_node(self, replica_gib: float) -> int:
+        if self.memory_gib is None or replica_gib <= 0:
+            return self.num_gpus
+        return min(self.num_gpus, int(self.memory_gib // replica_gib))
 
 
 @dataclass(frozen=True)
@@ -40,7 +57,7 @@ class Slot:
     gpu: str
     node_id: str
     index: int
-    memory_gb: float  # reserved for the slot's CPU KV tier
+    memory_gib: float  # reserved host memory: the replica's CPU KV tier and the replica itself
 
     @property
     def name(self) -> str:
@@ -54,8 +71,8 @@ class Slot:
             options["num_cpus"] = 1
         else:
             options.update(num_cpus=0, num_gpus=1, accelerator_type=self.gpu)
-        if self.memory_gb > 0:
-            options["memory"] = int(self.memory_gb * GB)
+        if self.memory_gib > 0:
+            options["memory"] = int(self.memory_gib * GIB)
         return options
 
 
@@ -63,46 +80,69 @@ class Slot:
 class Inventory:
     nodes: tuple[NodeInfo, ...]
     driver_node_id: str
+    launchable: tuple[NodeType, ...] = ()
 
     def gpu_types(self) -> set[str]:
         return {node.accelerator_type for node in self.nodes if node.accelerator_type and node.num_gpus > 0}
 
-    def has(self, gpu: str) -> bool:
+    def is_up(self, gpu: str) -> bool:
         return gpu in (CPU, SIM) or gpu in self.gpu_types()
+
+    def node_types_of(self, gpu: str) -> list[NodeType]:
+        return [node_type for node_type in self.launchable if node_type.accelerator_type == gpu]
+
+    def has(self, gpu: str) -> bool:
+        """The cluster has ``gpu`` now or its autoscaler can launch it: its cells can be scheduled."""
+        return self.is_up(gpu) or bool(self.node_types_of(gpu))
+
+    def availability(self, gpu: str) -> str:
+        """One phrase for ``--dry-run``: up (N GPUs), launchable (max N), or absent."""
+        up = sum(node.num_gpus for node in self.nodes_of(gpu)) if gpu not in (CPU, SIM) else 0
+        launchable = sum(t.max_workers * t.num_gpus for t in self.node_types_of(gpu))
+        parts = [f"up ({up} GPUs on {len(self.nodes_of(gpu))} node(s))"] if up else []
+        parts += [f"launchable (max {launchable} GPUs)"] if launchable else []
+        return ", ".join(parts) or "absent"
 
     def nodes_of(self, gpu: str) -> list[NodeInfo]:
         if gpu == CPU:
             return [node for node in self.nodes if node.node_id == self.driver_node_id]
         return [node for node in self.nodes if node.accelerator_type == gpu and node.num_gpus > 0]
 
-    def check_dram(self, gpu: str, dram_gb: float) -> None:
-        """Raises ``InputError`` if no node of ``gpu`` type has ``dram_gb`` of memory to give a replica."""
-        nodes = self.nodes_of(gpu)
-        if not nodes or dram_gb <= 0:
+    def check_replica_memory(self, gpu: str, dram_gib: float, replica_gib: float) -> None:
+        """Raises ``InputError`` if no node of ``gpu`` type, up or launchable, can hold one replica of
+        ``replica_gib`` host memory (its DRAM budget ``dram_gib`` plus the replica itself). A launchable
+        type whose memory the configuration does not state is checked when its nodes come up."""
+        sizes = [(node.memory_gib, "up") for node in self.nodes_of(gpu)]
+        sizes += [(t.memory_gib, f"launchable type {t.name!r}") for t in self.node_types_of(gpu) if t.memory_gib]
+        if not sizes or replica_gib <= 0 or any(size >= replica_gib for size, _ in sizes):
             return
-        largest = max(node.memory_gb for node in nodes)
-        if dram_gb > largest:
-            raise InputError(
-                f"DRAM budget {dram_gb:g} GB is larger than any {gpu} node can give (largest: {largest:.0f} GB of "
-                f"Ray memory); valid: at most {math.floor(largest)}"
-            )
+        largest, where = max(sizes)
+        overhead = replica_gib - dram_gib
+        itself = f" a replica needs the budget plus {overhead:g} GiB for itself, and" if overhead > 0 else ""
+        raise InputError(
+            f"DRAM budget {dram_gib:g} GiB is larger than any {gpu} node can give:{itself} the largest {gpu} node "
+            f"({where}) has {largest:.0f} GiB of Ray memory; valid: at most {max(0, math.floor(largest - overhead))}"
+        )
 
-    def slots(self, gpu: str, dram_gb: float) -> list[Slot]:
-        """Worker slots for cells of ``gpu`` whose largest DRAM budget is ``dram_gb``."""
+    def slots(self, gpu: str, replica_gib: float) -> list[Slot]:
+        """Worker slots on the nodes that are up, for cells of ``gpu`` whose replicas need ``replica_gib``."""
         if gpu == CPU:
-            return [Slot(CPU, self.driver_node_id, 0, dram_gb)]
+            return [Slot(CPU, self.driver_node_id, 0, replica_gib)]
         if gpu == SIM:  # a simulated DRAM budget reserves nothing
             driver = next(node for node in self.nodes if node.node_id == self.driver_node_id)
             return [Slot(SIM, self.driver_node_id, index, 0) for index in range(max(1, driver.num_cpus))]
         slots = []
         for node in self.nodes_of(gpu):
-            fit = node.num_gpus if dram_gb <= 0 else min(node.num_gpus, int(node.memory_gb // dram_gb))
-            slots += [Slot(gpu, node.node_id, len(slots) + i, dram_gb) for i in range(fit)]
+            fit = node.num_gpus if replica_gib <= 0 else min(node.num_gpus, int(node.memory_gib // replica_gib))
+            slots += [Slot(gpu, node.node_id, len(slots) + i, replica_gib) for i in range(fit)]
         return slots
 
+    def max_slots_launchable(self, gpu: str, replica_gib: float) -> int:
+        return sum(t.max_workers * t.slots_per_node(replica_gib) for t in self.node_types_of(gpu))
 
-def inventory_from_nodes(nodes: Iterable[dict], driver_node_id: str) -> Inventory:
-    """An inventory from ``ray.nodes()`` entries (alive nodes only)."""
+
+def inventory_from_nodes(nodes: Iterable[dict], driver_node_id: str, launchable: tuple[NodeType, ...] = ()) -> Inventory:
+    """An inventory from ``ray.nodes()`` entries (alive nodes only) and the launchable node types."""
     infos = []
     for node in nodes:
         if not node.get("Alive"):
@@ -115,14 +155,14 @@ def inventory_from_nodes(nodes: Iterable[dict], driver_node_id: str) -> Inventor
                 address=node.get("NodeManagerAddress", ""),
                 accelerator_type=types[0] if types else None,
                 num_gpus=int(resources.get("GPU", 0)),
-                memory_gb=resources.get("memory", 0) / GB,
+                memory_gib=resources.get("memory", 0) / GIB,
                 num_cpus=int(resources.get("CPU", 1)),
             )
         )
-    return Inventory(tuple(infos), driver_node_id)
+    return Inventory(tuple(infos), driver_node_id, launchable)
 
 
-def read_inventory() -> Inventory:
+def read_inventory(launchable: tuple[NodeType, ...] = ()) -> Inventory:
     import ray
 
-    return inventory_from_nodes(ray.nodes(), ray.get_runtime_context().get_node_id())
+    return inventory_from_nodes(ray.nodes(), ray.get_runtime_context().get_node_id(), launchable)

@@ -1,10 +1,13 @@
 """The sweep driver: the one process that decides what runs where and writes every result.
 
-1. Expand the grid, read the cluster, check DRAM budgets against the nodes (bad input stops here).
+1. Expand the grid, read the cluster (nodes up and node types its autoscaler can launch), check DRAM
+   budgets against the nodes (bad input stops here).
 2. Read the tracking store: cells whose last word is ``done`` (with their files) are skipped unless
    ``rerun``; stale ``running`` attempts of a dead driver are marked ``interrupted`` and run again.
 3. Start one worker actor per slot (a GPU of the cell's type) and feed each its type's queue, preferring
-   cells that can reuse the worker's replica. Cells of absent GPU types stay pending.
+   cells that can reuse the worker's replica. For launchable types, ask the autoscaler for GPUs and start
+   workers as their nodes come up; a type with no node up within the scale-up timeout, and absent types,
+   stay pending.
 4. As outcomes return: stage files, log to MLflow, swap the cell's directory into place, mark ``done``
    last, rebuild ``summary.parquet``. A crashed replica is retried up to ``max_attempts``.
 5. On SIGTERM or SIGINT: stop submitting, kill the workers (their replicas die with them), mark the
@@ -16,7 +19,6 @@ from __future__ import annotations
 import fcntl
 import importlib.metadata
 import json
-import os
 import signal
 import time
 from collections import defaultdict
@@ -25,10 +27,13 @@ from pathlib import Path
 
 from orchestrator.records.summary import summarize
 from orchestrator.sweep.cells import CellSpec, CellStatus, expand
+from orchestrator.sweep.autoscaler import read_launchable_types, request_gpus
 from orchestrator.sweep.cluster import Inventory, Slot, read_inventory
+from orchestrator.sweep.connect import connect_ray
 from orchestrator.sweep.preflight import preflight
 from orchestrator.sweep.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.results import SweepResults, summary_row
+from orchestrator.sweep.scaling import ScaleUp, gpus_to_ask
 from orchestrator.sim.config import check_simulable
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.sweep.tracking import CellRun, SweepTracker
@@ -37,6 +42,8 @@ from orchestrator.validation import InputError, first_line
 
 # Extra time the driver allows a worker beyond the cell's own limit before it kills the worker.
 DRIVER_GRACE_S = 120.0
+# How often the driver looks for nodes the autoscaler brought up and updates its request.
+SCALE_REFRESH_S = 2.0
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
 
 
@@ -49,6 +56,8 @@ class SweepOptions:
     ray_address: str | None = None
     progress_interval_s: float = 10.0
     live: bool | None = None  # None: live display when stdout is a terminal
+    scale_up_timeout_s: float = 1800.0  # wait this long for a first node of a launchable type
+    autoscaler_config: Path | None = None  # the cluster YAML, where the autoscaler publishes none
 
 
 @dataclass
@@ -70,12 +79,12 @@ class _Worker:
 
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     """Run (or with ``dry_run`` describe) the sweep; the process exit code."""
-    _connect_ray(options.ray_address)
-    inventory = read_inventory()
+    connect_ray(options.ray_address)
+    inventory = read_inventory(read_launchable_types(options.autoscaler_config))
     cells = expand(spec, inventory.has)
-    for gpu, dram_gb in dict.fromkeys((cell.gpu, cell.dram_gb) for cell in cells if cell.engine is not EngineKind.SIM):
-        if inventory.has(gpu):
-            inventory.check_dram(gpu, dram_gb)
+    for cell in cells:
+        if cell.engine is not EngineKind.SIM and inventory.has(cell.gpu):
+            inventory.check_replica_memory(cell.gpu, cell.dram_gb, cell.replica_host_gib)
     simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
     if simulated:
         try:
@@ -110,6 +119,11 @@ class _Sweep:
         self.queues: dict[str, list[CellSpec]] = defaultdict(list)
         self.workers: list[_Worker] = []
         self.tries: dict[str, int] = defaultdict(int)
+        self.replica_gib: dict[str, float] = {}  # per placement: the largest replica of its cells
+        self.slotted_nodes: set[tuple[str, str]] = set()  # (placement, node id) pairs that have workers
+        self.unavailable: dict[str, str] = {}  # placements given up on during the run, with the reason
+        self.scale = ScaleUp(options.scale_up_timeout_s, request_gpus)
+        self.last_scale_check = 0.0
         self.wall_times: list[float] = []
         self.stop_signal: int | None = None
 
@@ -123,11 +137,15 @@ class _Sweep:
         to_run = present if self.options.rerun else [cell for cell in present if cell.key not in done]
         for cell in to_run:
             self.queues[cell.placement].append(cell)
+            self.replica_gib[cell.placement] = max(self.replica_gib.get(cell.placement, 0.0), cell.replica_host_gib)
         self.reporter.event(
             f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, {len(present) - len(to_run)} already "
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in {self.results.sweep_dir}, "
             f"tracking at {self.options.tracking_uri}"
         )
+        for placement in self.queues:
+            if not self.inventory.is_up(placement):
+                self.reporter.event(f"asking the autoscaler for {placement} GPUs: {self.inventory.availability(placement)}")
         self.preflights = {cell.key: preflight(cell) for cell in to_run}
         for cell in to_run:
             check = self.preflights[cell.key]
@@ -136,8 +154,9 @@ class _Sweep:
         self._write_summary()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self._start_workers()
+            self._add_workers()
             while not self.stop_signal and (any(self.queues.values()) or self._in_flight()):
+                self._scale()
                 self._assign()
                 self._collect(timeout_s=0.5)
                 self._enforce_backstop()
@@ -146,6 +165,7 @@ class _Sweep:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self.scale.withdraw()
         if self.stop_signal:
             return self._interrupt()
         self._shutdown_workers()
@@ -157,12 +177,55 @@ class _Sweep:
     def _in_flight(self) -> list[_Worker]:
         return [worker for worker in self.workers if worker.attempt is not None]
 
-    def _start_workers(self) -> None:
+    def _add_workers(self) -> None:
+        """A worker for every slot on the nodes of a queued placement that have none yet."""
         actor_class = worker_actor_class()
         for placement, queue in self.queues.items():
-            largest_dram = max(cell.dram_gb for cell in queue)
-            for slot in self.inventory.slots(placement, largest_dram):
+            if not queue:
+                continue
+            slots = [s for s in self.inventory.slots(placement, self.replica_gib[placement])
+                     if (placement, s.node_id) not in self.slotted_nodes]  # fmt: skip
+            num_existing = sum(worker.slot.gpu == placement for worker in self.workers)
+            for index, slot in enumerate(slots, start=num_existing):
+                slot = replace(slot, index=index)
                 self.workers.append(_Worker(slot, actor_class.options(**slot.actor_options()).remote(slot.node_id)))
+            self.slotted_nodes |= {(placement, slot.node_id) for slot in slots}
+
+    def _scale(self) -> None:
+        """For launchable GPU types: start workers on nodes that came up, ask for as many GPUs as the type's
+        remaining cells can use, and give up on a type whose first node is overdue."""
+        now = time.monotonic()
+        launchable = [gpu for gpu in self.replica_gib if self.inventory.node_types_of(gpu) and gpu not in self.unavailable]
+        if not launchable or now - self.last_scale_check < SCALE_REFRESH_S:
+            return
+        self.last_scale_check = now
+        self.inventory = read_inventory(self.inventory.launchable)
+        self._add_workers()
+        demand = {}
+        for gpu in launchable:
+            remaining = len(self.queues[gpu]) + sum(worker.slot.gpu == gpu for worker in self._in_flight())
+            if remaining:
+                demand[gpu] = gpus_to_ask(self.inventory.node_types_of(gpu)[0], remaining, self.replica_gib[gpu])
+            if self.queues[gpu] and self.inventory.is_up(gpu) and not any(w.slot.gpu == gpu for w in self.workers):
+                largest = max(node.memory_gib for node in self.inventory.nodes_of(gpu))
+                self._give_up(gpu, f"the {gpu} nodes that came up have {largest:.0f} GiB of Ray memory, a replica "
+                                   f"needs {self.replica_gib[gpu]:g} GiB")  # fmt: skip
+        for gpu in self.scale.update(demand, self.inventory.gpu_types(), now):
+            self._give_up(gpu, f"the autoscaler brought up no {gpu} node within {self.options.scale_up_timeout_s:g} s "
+                               "(--scale-up-timeout-s)")  # fmt: skip
+
+    def _give_up(self, placement: str, reason: str) -> None:
+        """The queued cells of ``placement`` stay pending for ``reason``; a re-run tries them again."""
+        self.unavailable[placement] = reason
+        self.queues[placement].clear()
+        self.reporter.event(f"pending: {reason}")
+        self._write_summary()
+
+    def _schedulable(self, cell: CellSpec) -> bool:
+        return self.inventory.has(cell.placement) and cell.placement not in self.unavailable
+
+    def _pending_reason(self, cell: CellSpec) -> str:
+        return self.unavailable.get(cell.placement) or f"no {cell.gpu} in the cluster and none its autoscaler can launch"
 
     def _restart_worker(self, worker: _Worker) -> None:
         import ray
@@ -298,8 +361,12 @@ class _Sweep:
             if cell.key in seen:
                 continue
             runs = self.history.get(cell.key)
-            status = runs[-1].status if runs else CellStatus.NOT_RUN if self.inventory.has(cell.placement) else CellStatus.PENDING
-            rows.append(summary_row(self.spec.name, cell, status))
+            if runs:
+                rows.append(summary_row(self.spec.name, cell, runs[-1].status))
+            elif self._schedulable(cell):
+                rows.append(summary_row(self.spec.name, cell, CellStatus.NOT_RUN))
+            else:
+                rows.append(summary_row(self.spec.name, cell, CellStatus.PENDING, reason=self._pending_reason(cell)))
         self.results.write_summary(rows)
 
     # -- the end -------------------------------------------------------------------------------------
@@ -318,7 +385,7 @@ class _Sweep:
         queued = sum(len(queue) for queue in self.queues.values())
         pending: dict[str, int] = defaultdict(int)
         for cell in self.cells:
-            if not self.inventory.has(cell.placement):
+            if not self._schedulable(cell) and not self.history.get(cell.key):
                 pending[cell.gpu] += 1
         eta = None
         if self.wall_times and self.workers:
@@ -385,14 +452,15 @@ class _Sweep:
         self.reporter.update(self._snapshot())
         self.reporter.close()
         self._report()
-        statuses = {cell.key: self._last_status(cell) for cell in self.cells if self.inventory.has(cell.placement)}
+        pending = [cell for cell in self.cells if not self._schedulable(cell) and not _has_done(self.history.get(cell.key, []))]
+        pending_keys = {cell.key for cell in pending}
+        statuses = {cell.key: self._last_status(cell) for cell in self.cells if cell.key not in pending_keys}
         not_done = [key for key, status in statuses.items() if status is not CellStatus.DONE]
-        pending = [cell for cell in self.cells if not self.inventory.has(cell.placement)]
         self.tracker.close(complete=not not_done and not pending)
+        reasons = sorted({self._pending_reason(cell) for cell in pending})
         print(
             f"[{self.spec.name}] {len(statuses) - len(not_done)}/{len(self.cells)} cells done, {len(not_done)} not done, "
-            f"{len(pending)} pending (GPU type absent: {', '.join(sorted({c.gpu for c in pending})) or 'none'}); "
-            f"summary: {self.results.summary_path}",
+            f"{len(pending)} pending ({'; '.join(reasons) or 'none'}); summary: {self.results.summary_path}",
             flush=True,
         )
         return 1 if not_done else 0
@@ -408,14 +476,6 @@ def is_done(runs: list[CellRun], results: SweepResults, cell_key: str) -> bool:
 
 def _has_done(runs: list[CellRun]) -> bool:
     return any(run.status is CellStatus.DONE for run in runs)
-
-
-def _connect_ray(address: str | None) -> None:
-    import ray
-
-    if not ray.is_initialized():
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
 
 
 def _lock(sweep_dir: Path):
@@ -469,20 +529,25 @@ def _worker_statuses(workers: list[_Worker]) -> list[WorkerStatus | None]:
 def _print_plan(spec, cells, inventory: Inventory, history: dict[str, list[CellRun]], results, rerun: bool) -> None:
     print(f"sweep {spec.name}: {len(cells)} cells (engine {spec.engine.value}); results {results.sweep_dir}")
     for placement in dict.fromkeys(cell.placement for cell in cells):
-        largest = max(cell.dram_gb for cell in cells if cell.placement == placement)
-        slots = inventory.slots(placement, largest) if inventory.has(placement) else []
-        where = f"{len(slots)} slot(s) on {len({s.node_id for s in slots})} node(s)" if slots else "absent: cells pend"
+        largest = max(cell.replica_host_gib for cell in cells if cell.placement == placement)
+        slots = inventory.slots(placement, largest) if inventory.is_up(placement) else []
+        where = inventory.availability(placement) if placement != "sim" else "simulated on the driver's node"
+        if slots:
+            where += f"; {len(slots)} slot(s) on {len({s.node_id for s in slots})} node(s)"
+        elif not inventory.has(placement):
+            where += ": cells pend"
         print(f"  {placement}: {where}")
     for cell in cells:
         runs = history.get(cell.key, [])
         done = is_done(runs, results, cell.key)
         if not inventory.has(cell.placement):
-            state = f"pending: no {cell.gpu} in the cluster"
+            state = f"pending: no {cell.gpu} in the cluster and none its autoscaler can launch"
         elif done and not rerun:
             state = "done (skipped)"
         else:
             state = ("re-run" if done else "run") + (f", last attempt {runs[-1].status.value}" if runs else "")
             state += " in the simulator" if cell.engine is EngineKind.SIM else f" on a {cell.gpu} slot"
+            state += "" if inventory.is_up(cell.placement) else " once the autoscaler brings one up"
         check = preflight(cell)
         print(f"  {cell.key}  {cell.label:<50} {state}\n      preflight: {check.note}{'  <- note' if check.warn else ''}")
 

@@ -45,7 +45,7 @@ def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(fake_gpu_cluster
 
 
 def test_a_dram_budget_larger_than_the_node_stops_before_anything_is_tracked(fake_gpu_cluster, tmp_path):
-    with pytest.raises(InputError, match="DRAM budget 5 GB is larger than any H100 node"):
+    with pytest.raises(InputError, match="DRAM budget 5 GiB is larger than any H100 node"):
         run_sweep(fake_spec("too-big", **(GRID | {"dram_gb": (5,)})), options(tmp_path))
     assert not (tmp_path / "mlflow.db").exists()
 
@@ -57,8 +57,8 @@ def test_dry_run_shows_done_pending_and_placement_without_running(fake_gpu_clust
     capsys.readouterr()
     run_sweep(fake_spec("dry", **GRID), options(tmp_path, dry_run=True))
     out = capsys.readouterr().out
-    assert "H100: 1 slot(s) on 1 node(s)" in out and "H200: absent: cells pend" in out
-    assert out.count("done (skipped)") == 2 and out.count("pending: no H200 in the cluster") == 2
+    assert "H100: up (1 GPUs on 1 node(s)); 1 slot(s) on 1 node(s)" in out and "H200: absent: cells pend" in out
+    assert out.count("done (skipped)") == 2 and out.count("pending: no H200 in the cluster and none its autoscaler can launch") == 2
     assert out.count("run on a H100 slot") == 1
 
 
