@@ -35,7 +35,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--gpus", nargs="+", help=f"GPU types (Ray accelerator types) or cpu; default: {','.join(spec.gpus)}")
     p.add_argument("--policies", nargs="+", help=f"default: {','.join(spec.policies)}")
     p.add_argument("--jps", nargs="+", help=f"jobs per second; default: {','.join(f'{j:g}' for j in spec.jps)}")
-    p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GB, for every GPU type (replaces per-GPU defaults)")
+    p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GiB (2^30 bytes, as LMCache and vLLM read them), "
+                   "for every GPU type (replaces per-GPU defaults)")
     p.add_argument("--seeds", nargs="+", help=f"default: {','.join(map(str, spec.seeds))}")
     p.add_argument("--duration-s", type=float, help=f"arrival window; default: {spec.workload.duration_s:g}")
     p.add_argument("--scale", type=float, help=f"token-count scale; default: {spec.workload.scale:g}")
@@ -47,6 +48,10 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--hang-timeout-s", type=float, help=f"no engine progress this long: hung; default: {spec.limits.hang_timeout_s:g}")
     p.add_argument("--client-actors", type=int, help=f"load-generator actors per cell; default: {spec.limits.client_actors}")
     p.add_argument("--ray-address", help="Ray cluster address; default: RAY_ADDRESS, a running local cluster, or a new one")
+    p.add_argument("--scale-up-timeout-s", type=float, default=1800.0,
+                   help="wait this long for the autoscaler's first node of a GPU type, then report its cells pending; default: 1800")
+    p.add_argument("--autoscaler-config", type=Path,
+                   help="the cluster YAML the autoscaler runs with, where it publishes none (default: found on the head)")
     p.add_argument("--name", help=f"sweep name (results subdirectory, MLflow experiment); default: {spec.name}")
     p.add_argument("--progress-interval-s", type=float, default=10.0, help="plain progress lines every this many seconds")
     p.add_argument("--dry-run", action="store_true", help="print the cells, which are done, and where each would run")
@@ -89,16 +94,36 @@ def results_dir_from(args: argparse.Namespace) -> Path:
     return chosen.expanduser().absolute()
 
 
+def check_writable(results_dir: Path) -> None:
+    """Raises ``InputError`` unless the results directory can be created and written."""
+    probe = results_dir / f".kvsweep-write-check-{os.getpid()}"
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise InputError(
+            f"--results-dir {results_dir}: cannot write there ({error.strerror or error}); valid: a directory you can write"
+        ) from None
+
+
 def sweep_main(spec: SweepSpec, argv: list[str] | None = None) -> int:
     from orchestrator.sweep.driver import SweepOptions, run_sweep
-    from orchestrator.sweep.tracking import absolute_tracking_uri, default_tracking_uri
+    from orchestrator.sweep.tracking import absolute_tracking_uri, check_tracking_server, default_tracking_uri
 
     args = parser(spec).parse_args(argv)
     try:
         spec = apply_flags(spec, args)
         results_dir = results_dir_from(args)
+        check_writable(results_dir)
         tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)
-        options = SweepOptions(results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s)
+        check_tracking_server(tracking_uri)
+        if not args.scale_up_timeout_s > 0:
+            raise InputError(f"--scale-up-timeout-s must be positive seconds, got {args.scale_up_timeout_s:g}")
+        options = SweepOptions(
+            results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s,
+            scale_up_timeout_s=args.scale_up_timeout_s, autoscaler_config=args.autoscaler_config,
+        )  # fmt: skip
         return run_sweep(spec, options)
     except ValidationError as error:
         print(f"error: {one_line(error)}", file=sys.stderr)

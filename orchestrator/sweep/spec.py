@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.policies import POLICIES
 from orchestrator.sim.config import check_simulable
-from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
 
 TINY_MODEL = "tiny"
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
@@ -135,6 +135,7 @@ class SweepSpec(BaseModel):
         for gpu in self.dram_gb_by_gpu:
             if gpu not in self.gpus:
                 raise ValueError(f"dram_gb_by_gpu names {gpu!r}, which is not among the sweep's GPUs {list(self.gpus)}")
+        check_jobs_per_cell(max(self.jps), self.workload.duration_s)
         if self.engine is EngineKind.SIM:
             check_simulable(self.model, self.gpus)
         if self.engine in (EngineKind.AUTO, EngineKind.VLLM):
@@ -142,7 +143,18 @@ class SweepSpec(BaseModel):
                 self._check_cpu_policies()
             for gpu in self.gpus:
                 self.engine_options.check_pool_holds_a_sequence(gpu)
+        self._check_tier_budgets()
         return self
+
+    def _check_tier_budgets(self) -> None:
+        """A policy whose CPU tier is the DRAM budget has no tier at all with a budget of 0."""
+        tiered = [name for name in self.policies if POLICIES[name].cpu_tier and POLICIES[name].cpu_tier_gb is None]
+        for gpu in self.gpus:
+            if tiered and 0 in self.dram_for(gpu):
+                raise ValueError(
+                    f"a DRAM budget of 0 GiB{f' (for {gpu})' if gpu in self.dram_gb_by_gpu else ''} gives {', '.join(tiered)} "
+                    "no CPU tier; valid: budgets above 0 for these policies (e.g. --dram-gb 64), or leave them out"
+                )
 
     def _check_cpu_policies(self) -> None:
         cpu_capable = [name for name, policy in POLICIES.items() if not policy.needs_cuda]
@@ -159,7 +171,7 @@ class SweepSpec(BaseModel):
 def _check_dram(budgets: tuple[float, ...]) -> tuple[float, ...]:
     for budget in budgets:
         if budget < 0:
-            raise ValueError(f"a DRAM budget must be 0 or more GB, got {budget:g}")
+            raise ValueError(f"a DRAM budget must be 0 or more GiB, got {budget:g}")
     return budgets
 
 

@@ -8,12 +8,15 @@ writes here (MLflow's sqlite store races on first use when several processes cre
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.records.summary import CellSummary
 from orchestrator.sweep.cells import CellSpec, CellStatus
+from orchestrator.validation import InputError
 
 SQLITE_PREFIX = "sqlite:///"
 # MLflow's own run status for each of ours, so the UI's status column agrees with the tag.
@@ -38,6 +41,26 @@ def absolute_tracking_uri(uri: str) -> str:
     if "://" not in uri:
         return Path(uri).absolute().as_uri()
     return uri
+
+
+def check_tracking_server(uri: str, timeout_s: float = 5.0) -> None:
+    """Raises ``InputError`` within ``timeout_s`` when an http(s) tracking URI has no MLflow server behind it
+    (MLflow's own client retries for minutes before it says so)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+            if response.status == 200:
+                return
+            problem = f"/health answered HTTP {response.status}"
+    except urllib.error.HTTPError as error:
+        problem = f"/health answered HTTP {error.code}"
+    except (urllib.error.URLError, OSError) as error:
+        problem = str(getattr(error, "reason", error))
+    raise InputError(
+        f"--tracking-uri {uri}: no MLflow server answers there ({problem}); valid: the URL of a running "
+        "`mlflow server`, or sqlite:///ABSOLUTE/PATH.db (the default keeps it beside the results)"
+    )
 
 
 def store_exists(uri: str) -> bool:

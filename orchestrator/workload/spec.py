@@ -6,6 +6,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Tool-output sizes (tokens) appended after turns 1..7 in the source study, at scale 1.0.
 SOURCE_TOOL_TOKENS: tuple[int, ...] = (1640, 1510, 2455, 1335, 2730, 1930, 775)
+# The plan of a cell is built whole before its clock starts; 30x the source study's largest cell (15 JPS
+# over 45 s) keeps that in memory and seconds, and stops a typo such as --jps 1e9 before it plans billions.
+MAX_JOBS_PER_CELL = 20_000
+
+
+def check_jobs_per_cell(jps: float, duration_s: float) -> None:
+    """Raises ``ValueError`` naming the load when a cell would plan more than ``MAX_JOBS_PER_CELL`` jobs."""
+    expected = jps * duration_s
+    if expected > MAX_JOBS_PER_CELL:
+        raise ValueError(
+            f"jobs per second {jps:g} over a {duration_s:g} s arrival window plans about {expected:.3g} jobs per cell; "
+            f"valid: at most {MAX_JOBS_PER_CELL} jobs per cell (jps <= {MAX_JOBS_PER_CELL / duration_s:.4g} for this window)"
+        )
 
 
 class WorkloadSpec(BaseModel):
@@ -30,6 +43,7 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _tools_match_turns(self) -> WorkloadSpec:
+        check_jobs_per_cell(self.jps, self.duration_s)
         if len(self.tool_tokens) != self.num_turns - 1:
             raise ValueError(
                 f"tool_tokens has {len(self.tool_tokens)} sizes but num_turns={self.num_turns} needs "

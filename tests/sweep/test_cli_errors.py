@@ -25,6 +25,8 @@ def run_script(tmp_path, *flags):
         (["--policies", "lmcache"], "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu device"),
         (["--engine", "sim"], "the simulator has no profile for the 'cpu' device"),
         (["--scale", "0"], "workload.scale: Input should be greater than 0 (got 0.0)"),
+        (["--jps", "1e9"], "jobs per second 1e+09 over a 30 s arrival window plans about 3e+10 jobs per cell; valid: at most 20000 jobs per cell (jps <= 666.7"),
+        (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, flags, message):
@@ -37,6 +39,6 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, f
 def test_a_dram_budget_larger_than_the_node_is_refused_before_anything_is_tracked(ray_head, tmp_path):
     result = run_script(tmp_path, "--engine", "fake", "--dram-gb", "100000", "--ray-address", ray_head)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "error: DRAM budget 100000 GB is larger than any cpu node can give" in result.stderr
+    assert "error: DRAM budget 100000 GiB is larger than any cpu node can give" in result.stderr
     assert result.stderr.count("\n") == 1
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()

@@ -1,0 +1,82 @@
+"""Connecting to Ray without hanging: an address that nobody answers at is one line, not minutes of retries.
+
+``ray.init()`` with no address joins the cluster recorded in Ray's temp dir by the last ``ray start``
+(``ray_current_cluster``). A local cluster that died without ``ray stop`` leaves its address there, and
+``ray.init()`` then retries it for minutes (and honours SIGTERM only after ~30 s). So: an address given
+by flag or ``RAY_ADDRESS`` must answer within seconds or the sweep stops with one line; a recorded local
+cluster that does not answer is passed over, with a note, for a fresh local one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+from orchestrator.validation import InputError
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+def connect_ray(address: str | None) -> None:
+    """``ray.init`` for the driver: ``address`` (or ``RAY_ADDRESS``), else a live recorded local cluster,
+    else a new local one."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    chosen = address or os.environ.get("RAY_ADDRESS") or None
+    if chosen:
+        _check_answers(chosen, "--ray-address" if address else "RAY_ADDRESS")
+    else:
+        recorded = _recorded_local_cluster()
+        if recorded and not _answers(recorded):
+            print(
+                f"note: the local Ray cluster recorded at {recorded} (Ray's ray_current_cluster file) is not running; "
+                "starting a fresh local one (`ray stop` clears the record)",
+                file=sys.stderr,
+                flush=True,
+            )
+            chosen = "local"
+    ray.init(address=chosen, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
+def _check_answers(address: str, source: str) -> None:
+    if address in ("local", "auto"):
+        resolved = _recorded_local_cluster() if address == "auto" else None
+        if address == "auto" and not (resolved and _answers(resolved)):
+            raise InputError(f"{source} auto: no running local Ray cluster is recorded on this machine; start one with "
+                             "`ray start --head` or leave the address out to start a private one")  # fmt: skip
+        return
+    if not _answers(address):
+        raise InputError(
+            f"{source} {address}: no Ray cluster answers there within {CONNECT_TIMEOUT_S:g} s; valid: the address of a "
+            "running cluster's head (HOST:6379 or ray://HOST:10001), 'auto', or none to start a local cluster"
+        )
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    bare = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = bare.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return None
+
+
+def _answers(address: str) -> bool:
+    target = _host_port(address)
+    if target is None:
+        return False
+    try:
+        with socket.create_connection(target, timeout=CONNECT_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _recorded_local_cluster() -> str | None:
+    from ray._private.utils import read_ray_address
+
+    return read_ray_address() or None

@@ -1,0 +1,73 @@
+"""A broken environment ends a sweep in one line within seconds, before any cell runs: never a hang or a
+traceback. Each case runs the real script in a subprocess with a time limit that a hang would exceed."""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from orchestrator.paths import PROJECT_ROOT
+
+SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_script(*flags, timeout_s=60, env=None):
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, SCRIPT, "--engine", "fake", "--dry-run", *flags],
+        capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    return result, time.monotonic() - started
+
+
+def assert_one_line_error(result, message):
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr
+
+
+def test_an_unreachable_tracking_server_is_one_line_within_seconds(tmp_path):
+    uri = f"http://127.0.0.1:{closed_port()}"
+    result, took_s = run_script("--results-dir", str(tmp_path), "--tracking-uri", uri, timeout_s=30)
+    assert_one_line_error(result, f"--tracking-uri {uri}: no MLflow server answers there")
+    assert took_s < 20
+
+
+def test_an_unwritable_results_dir_is_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result, _ = run_script("--results-dir", str(blocker / "results"))
+    assert_one_line_error(result, f"--results-dir {blocker / 'results'}: cannot write there")
+
+
+def test_a_ray_address_nobody_answers_at_is_one_line_within_seconds(tmp_path):
+    address = f"127.0.0.1:{closed_port()}"
+    result, took_s = run_script("--results-dir", str(tmp_path), "--ray-address", address, timeout_s=30)
+    assert_one_line_error(result, f"--ray-address {address}: no Ray cluster answers there")
+    assert took_s < 20
+    result, _ = run_script("--results-dir", str(tmp_path), env={"RAY_ADDRESS": address}, timeout_s=30)
+    assert_one_line_error(result, f"RAY_ADDRESS {address}: no Ray cluster answers there")
+
+
+def test_a_dead_local_cluster_on_record_is_passed_over_for_a_fresh_one(tmp_path):
+    # Ray's temp dir of its own (short: Ray's socket paths must fit 107 bytes), recording a dead cluster.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="kvr", dir="/tmp"))
+    (ray_tmp / "ray").mkdir()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{closed_port()}")
+    env = {"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": ""}
+    result, took_s = run_script("--results-dir", str(tmp_path), env=env, timeout_s=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is not running; starting a fresh local one" in result.stderr
+    assert "sweep cpu_tiny:" in result.stdout and "Traceback" not in result.stderr
+    assert took_s < 90
