@@ -111,7 +111,7 @@ def _local_monitor_config_path() -> Path | None:
     gcs_flag = f"--gcs-address={ray.get_runtime_context().gcs_address}"
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info.get("cmdline") or []
-        if not any(part.endswith("monitor.py") for part in cmdline) or gcs_flag not in cmdline:
+        if not any(Path(part).name == "monitor.py" for part in cmdline) or gcs_flag not in cmdline:
             continue
         for part in cmdline:
             if part.startswith(MONITOR_FLAG):
