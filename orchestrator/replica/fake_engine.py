@@ -2,10 +2,13 @@
 
 It stands in for a GPU engine where none can run (this machine, CI) so that everything around the engine
 (placement on Ray, replica reuse, the watchdog, tracking, resume) runs for real. It speaks the parts of
-vLLM's HTTP surface the orchestrator uses: streamed ``/v1/completions`` with a usage chunk shaped like
-vLLM's (prompt tokens counted as whitespace-separated words, no cache), ``/health``, ``/version``,
-``/metrics`` (cache config and token counters) and ``POST /reset_prefix_cache``. Results produced with it
-are tagged ``engine=fake``.
+vLLM's HTTP surface the orchestrator uses: ``/v1/completions`` (streamed, or one JSON answer) with usage
+shaped like vLLM's (prompt tokens counted as whitespace-separated words), ``/health``, ``/version``,
+``/metrics`` (cache config and token counters) and ``POST /reset_prefix_cache``. With ``--prefix-cache`` it
+keeps whole 16-word blocks under chained hashes, as vLLM keys KV blocks, and reports the hits as cached
+tokens, so a reset can be checked; ``--reset-keeps-cache`` makes it answer a reset with success and keep
+its cache, the way vLLM's LMCache connector keeps its CPU tier. Results produced with it are tagged
+``engine=fake``.
 
 It is also the yardstick for the load generator: every millisecond between a request's scheduled time
 and its arrival here is the client's own lag. Per-token delay, failure injection and a stall (requests
@@ -43,12 +46,15 @@ class FakeEngineConfig(BaseModel):
     served_model_name: str = "model"
     token_delay_s: float = Field(0.0, ge=0)
     stall_after: int | None = Field(None, ge=0, description="Answer this many requests, then hang.")
+    prefix_cache: bool = Field(False, description="Report prefix hits of whole 16-word blocks as cached tokens.")
+    reset_keeps_cache: bool = Field(False, description="Answer a reset with success and keep the cache (a stand-in).")
 
     def server_command(self, port: int, host: str = "127.0.0.1", trace_path: Path | None = None) -> ServerCommand:
         argv = [sys.executable, "-m", "orchestrator.replica.fake_engine", "--host", host, "--port", str(port),
                 "--token-delay-s", str(self.token_delay_s)]  # fmt: skip
         if self.stall_after is not None:
             argv += ["--stall-after", str(self.stall_after)]
+        argv += ["--prefix-cache"] * self.prefix_cache + ["--reset-keeps-cache"] * self.reset_keeps_cache
         return ServerCommand(argv=tuple(argv), env={"PYTHONPATH": str(PROJECT_ROOT)}, host=host, port=port)
 
 
@@ -61,6 +67,25 @@ class Arrival:
     prompt_chars: int
 
 
+FAKE_BLOCK_WORDS = 16
+
+
+@dataclass
+class FakePrefixCache:
+    """Blocks of 16 words under chained hashes; never evicts. A hit is whole blocks and never the last word."""
+
+    block_hashes: set[int] = field(default_factory=set)
+
+    def cached_then_insert(self, words: list[str]) -> int:
+        parent, num_hit, hitting = 0, 0, True
+        for start in range(0, len(words) - FAKE_BLOCK_WORDS + 1, FAKE_BLOCK_WORDS):
+            parent = hash((parent, tuple(words[start : start + FAKE_BLOCK_WORDS])))
+            hitting = hitting and parent in self.block_hashes and start + FAKE_BLOCK_WORDS < len(words)
+            num_hit += hitting
+            self.block_hashes.add(parent)
+        return num_hit * FAKE_BLOCK_WORDS
+
+
 @dataclass
 class FakeEngineState:
     token_delay_s: float = 0.0
@@ -70,6 +95,8 @@ class FakeEngineState:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     running: int = 0
+    cache: FakePrefixCache | None = None
+    reset_keeps_cache: bool = False
 
 
 def make_app(state: FakeEngineState) -> web.Application:
@@ -86,7 +113,7 @@ def make_app(state: FakeEngineState) -> web.Application:
         try:
             if state.stall_after is not None and len(state.arrivals) > state.stall_after:
                 await asyncio.Event().wait()  # the injected hang: never answers
-            return await _stream(request, body, state)
+            return await _complete(request, body, state)
         finally:
             state.running -= 1
 
@@ -113,6 +140,8 @@ def make_app(state: FakeEngineState) -> web.Application:
         return web.Response(text="\n".join(lines) + "\n")
 
     async def reset_prefix_cache(_: web.Request) -> web.Response:
+        if state.cache is not None and not state.reset_keeps_cache:
+            state.cache.block_hashes.clear()
         return web.json_response({"success": True})
 
     async def arrivals(_: web.Request) -> web.Response:
@@ -129,14 +158,25 @@ def make_app(state: FakeEngineState) -> web.Application:
     return app
 
 
-async def _stream(request: web.Request, body: dict, state: FakeEngineState) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
+async def _complete(request: web.Request, body: dict, state: FakeEngineState) -> web.StreamResponse:
     prompt = body.get("prompt", "")
     # Token ids (as vLLM's own benchmark client sends them) or text (words stand in for tokens).
-    prompt_tokens = len(prompt) if isinstance(prompt, list) else len(prompt.split())
-    state.prompt_tokens_total += prompt_tokens
+    tokens = prompt if isinstance(prompt, list) else prompt.split()
+    state.prompt_tokens_total += len(tokens)
+    cached = state.cache.cached_then_insert([str(token) for token in tokens]) if state.cache is not None else 0
     num_tokens = int(body.get("max_tokens", 16))
+    usage = {
+        "prompt_tokens": len(tokens),
+        "completion_tokens": num_tokens,
+        "total_tokens": len(tokens) + num_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+    if not body.get("stream"):
+        state.generation_tokens_total += num_tokens
+        text = "".join(f" t{i}" for i in range(num_tokens))
+        return web.json_response({"choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": usage})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
     chunks = [b"data: " + json.dumps({"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]}).encode()
               + b"\n\n" for i in range(num_tokens)]  # fmt: skip
     if state.token_delay_s:
@@ -147,12 +187,6 @@ async def _stream(request: web.Request, body: dict, state: FakeEngineState) -> w
     else:  # one write: at thousands of requests per second the server must not be what is measured
         state.generation_tokens_total += num_tokens
         await response.write(b"".join(chunks))
-    usage = {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": num_tokens,
-        "total_tokens": prompt_tokens + num_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0},
-    }
     await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
@@ -165,8 +199,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--token-delay-s", type=float, default=0.0)
     parser.add_argument("--stall-after", type=int, default=None)
+    parser.add_argument("--prefix-cache", action="store_true")
+    parser.add_argument("--reset-keeps-cache", action="store_true")
     args = parser.parse_args()
-    state = FakeEngineState(token_delay_s=args.token_delay_s, stall_after=args.stall_after)
+    state = FakeEngineState(
+        token_delay_s=args.token_delay_s,
+        stall_after=args.stall_after,
+        cache=FakePrefixCache() if args.prefix_cache else None,
+        reset_keeps_cache=args.reset_keeps_cache,
+    )
     try:  # uvloop (a vLLM dependency) handles the load benchmarks' thousands of requests per second faster
         import uvloop
 

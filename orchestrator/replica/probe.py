@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import urllib.request
+import uuid
 from dataclasses import asdict, dataclass
 
 
@@ -41,12 +42,13 @@ def parse_cache_config(metrics_text: str) -> dict[str, str]:
 # Counters that grow with every step that does work; a replica whose counters stand still while
 # requests are in flight is making no progress.
 WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"  # prompt tokens a KV connector's tier served
 # What a CPU KV tier moved and served: GPU->CPU and CPU->GPU bytes, external prefix-cache lookups.
 TIER_COUNTERS = (
     "vllm:kv_offload_store_bytes_total",
     "vllm:kv_offload_load_bytes_total",
     "vllm:external_prefix_cache_queries_total",
-    "vllm:external_prefix_cache_hits_total",
+    EXTERNAL_HITS,
 )
 
 
@@ -104,6 +106,27 @@ def device_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# Words of the reset canary: a fixed pool after a unique header, so no earlier prompt shares its first block.
+_CANARY_WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
+# Long enough to fill whole blocks of every engine and one LMCache chunk (256 tokens), short enough to fit
+# beside pinned blocks in the smallest pool a test runs.
+CANARY_WORDS = 300
+
+
+def canary_prompt() -> str:
+    """A prompt no workload sends and no earlier canary shares a block with."""
+    return f"kvsweep reset canary {uuid.uuid4().hex}: " + " ".join(_CANARY_WORDS[i % 16] for i in range(CANARY_WORDS))
+
+
+def cached_tokens_of(base_url: str, model: str, prompt: str, timeout_s: float = 120.0) -> int:
+    """Sends ``prompt`` for one token; the prompt tokens the engine served from a cache (any tier)."""
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
+    request = urllib.request.Request(base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        usage = json.loads(response.read()).get("usage") or {}
+    return int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
 
 
 def _get(url: str, timeout_s: float) -> str:

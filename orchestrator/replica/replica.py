@@ -1,4 +1,4 @@
-"""One replica: an engine server for a sequence of cells, with a verified reset between them.
+"""One replica: an engine server for a sequence of cells, with a proven-clean reset between them.
 
 A plain class; the sweep's cell worker owns one on a node with the cell's GPU type. The engine is any
 configuration that can produce its server command: real vLLM (``vllm_server``) or the fake engine.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.replica.fake_engine import FakeEngineConfig
-from orchestrator.replica.probe import EngineFacts, read_engine_facts
+from orchestrator.replica.probe import EXTERNAL_HITS, EngineFacts, cached_tokens_of, canary_prompt, read_counters, read_engine_facts
 from orchestrator.replica.server import ServerProcess, free_port
 from orchestrator.replica.vllm_server import VllmEngineConfig
 
@@ -26,7 +26,21 @@ FINISH_EVENT = b'"kind":"finish"'
 
 
 class ResetError(RuntimeError):
-    """The prefix cache (and offload tier) could not be reset; the replica must be restarted instead."""
+    """The caches could not be reset, or the reset could not be proven; the replica must be restarted instead."""
+
+
+@dataclass(frozen=True)
+class ResetProof:
+    """The evidence that a reset emptied every cache tier: a canary prompt that was cached before it (its
+    second send hit ``cached_before`` tokens) came back after it with no cached token and no external hit."""
+
+    cached_before: int
+    cached_after: int
+    external_hits_after: float
+
+    @property
+    def clean(self) -> bool:
+        return self.cached_before > 0 and self.cached_after == 0 and self.external_hits_after == 0
 
 
 @dataclass(frozen=True)
@@ -106,12 +120,35 @@ class Replica:
         log = _read_from(self._work_dir / SERVER_LOG_FILE, mark.log_bytes).decode(errors="replace")
         return log, trace
 
-    def reset(self, attempts: int = 20, wait_s: float = 0.5) -> None:
-        """Clear the prefix cache and any offload tier; retried because it fails while blocks are held.
+    def reset(self) -> ResetProof:
+        """Empty the prefix cache and any CPU tier, and prove it rather than trust the server's word: a
+        canary prompt is cached (sent twice: the second send must hit), the caches are reset, and the
+        canary sent again must get 0 cached tokens and no external-cache hit. vLLM's LMCache connector, for
+        one, answers a reset with success and keeps its CPU tier. A last reset drops the canary itself.
 
-        Raises ``ResetError`` if it never succeeds: reusing the replica would then leak cache hits
-        from one cell into the next.
+        Raises ``ResetError`` when the reset fails or the proof does: reusing the replica would then leak
+        cache hits from one cell into the next.
         """
+        url, model, canary = self._info.base_url, self._engine.served_model_name, canary_prompt()
+        cached_tokens_of(url, model, canary)
+        cached_before = cached_tokens_of(url, model, canary)
+        if cached_before == 0:
+            raise ResetError("a canary prompt sent twice was not cached, so no reset of this engine can be proven")
+        self._request_reset()
+        hits_before = (read_counters(url) or {}).get(EXTERNAL_HITS, 0.0)
+        cached_after = cached_tokens_of(url, model, canary)
+        external_hits = (read_counters(url) or {}).get(EXTERNAL_HITS, 0.0) - hits_before
+        proof = ResetProof(cached_before, cached_after, external_hits)
+        if not proof.clean:
+            raise ResetError(
+                f"the engine reported its caches reset, but a canary prompt cached before the reset came back with "
+                f"{cached_after} cached tokens and {external_hits:g} external-cache hits"
+            )
+        self._request_reset()
+        return proof
+
+    def _request_reset(self, attempts: int = 20, wait_s: float = 0.5) -> None:
+        """POST the reset until the server says it succeeded; it fails while blocks are held."""
         url = f"{self._info.base_url}/reset_prefix_cache?reset_external=true"
         for _ in range(attempts):
             try:

@@ -158,7 +158,8 @@ def served_cell(cell: CellSpec, model_dir: str) -> ServedCell:
     policy = get_policy(cell.policy)
     served_name = cell.model.rstrip("/").split("/")[-1]
     if cell.engine is EngineKind.FAKE:
-        return ServedCell(FakeEngineConfig(served_model_name=served_name), served_name, policy.job_priority)
+        engine = FakeEngineConfig(served_model_name=served_name, prefix_cache=True)
+        return ServedCell(engine, served_name, policy.job_priority)
     options = cell.engine_options
     on_cpu = cell.device == "cpu"
     base = VllmEngineConfig(

@@ -296,6 +296,8 @@ class _Sweep:
             "finished_unix": outcome.finished_unix,
             "wall_s": outcome.finished_unix - outcome.started_unix,
             "replica_reused": outcome.config.get("replica_reused"),
+            "replica_replaced": outcome.config.get("replica_replaced"),  # why a reusable replica was not reused
+            "replica_start_s": outcome.config.get("replica_start_s"),
             **outcome.config.get("tier_counters", {}),
         }
         row = summary_row(self.spec.name, cell, outcome.status, summary, **extra)

@@ -1,7 +1,8 @@
 """The cell worker: runs cells one after another on one GPU (or the CPU engine), as a Ray actor.
 
-It owns one replica and keeps it across cells with the same server configuration when a verified
-prefix-cache reset succeeds; otherwise it starts a fresh one. While a cell's load runs it watches for
+It owns one replica and keeps it across cells with the same server configuration when a reset is
+proven to have emptied every cache tier (``Replica.reset``); otherwise it starts a fresh one and the cell
+records why. While a cell's load runs it watches for
 three faults: the replica exiting (``failed``, retryable), the engine making no progress with requests in
 flight (``hung``), and the cell's time limit (``failed``). It writes nothing durable: the records, server
 log and scheduler trace go back to the driver, the only writer of results and tracking.
@@ -19,7 +20,7 @@ from pathlib import Path
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.records.schema import JobRecord, RequestRecord
 from orchestrator.replica.probe import TIER_COUNTERS, read_counters, work_done
-from orchestrator.replica.replica import EngineConfig, Replica, ReplicaInfo, ResetError
+from orchestrator.replica.replica import EngineConfig, Replica, ReplicaInfo, ResetError, ResetProof
 from orchestrator.replica.server import ServerStartError
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import simulate
@@ -61,6 +62,17 @@ class CellOutcome:
 
 
 @dataclass(frozen=True)
+class ReplicaReuse:
+    """How a cell got its replica: reused after a proven reset, or started (in ``start_s``), and why the
+    previous replica was not reused when it could have been."""
+
+    reused: bool
+    proof: ResetProof | None = None
+    start_s: float | None = None
+    replaced_because: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkerStatus:
     cell_key: str | None = None
     phase: str = "idle"  # idle | starting | resetting | running
@@ -93,7 +105,7 @@ class CellWorker:
         # The plan is complete before the replica starts: nothing expensive happens on the clock.
         plan = build_plan(cell.workload, token_counter_for(model_dir))
         try:
-            reused = self._ensure_replica(served.engine, limits.health_timeout_s)
+            reuse = self._ensure_replica(served.engine, limits.health_timeout_s)
         except ServerStartError as error:
             log = self._replica.log_tail(200) if self._replica else ""
             self._drop_replica()
@@ -125,7 +137,10 @@ class CellWorker:
             "server_argv": list(replica.info.server_argv),
             "server_env": replica.info.server_env,
             "engine_facts": replica.info.facts.as_dict(),
-            "replica_reused": reused,
+            "replica_reused": reuse.reused,
+            "replica_start_s": reuse.start_s,
+            "reset_proof": asdict(reuse.proof) if reuse.proof else None,
+            "replica_replaced": reuse.replaced_because,
             # Only the counters this engine has: a policy without a CPU tier reports none.
             "tier_counters": {name.removeprefix("vllm:").removesuffix("_total"): counters_after[name] - counters_before.get(name, 0.0)
                               for name in TIER_COUNTERS if name in counters_after},  # fmt: skip
@@ -185,21 +200,23 @@ class CellWorker:
         self._drop_replica()
         shutil.rmtree(self._work_dir, ignore_errors=True)
 
-    def _ensure_replica(self, engine: EngineConfig, health_timeout_s: float) -> bool:
-        """A running replica of ``engine`` with an empty cache; True if the previous one was reused."""
+    def _ensure_replica(self, engine: EngineConfig, health_timeout_s: float) -> ReplicaReuse:
+        """A running replica of ``engine`` whose caches are empty: the previous one after a proven reset, else
+        a fresh one (with the reason the previous one was not kept, when there was one to keep)."""
         current = self._replica
+        replaced_because = None
         if current is not None and current.engine == engine and current.is_alive():
             self._status = WorkerStatus(self._status.cell_key, "resetting")
             try:
-                current.reset()
-                return True
-            except ResetError:
-                pass  # a cache that cannot be verified empty would leak hits into this cell
+                return ReplicaReuse(reused=True, proof=current.reset())
+            except (ResetError, OSError) as error:  # a cache not proven empty would leak hits into this cell
+                replaced_because = f"reset not proven clean: {first_line(error)}"
         self._drop_replica()
         self._replicas_started += 1
         self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", health_timeout_s)
+        started = time.monotonic()
         self._replica.start()
-        return False
+        return ReplicaReuse(reused=False, start_s=time.monotonic() - started, replaced_because=replaced_because)
 
     def _drop_replica(self) -> None:
         if self._replica is not None:

@@ -113,10 +113,19 @@ def test_done_runs_carry_metrics_per_turn_series_params_and_artifacts(sweep):
     assert {"requests.parquet", "jobs.parquet", "cell.json", "server.log", "scheduler_trace.jsonl"} <= artifacts
 
 
-def test_a_replica_is_reused_across_loads_of_one_policy_after_a_verified_reset(sweep):
-    reused = {(policy, jps): json.loads((sweep.cell(policy, jps) / "cell.json").read_text())["replica_reused"]
-              for policy in SPEC.policies for jps in SPEC.jps}  # fmt: skip
+def test_a_replica_is_reused_across_loads_of_one_policy_after_a_proven_clean_reset(sweep):
+    configs = {(policy, jps): json.loads((sweep.cell(policy, jps) / "cell.json").read_text())
+               for policy in SPEC.policies for jps in SPEC.jps}  # fmt: skip
+    reused = {cell: config["replica_reused"] for cell, config in configs.items()}
     assert reused == {("fcfs", 1): False, ("fcfs", 6): True, ("continuum", 1): False, ("continuum", 6): True}
+    for policy in SPEC.policies:
+        proof = configs[(policy, 6)]["reset_proof"]
+        assert proof["cached_before"] > 0 and proof["cached_after"] == 0 and proof["external_hits_after"] == 0
+        # Both loads send the same jobs (same seed): a hit left over from the 1 JPS cell would exceed what a
+        # request's own previous turn can give it.
+        requests = pd.read_parquet(sweep.cell(policy, 6) / "requests.parquet")
+        own_best = requests.best_cached_tokens.fillna(SPEC.workload.scaled_system_prompt_tokens)
+        assert (requests.cached_tokens <= own_best).all()
 
 
 def test_every_job_completes_eight_turns_of_twenty_tokens_at_the_target_prompt_size(sweep):

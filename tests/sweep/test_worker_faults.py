@@ -83,3 +83,36 @@ def test_a_replica_that_dies_mid_cell_fails_the_cell_as_retryable_with_its_log()
     assert outcome.status is CellStatus.FAILED and outcome.retryable
     assert outcome.reason == "replica exited with code -9 during the cell"
     assert outcome.config["server_argv"]  # what was running is still reported
+
+
+def run_two_on_one_replica(limits: RunLimits):
+    """Two cells of one server configuration on one worker: the second may reuse the first's replica."""
+    first, second = expand(fake_spec("reuse", jps=(2, 3)))[:2]
+    worker = CellWorker(node_id="local")
+    try:
+        return worker.run(first, limits), worker.run(second, limits)
+    finally:
+        worker.shutdown()
+
+
+def test_a_replica_whose_reset_is_proven_clean_is_reused():
+    first, second = run_two_on_one_replica(LIMITS)
+    assert first.status is second.status is CellStatus.DONE
+    assert first.config["replica_reused"] is False and first.config["replica_start_s"] > 0
+    assert second.config["replica_reused"] is True and second.config["replica_replaced"] is None
+    proof = second.config["reset_proof"]
+    assert proof["cached_before"] > 0 and proof["cached_after"] == 0 and proof["external_hits_after"] == 0
+    # Within a cell the fake engine's prefix cache does hit (turn t+1 extends turn t), so 0 above is the reset.
+    assert any(request.cached_tokens > 0 for request in second.requests)
+
+
+def test_a_replica_that_reports_a_reset_but_keeps_its_cache_is_detected_and_replaced(fake_engine_with):
+    fake_engine_with(reset_keeps_cache=True)  # a stand-in for vLLM's LMCache connector, which keeps its CPU tier
+    first, second = run_two_on_one_replica(LIMITS)
+    assert first.status is second.status is CellStatus.DONE
+    assert second.config["replica_reused"] is False and second.config["reset_proof"] is None
+    assert second.config["replica_replaced"].startswith("reset not proven clean: the engine reported its caches reset, "
+                                                          "but a canary prompt cached before the reset came back with 288 "
+                                                          "cached tokens")
+    first_sent = min(second.requests, key=lambda request: request.sent_at)
+    assert first_sent.cached_tokens == 0  # the fresh replica's cache is empty
