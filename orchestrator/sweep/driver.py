@@ -299,6 +299,8 @@ class _Sweep:
             "replica_replaced": outcome.config.get("replica_replaced"),  # why a reusable replica was not reused
             "replica_start_s": outcome.config.get("replica_start_s"),
             **outcome.config.get("tier_counters", {}),
+            # The serving stack on the cell's node: vllm, lmcache, torch, CUDA, driver.
+            **{f"stack_{name}": value for name, value in (outcome.config.get("stack") or {}).items()},
         }
         row = summary_row(self.spec.name, cell, outcome.status, summary, **extra)
         staged = self.results.stage(outcome, summary, row)

@@ -22,9 +22,11 @@ from orchestrator.records.schema import JobRecord, RequestRecord
 from orchestrator.replica.probe import TIER_COUNTERS, read_counters, work_done
 from orchestrator.replica.replica import EngineConfig, Replica, ReplicaInfo, ResetError, ResetProof
 from orchestrator.replica.server import ServerStartError
+from orchestrator.replica.stack import NodeStack, lmcache_refusal, read_node_stack
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import simulate
 from orchestrator.sim.hardware import Device
+from orchestrator.policies import get_policy
 from orchestrator.sweep.cells import CellSpec, CellStatus, served_cell
 from orchestrator.sweep.spec import TINY_MODEL, EngineKind, RunLimits
 from orchestrator.validation import first_line
@@ -89,6 +91,7 @@ class CellWorker:
         self._replica: Replica | None = None
         self._replicas_started = 0
         self._status = WorkerStatus()
+        self._stack: NodeStack | None = None  # read once, when the first real vLLM cell comes
 
     def status(self) -> WorkerStatus:
         return self._status
@@ -100,6 +103,10 @@ class CellWorker:
         limit_s = limits.cell_limit_s(cell.workload)
         deadline = time.monotonic() + limit_s
         self._status = WorkerStatus(cell.key, "starting")
+        stack = self._node_stack() if cell.engine is EngineKind.VLLM else None
+        if stack is not None and get_policy(cell.policy).cpu_tier == "lmcache" and (refusal := lmcache_refusal(stack)):
+            self._status = WorkerStatus()
+            return CellOutcome.failure(cell, refusal, False, self._node_id, started)
         model_dir = str(ensure_tiny_model()) if cell.model == TINY_MODEL else cell.model
         served = served_cell(cell, model_dir)
         # The plan is complete before the replica starts: nothing expensive happens on the clock.
@@ -137,6 +144,7 @@ class CellWorker:
             "server_argv": list(replica.info.server_argv),
             "server_env": replica.info.server_env,
             "engine_facts": replica.info.facts.as_dict(),
+            "stack": stack.as_dict() if stack else None,
             "replica_reused": reuse.reused,
             "replica_start_s": reuse.start_s,
             "reset_proof": asdict(reuse.proof) if reuse.proof else None,
@@ -195,6 +203,11 @@ class CellWorker:
             jobs=tuple(result.jobs), config=config, server_log=f"simulated {cell.label}: {summary}\n",
             scheduler_trace=result.trace_bytes(), node_id=self._node_id, started_unix=started, finished_unix=time.time(),
         )  # fmt: skip
+
+    def _node_stack(self) -> NodeStack:
+        if self._stack is None:
+            self._stack = read_node_stack()
+        return self._stack
 
     def shutdown(self) -> None:
         self._drop_replica()

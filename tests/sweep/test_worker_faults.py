@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.sweep import worker as worker_module
 from orchestrator.sweep.cells import CellStatus, expand
-from orchestrator.sweep.spec import RunLimits
+from orchestrator.sweep.spec import EngineKind, RunLimits
 from orchestrator.sweep.worker import CellWorker
 from tests.processes import FAKE_ENGINE, processes_matching, wait_until_gone
 from tests.sweep.conftest import fake_spec
@@ -116,3 +116,19 @@ def test_a_replica_that_reports_a_reset_but_keeps_its_cache_is_detected_and_repl
                                                           "cached tokens")
     first_sent = min(second.requests, key=lambda request: request.sent_at)
     assert first_sent.cached_tokens == 0  # the fresh replica's cache is empty
+
+
+def test_an_lmcache_cell_refuses_to_start_when_lmcaches_compiled_ops_do_not_load():
+    """Here lmcache is not installed at all, the plainest case of ops that do not load; a GPU node with
+    lmcache built against another torch is refused the same way, before any replica starts."""
+    cell = expand(fake_spec("no-ops", engine=EngineKind.VLLM, gpus=("H100",), policies=("lmcache",), dram_gb=(8,)))[0]
+    worker = CellWorker(node_id="local")
+    try:
+        started = time.monotonic()
+        outcome = worker.run(cell, LIMITS)
+    finally:
+        worker.shutdown()
+    assert outcome.status is CellStatus.FAILED and not outcome.retryable
+    assert outcome.reason.startswith("LMCache's compiled CUDA ops did not load (lmcache is not installed)")
+    assert "install the pinned stack (vllm 0.32.0, lmcache 0.5.6, torch 2.13.0" in outcome.reason
+    assert time.monotonic() - started < 60 and not processes_matching("vllm.entrypoints")

