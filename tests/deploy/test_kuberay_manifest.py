@@ -1,0 +1,143 @@
+"""deploy/kuberay/raycluster.yaml: a RayCluster whose worker groups are the GPU types of ray_cluster.yaml, as
+the autoscaler that KubeRay runs reads them (Ray's own parser of the custom resource)."""
+
+import copy
+import json
+import os
+
+import pytest
+import yaml
+
+from orchestrator.gpus import GPU_TYPES
+from orchestrator.paths import PROJECT_ROOT
+from sweeps.large_dram import LLAMA_8B
+
+MANIFEST = PROJECT_ROOT / "deploy" / "kuberay" / "raycluster.yaml"
+DOCUMENTS = list(yaml.safe_load_all(MANIFEST.read_text()))
+(CLUSTER,) = [doc for doc in DOCUMENTS if doc["kind"] == "RayCluster"]
+SPEC = CLUSTER["spec"]
+LAUNCHER = yaml.safe_load((PROJECT_ROOT / "ray_cluster.yaml").read_text())
+
+
+def _launcher_gpu_types() -> set[str]:
+    return {
+        key.removeprefix("accelerator_type:")
+        for node in LAUNCHER["available_node_types"].values()
+        for key in node["resources"]
+        if key.startswith("accelerator_type:")
+    }
+
+
+def _autoscaler_config(cluster=CLUSTER) -> dict:
+    """What KubeRay's Ray autoscaler derives from the RayCluster (it also runs Ray's config schema over it)."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
+
+    live = copy.deepcopy(cluster)
+    live["metadata"].setdefault("namespace", "default")  # the API server fills it in on apply
+    return _derive_autoscaling_config_from_ray_cr(live)
+
+
+def _pods():
+    yield "head", SPEC["headGroupSpec"]
+    for group in SPEC["workerGroupSpecs"]:
+        yield group["groupName"], group
+
+
+def test_it_is_an_autoscaled_ray_io_v1_raycluster_of_ray_2_60():
+    assert CLUSTER["apiVersion"] == "ray.io/v1"
+    assert SPEC["enableInTreeAutoscaling"] is True and SPEC["autoscalerOptions"]["version"] == "v2"
+    assert SPEC["rayVersion"] == "2.60.0"
+
+
+def test_the_worker_groups_are_the_gpu_types_of_the_cluster_launcher_config_as_the_autoscaler_reads_them():
+    node_types = _autoscaler_config()["available_node_types"]
+    by_type = {}
+    for name, node in node_types.items():
+        accelerators = [key.removeprefix("accelerator_type:") for key in node["resources"] if key.startswith("accelerator_type:")]
+        if name == "headgroup":
+            assert accelerators == [] and node["resources"].get("GPU", 0) == 0 and node["resources"]["CPU"] > 0
+            continue
+        (accelerator,) = accelerators
+        by_type[accelerator] = node
+        assert node["resources"][f"accelerator_type:{accelerator}"] == 1
+        assert node["resources"]["GPU"] == 8 and node["min_workers"] == 0 and node["max_workers"] >= 1
+    assert set(by_type) == _launcher_gpu_types() == {"H200", "H100", "A100", "L40S"}
+    assert set(by_type) <= set(GPU_TYPES)
+
+
+def test_a_resources_string_without_kuberays_quoting_is_refused_by_the_same_parser():
+    broken = copy.deepcopy(CLUSTER)
+    broken["spec"]["workerGroupSpecs"][0]["rayStartParams"]["resources"] = '{"accelerator_type:H200": 1}'
+    with pytest.raises(Exception):
+        _autoscaler_config(broken)
+
+
+def test_each_gpu_group_gets_its_gpus_from_kubernetes_on_nodes_of_its_product():
+    for group in SPEC["workerGroupSpecs"]:
+        pod = group["template"]["spec"]
+        (container,) = pod["containers"]
+        gpus = group["rayStartParams"]["num-gpus"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
+        accelerator = next(iter(json.loads(group["rayStartParams"]["resources"][1:-1].replace("\\", ""))))
+        product = pod["nodeSelector"]["nvidia.com/gpu.product"]
+        assert accelerator.removeprefix("accelerator_type:") in product, (group["groupName"], product)
+        assert group["minReplicas"] == 0 and group["replicas"] == 0
+
+
+def test_every_ray_node_has_a_small_object_store_and_no_memory_monitor_and_one_image():
+    images = set()
+    for name, group in _pods():
+        assert group["rayStartParams"]["object-store-memory"] == "4000000000", name
+        pod = group["template"]["spec"]
+        for container in pod["containers"] + pod.get("initContainers", []):
+            images.add(container["image"])
+        env = {item["name"]: item.get("value") for item in pod["containers"][0]["env"]}
+        assert env["RAY_memory_monitor_refresh_ms"] == "0", name
+    assert len(images) == 1
+
+
+def test_gpu_pods_fetch_the_model_into_the_cache_the_replicas_read_with_the_token_from_a_secret():
+    for group in SPEC["workerGroupSpecs"]:
+        pod = group["template"]["spec"]
+        (fetch,) = pod["initContainers"]
+        script = " ".join(fetch["command"])
+        assert f"hf download {LLAMA_8B} " in script and "huggingface-cli" not in script
+        token = next(item for item in fetch["env"] if item["name"] == "HF_TOKEN")
+        assert set(token["valueFrom"]) == {"secretKeyRef"}
+        cache = {mount["mountPath"]: mount["name"] for mount in fetch["volumeMounts"]}
+        worker_cache = {mount["mountPath"]: mount["name"] for mount in pod["containers"][0]["volumeMounts"]}
+        # Replicas run with HF_HUB_OFFLINE=1 and find the model by name in ~/.cache/huggingface of Ray's user.
+        assert cache["/home/ray/.cache/huggingface"] == worker_cache["/home/ray/.cache/huggingface"]
+    assert "huggingface-cli" not in MANIFEST.read_text()
+
+
+def test_the_results_outlive_the_head_pod():
+    head = SPEC["headGroupSpec"]["template"]["spec"]
+    (claim,) = [volume["persistentVolumeClaim"]["claimName"] for volume in head["volumes"] if "persistentVolumeClaim" in volume]
+    assert any(doc["kind"] == "PersistentVolumeClaim" and doc["metadata"]["name"] == claim for doc in DOCUMENTS)
+
+
+@pytest.mark.skipif(not os.environ.get("KUBERAY_CRD"), reason="KUBERAY_CRD (a ray.io_rayclusters.yaml) not given")
+def test_it_passes_the_openapi_schema_of_kuberays_crd():
+    """KUBERAY_CRD=<kuberay>/ray-operator/config/crd/bases/ray.io_rayclusters.yaml (KubeRay >= 1.4)."""
+    import jsonschema
+
+    crd = yaml.safe_load(open(os.environ["KUBERAY_CRD"]))
+    (version,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
+    schema = version["schema"]["openAPIV3Schema"]
+
+    def int_or_string(node):
+        if isinstance(node, dict):
+            if node.get("x-kubernetes-int-or-string"):
+                node.pop("type", None)
+                node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+            for value in node.values():
+                int_or_string(value)
+        elif isinstance(node, list):
+            for value in node:
+                int_or_string(value)
+
+    int_or_string(schema)
+    errors = [f"{error.json_path}: {error.message}" for error in jsonschema.Draft7Validator(schema).iter_errors(CLUSTER)]
+    assert errors == []
