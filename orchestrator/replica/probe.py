@@ -15,6 +15,8 @@ import urllib.request
 import uuid
 from dataclasses import asdict, dataclass
 
+from orchestrator.workload.text import WORD_POOL
+
 
 @dataclass(frozen=True)
 class EngineFacts:
@@ -108,16 +110,16 @@ def device_name() -> str:
     return platform.processor() or platform.machine()
 
 
-# Words of the reset canary: a fixed pool after a unique header, so no earlier prompt shares its first block.
-_CANARY_WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 # Long enough to fill whole blocks of every engine and one LMCache chunk (256 tokens), short enough to fit
 # beside pinned blocks in the smallest pool a test runs.
 CANARY_WORDS = 300
 
 
 def canary_prompt() -> str:
-    """A prompt no workload sends and no earlier canary shares a block with."""
-    return f"kvsweep reset canary {uuid.uuid4().hex}: " + " ".join(_CANARY_WORDS[i % 16] for i in range(CANARY_WORDS))
+    """A prompt no workload sends and no earlier canary shares a block with: a unique header, then pool
+    words (one token each on the tiny model's tokenizer, about one on a real one)."""
+    words = " ".join(WORD_POOL[i % len(WORD_POOL)] for i in range(CANARY_WORDS))
+    return f"canary {uuid.uuid4().hex[:12]}: {words}"
 
 
 def cached_tokens_of(base_url: str, model: str, prompt: str, timeout_s: float = 120.0) -> int:

@@ -204,6 +204,13 @@ class CellWorker:
             scheduler_trace=result.trace_bytes(), node_id=self._node_id, started_unix=started, finished_unix=time.time(),
         )  # fmt: skip
 
+    def prove_reset(self) -> ResetProof:
+        """Reset the current replica and prove it clean, as the next cell would (the doctor's check).
+        Raises ``ResetError`` when the proof fails."""
+        if self._replica is None or not self._replica.is_alive():
+            raise ResetError("no replica is running to reset")
+        return self._replica.reset()
+
     def _node_stack(self) -> NodeStack:
         if self._stack is None:
             self._stack = read_node_stack()
