@@ -21,8 +21,56 @@ mode), so an allocation blocked by pins waits at most that long.
 
 Ordering: with ``pinned_first`` (and vLLM's priority scheduling, the client sending the job's arrival index
 as priority), a waiting turn of a pinned job goes ahead of everything else, and the rest is program-level
-FCFS. On GPU, vLLM's async scheduling must be off (``--no-async-scheduling``) for this class; the CPU
-engine never uses it.
+FCFS.
+
+Async scheduling. This class is the synchronous one; on GPU, where vLLM 0.32 schedules asynchronously by
+default, the policies run ``async_variants.AsyncContinuumScheduler`` (this class over vLLM's
+``AsyncScheduler``) and the pins need nothing beyond the fence below. From vLLM 0.32's code:
+
+- Two steps in flight: ``EngineCore.step_with_batch_queue`` (v1/engine/core.py) schedules step N+1 before
+  ``update_from_output`` processes step N. A turn that stops in step N on a stop or EOS token is normally in
+  step N+1 already (``AsyncScheduler._update_after_schedule`` gave it a placeholder; ``Scheduler.schedule``
+  skips the extra step only once ``max_tokens`` is certain). So when ``update_from_output`` -> ``_free_request`` ->
+  ``_free_blocks`` -> ``_free_request_blocks`` (our hook, tracing.py) finishes it, ``num_output_placeholders``
+  is 1: step N+1 still writes the KV of the turn's last token into its last slot, and the token it samples
+  is discarded (``update_from_output`` skips a request no longer in ``self.requests``). An abort
+  (``finish_requests``) can likewise arrive with steps in flight.
+- Taking the blocks there with ``KVCacheManager.pop_blocks_for_free`` is what vLLM itself does when it must
+  delay a free (``Scheduler._free_request_blocks``). The pin holds their references, so no other request can
+  be given them while the step writes; stock vLLM puts them on the free queue at once.
+- The slot being written lies past the cached frontier: ``AsyncScheduler._update_request_with_output`` caches
+  blocks only up to ``num_computed_tokens - num_output_placeholders``, so no hashed block changes, and the
+  next turn's prefix hit covers only blocks written by steps up to N. The next turn arrives only after the
+  client got turn N's output, which ``update_from_output`` of step N emits; it is scheduled in step N+2 at the
+  earliest, which the device runs after N+1. Its allocation takes references on the blocks it hits before
+  ``schedule`` drops the pin's (``next_turn``), so that release frees only the blocks it did not hit. A job's
+  turns never overlap, so no step of the same job uses a pin that is being released.
+- Giving pinned blocks back (``BlockPool.free_blocks`` on TTL, next turn, pressure, reset) while a step that
+  writes them may still run is what vLLM does with every finished request: a later write to a reused block
+  is ordered after it on the device. vLLM's one exception applies here too: with a KV connector that loads
+  into blocks (``kv_role`` consumer or both) and more than one batch in flight, ``Scheduler.__init__`` sets
+  ``defer_block_free``, because such a load is not ordered against the in-flight write, and freed blocks wait
+  on ``deferred_frees`` until ``processed_step_seq`` reaches the request's ``last_sched_seq``. ``_release`` does
+  the same for a pin whose turn's last step is not processed yet (possible only while scheduling the step
+  right after the pin was taken); a pressure release so delayed does not count towards the allocation. No
+  policy combines pins with a connector yet, so this path is idle today.
+- No double free: ``pop_blocks_for_free`` removes the request's block list (a later ``free`` of it finds
+  nothing), the request leaves ``self.requests`` in ``_free_blocks``, and a pin leaves the table before its
+  blocks are freed.
+- The ``allocate_slots`` wrapper works the same: ``AsyncScheduler`` overrides only ``_update_after_schedule``
+  and ``_update_request_with_output``; both allocations in ``Scheduler.schedule`` (running and waiting
+  requests) call ``self.kv_cache_manager.allocate_slots``, replaced on the instance after vLLM's ``__init__``.
+  A running request asks for its placeholders' slots too, as in stock vLLM.
+- That replacement is not a documented hook, and vLLM 0.32 has none for it: ``Scheduler.__init__`` builds
+  ``KVCacheManager`` directly (no class option), ``SchedulerConfig.get_scheduler_cls`` warns that the scheduler
+  interface itself is not public, and the documented way to keep a finished request's blocks (a KV connector
+  returning True from ``request_finished``, freed when the worker reports ``finished_sending``) has no call at
+  allocation failure.
+
+The CPU engine never schedules asynchronously: ``CpuPlatform.check_and_update_config`` sets
+``async_scheduling`` to False even when ``--async-scheduling`` is given (one batch in flight, so there the
+async variant behaves like this class). tests/replica/test_async_continuum.py runs the async variant with
+two steps in flight in-process and, with that reset undone, on the CPU engine.
 """
 
 from __future__ import annotations
@@ -43,6 +91,9 @@ class ContinuumScheduler(TracingScheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.pins = PinTable(ContinuumConfig.from_env())
+        # Per pinned job: the last step that wrote its blocks (vLLM's ``last_sched_seq``; 0 unless vLLM defers
+        # frees), so a release waits for that step as vLLM's own frees do. See "Async scheduling" above.
+        self._pin_fences: dict[str, int] = {}
         allocate = self.kv_cache_manager.allocate_slots
 
         def allocate_or_take_pins(request, *alloc_args, **alloc_kwargs):
@@ -53,8 +104,8 @@ class ContinuumScheduler(TracingScheduler):
                 victim = self._pressure_victim(request)
                 if victim is None:
                     break
-                self._release(victim, "pressure")
-                blocks = allocate(request, *alloc_args, **alloc_kwargs)
+                if self._release(victim, "pressure"):  # a delayed release frees nothing this step
+                    blocks = allocate(request, *alloc_args, **alloc_kwargs)
             return blocks
 
         # Pins give way at the one place vLLM finds out memory is short, inside this very step.
@@ -108,6 +159,7 @@ class ContinuumScheduler(TracingScheduler):
         blocks = self.kv_cache_manager.pop_blocks_for_free(request)
         for replaced in self.pins.pin(tag.job_id, tag.job_index, blocks, time.time()):
             self._release(replaced, "replaced")
+        self._pin_fences[tag.job_id] = request.last_sched_seq
         return True
 
     def reset_prefix_cache(self, *args, **kwargs) -> bool:
@@ -120,9 +172,18 @@ class ContinuumScheduler(TracingScheduler):
         others_running = len(self.running) - (request in self.running)
         return self.pins.pressure_victim(tag.job_id, tag.job_index, others_running)
 
-    def _release(self, pin: Pin, reason: str) -> None:
-        # Tail blocks first, as vLLM frees a request's blocks, so the shared prefix is evicted last.
-        self.kv_cache_manager.block_pool.free_blocks(reversed(pin.blocks))
+    def _release(self, pin: Pin, reason: str) -> bool:
+        """Give ``pin``'s blocks back; False when they must wait for an in-flight step (vLLM then frees
+        them in ``update_from_output`` once that step is processed)."""
+        fence = self._pin_fences.pop(pin.job_id, 0)
+        if self.defer_block_free and fence > self.processed_step_seq:
+            # As Scheduler._free_request_blocks does; blocks in allocation order, freed tail first.
+            self.deferred_frees.append((fence, list(pin.blocks)))
+            released = False
+        else:
+            # Tail blocks first, as vLLM frees a request's blocks, so the shared prefix is evicted last.
+            self.kv_cache_manager.block_pool.free_blocks(reversed(pin.blocks))
+            released = True
         self.trace.write(
             {
                 "kind": "unpin",
@@ -134,3 +195,4 @@ class ContinuumScheduler(TracingScheduler):
                 "free_blocks": self.free_blocks(),
             }
         )
+        return released
