@@ -180,3 +180,21 @@ def test_the_gpu_node_driver_check_passes_a_cuda_13_driver(tmp_path, driver):
 def test_the_gpu_node_driver_check_stops_setup_below_580(tmp_path, driver):
     result = _run_with_nvidia_smi(tmp_path, driver)
     assert result.returncode != 0 and ">= 580" in result.stderr
+
+
+@pytest.mark.parametrize("key", ["head_start_ray_commands", "worker_start_ray_commands"])
+def test_ray_starts_with_the_virtualenv_first_on_the_path_so_jobs_run_its_python(tmp_path, key):
+    """A job's entrypoint (`python sweeps/...`) runs with Ray's environment: bin/ray alone leaves `python` the
+    system's. Here the start command runs with a stand-in `ray` in the virtualenv that reports what `python` is."""
+    bin_dir = tmp_path / "kvsweep-venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, body in (("ray", 'command -v python\necho "$@"'), ("python", "exit 0")):
+        program = bin_dir / name
+        program.write_text(f"#!/bin/sh\n{body}\n")
+        program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    (start,) = [command for command in CONFIG[key] if "ray start" in command]
+    env = {**os.environ, "HOME": str(tmp_path), "RAY_HEAD_IP": "10.0.0.1"}
+    result = subprocess.run([shutil.which("bash"), "-c", start], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    found, arguments = result.stdout.splitlines()
+    assert found == str(bin_dir / "python") and arguments.startswith("start ")
