@@ -116,7 +116,8 @@ def test_the_virtualenv_is_made_from_a_python_the_project_accepts_before_anythin
         assert not any(VENV_BIN in command for command in commands[:made_at]), key
     installs = [c for c in prepared["worker_setup_commands"] if "pip install" in c and "kvsweep[gpu]" in c]
     assert installs and all(VENV_BIN + "pip install" in c and "-e '/home/ubuntu/kvsweep[gpu]'" in c for c in installs)
-    assert any(VENV_BIN + "pip install" in command and "boto3" in command for command in prepared["head_setup_commands"])
+    head = prepared["head_setup_commands"]
+    assert any(VENV_BIN + "pip install" in command and "boto3" in command for command in head)
 
 
 def test_every_command_is_valid_bash():

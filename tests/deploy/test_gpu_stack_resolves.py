@@ -95,7 +95,9 @@ def _scripts_the_recipes_run() -> set[str]:
     scripts = set(re.findall(r"~/kvsweep-venv/bin/([\w.-]+)", launcher))
     scripts |= set(re.findall(r"\$KVSWEEP_VENV/bin/([\w.-]+)", slurm))
     for doc in kuberay:
-        for group in [doc["spec"]["headGroupSpec"], *doc["spec"]["workerGroupSpecs"]] if doc["kind"] == "RayCluster" else []:
+        if doc["kind"] != "RayCluster":
+            continue
+        for group in [doc["spec"]["headGroupSpec"], *doc["spec"]["workerGroupSpecs"]]:
             for container in group["template"]["spec"].get("initContainers", []):
                 scripts |= set(re.findall(r"(?:^|&&|;)\s*([\w.-]+)", container["command"][-1]))
     return {script for script in scripts if script not in VENV_TOOLS}
@@ -109,7 +111,9 @@ def test_every_program_the_recipes_run_is_one_whose_provider_is_checked():
 def test_the_resolved_packages_install_the_console_scripts_the_recipes_run(tmp_path, pip_env, resolution, script):
     distribution = CONSOLE_SCRIPTS[script]
     pinned = f"{distribution}=={_version(resolution, distribution)}"
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(tmp_path), *TARGET_FLAGS, pinned]
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(tmp_path), *TARGET_FLAGS, pinned,
+    ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, env=pip_env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     (wheel,) = tmp_path.glob("*.whl")

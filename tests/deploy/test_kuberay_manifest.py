@@ -53,7 +53,9 @@ def test_the_worker_groups_are_the_gpu_types_of_the_cluster_launcher_config_as_t
     node_types = _autoscaler_config()["available_node_types"]
     by_type = {}
     for name, node in node_types.items():
-        accelerators = [key.removeprefix("accelerator_type:") for key in node["resources"] if key.startswith("accelerator_type:")]
+        accelerators = [
+            key.removeprefix("accelerator_type:") for key in node["resources"] if key.startswith("accelerator_type:")
+        ]
         if name == "headgroup":
             assert accelerators == [] and node["resources"].get("GPU", 0) == 0 and node["resources"]["CPU"] > 0
             continue
@@ -114,7 +116,9 @@ def test_gpu_pods_fetch_the_model_into_the_cache_the_replicas_read_with_the_toke
 
 def test_the_results_outlive_the_head_pod():
     head = SPEC["headGroupSpec"]["template"]["spec"]
-    (claim,) = [volume["persistentVolumeClaim"]["claimName"] for volume in head["volumes"] if "persistentVolumeClaim" in volume]
+    (claim,) = [
+        volume["persistentVolumeClaim"]["claimName"] for volume in head["volumes"] if "persistentVolumeClaim" in volume
+    ]
     assert any(doc["kind"] == "PersistentVolumeClaim" and doc["metadata"]["name"] == claim for doc in DOCUMENTS)
 
 
@@ -139,5 +143,6 @@ def test_it_passes_the_openapi_schema_of_kuberays_crd():
                 int_or_string(value)
 
     int_or_string(schema)
-    errors = [f"{error.json_path}: {error.message}" for error in jsonschema.Draft7Validator(schema).iter_errors(CLUSTER)]
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{error.json_path}: {error.message}" for error in validator.iter_errors(CLUSTER)]
     assert errors == []

@@ -59,7 +59,8 @@ def test_every_ray_node_starts_from_the_virtualenv_with_the_allocations_accelera
 @pytest.mark.parametrize("gpu", sorted(LAUNCHER_TYPES))
 def test_the_resources_argument_is_the_json_ray_reads(gpu):
     (assignment,) = re.findall(r"^resources=.*$", TEXT, re.M)
-    printed = subprocess.run(["bash", "-c", f'GPU_TYPE={gpu}; {assignment}; printf %s "$resources"'], capture_output=True, text=True)
+    shell = f'GPU_TYPE={gpu}; {assignment}; printf %s "$resources"'
+    printed = subprocess.run(["bash", "-c", shell], capture_output=True, text=True)
     assert json.loads(printed.stdout) == {f"accelerator_type:{gpu}": 1}
 
 
@@ -71,7 +72,9 @@ def test_it_accepts_the_gpu_types_of_the_cluster_launcher_config():
 def test_an_unknown_gpu_type_is_one_line_naming_the_valid_ones(tmp_path):
     result = _run(tmp_path, GPU_TYPE="B300")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == ["kvsweep.sbatch: GPU_TYPE=B300 is not a GPU type of the sweeps; valid: H200 H100 A100 L40S"]
+    assert result.stderr.strip().splitlines() == [
+        "kvsweep.sbatch: GPU_TYPE=B300 is not a GPU type of the sweeps; valid: H200 H100 A100 L40S"
+    ]
 
 
 def test_a_relative_results_dir_is_refused(tmp_path):
