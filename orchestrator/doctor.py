@@ -233,8 +233,9 @@ def not_checked_here(targets: list[str]) -> list[Check]:
 
 
 def format_table(checks: list[Check]) -> str:
-    widths = [max(len(getattr(c, column)) for c in checks) for column in ("target", "name")]
-    verdict_width = max(len(c.verdict) for c in checks)
+    widths = [max(len(header), *(len(getattr(c, column)) for c in checks))
+              for header, column in (("target", "target"), ("check", "name"))]  # fmt: skip
+    verdict_width = max(len("result"), *(len(c.verdict) for c in checks))
     lines = [f"{'target':<{widths[0]}}  {'check':<{widths[1]}}  {'result':<{verdict_width}}  detail"]
     for c in checks:
         lines.append(f"{c.target:<{widths[0]}}  {c.name:<{widths[1]}}  {c.verdict:<{verdict_width}}  {c.detail}")

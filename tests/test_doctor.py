@@ -32,7 +32,7 @@ def test_short_cells_cover_each_policy_with_a_tier_only_where_one_is_used():
 
 def test_the_table_says_what_was_not_checked():
     table = format_table(not_checked_here(["cpu"]))
-    assert "H100  everything       not checked  no node of this type checked" in table
+    assert "H100    everything       not checked  no node of this type checked" in table
     assert "GPU-only checks" in table
 
 
@@ -46,4 +46,4 @@ def test_the_doctor_runs_here_and_prints_its_table():
         assert any(name == check and " ok " in line for (_, name), line in rows.items()), f"no ok {check} row"
     assert "continuum did its job  ok" in result.stdout and "pins carried a job's KV to its next turn" in result.stdout
     assert "proven clean: canary hit" in result.stdout and " 0 after" in result.stdout
-    assert "H100  everything" in result.stdout and "doctor: 0 failed" in result.stdout
+    assert "H100    everything" in result.stdout and "doctor: 0 failed" in result.stdout

@@ -3,6 +3,7 @@ import math
 import pandas as pd
 
 from analysis.tables import cpu_tier_diagnosis, cross_gpu_summary, jct_table, kv_lifecycle, missing_cells
+from orchestrator.units import GIB
 
 
 def cell(gpu, policy, jps, jct, status="done", dram_gb=0.0, seed=42):
@@ -66,11 +67,11 @@ def test_the_kv_lifecycle_follows_one_job_through_the_trace():
 def test_the_cpu_tier_diagnosis_tells_a_tier_that_reads_back_from_a_busy_dev_null():
     base = {"status": "done", "gpu": "H100", "policy": "lmcache", "dram_gb": 100.0, "wall_s": 100.0}
     summary = pd.DataFrame(
-        [base | {"cell_key": "a", "jps": 1, "kv_offload_store_bytes": 50e9, "kv_offload_load_bytes": 40e9},
-         # 100 GB tier written at 10 GB/s: a block lives 10 s, longer than the 0.5 s + 1 s reuse gap...
-         base | {"cell_key": "b", "jps": 6, "kv_offload_store_bytes": 1000e9, "kv_offload_load_bytes": 8e9},
+        [base | {"cell_key": "a", "jps": 1, "kv_offload_store_bytes": 50 * GIB, "kv_offload_load_bytes": 40 * GIB},
+         # 100 GiB tier written at 10 GiB/s: a block lives 10 s, longer than the 0.5 s + 1 s reuse gap...
+         base | {"cell_key": "b", "jps": 6, "kv_offload_store_bytes": 1000 * GIB, "kv_offload_load_bytes": 8 * GIB},
          # ...but almost nothing is read back: the tier churns and serves nothing
-         base | {"cell_key": "c", "jps": 9, "kv_offload_store_bytes": 1e14, "kv_offload_load_bytes": 5e13},
+         base | {"cell_key": "c", "jps": 9, "kv_offload_store_bytes": 10**5 * GIB, "kv_offload_load_bytes": 5 * 10**4 * GIB},
          base | {"cell_key": "d", "jps": 1, "dram_gb": 0.0, "policy": "fcfs", "kv_offload_store_bytes": 0.0,
                  "kv_offload_load_bytes": 0.0}]
     )  # fmt: skip

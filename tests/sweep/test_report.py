@@ -55,7 +55,7 @@ def test_missing_cells_are_blank_in_the_csv_marked_in_the_page_and_listed_with_t
     missing = pd.read_csv(partial_sweep / "report" / "tables" / "missing.csv")
     assert len(missing) == 6 and set(missing.gpu) == {"H200"} and set(missing.status) == {"pending"}
     page = (partial_sweep / "report" / "report.html").read_text()
-    assert "no GPU of this type in the cluster yet" in page and "—" in page
+    assert "no H200 in the cluster and none its autoscaler can launch" in page and "—" in page
     assert "fake engine: orchestration check, not a measurement" in page  # never passed off as measured
 
 

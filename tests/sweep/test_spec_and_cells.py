@@ -65,7 +65,7 @@ def test_run_limits_are_not_part_of_the_key():
         ({"gpus": ("X100",)}, "unknown GPU type 'X100'; known: B200, H200, H100, A100, L40S, L4, cpu"),
         ({"policies": ("nope",)}, "unknown policy 'nope'; known: fcfs, job-fcfs"),
         ({"jps": (1, 0)}, "jobs per second must be positive, got 0"),
-        ({"dram_gb": (-1,)}, "a DRAM budget must be 0 or more GB, got -1"),
+        ({"dram_gb": (-1,)}, "a DRAM budget must be 0 or more GiB, got -1"),
         ({"gpus": ("cpu",), "policies": ("fcfs", "lmcache")}, "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu"),
         ({"engine": EngineKind.SIM, "gpus": ("H100", "cpu"), "model": "llama-3.1-8b-instruct"},
          "the simulator has no profile for the 'cpu' device; it simulates GPUs: B200, H200"),
