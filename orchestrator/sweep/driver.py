@@ -44,6 +44,8 @@ from orchestrator.validation import InputError, first_line
 DRIVER_GRACE_S = 120.0
 # How often the driver looks for nodes the autoscaler brought up and updates its request.
 SCALE_REFRESH_S = 2.0
+# A worker whose actor cannot be created this many times in a row gives up its slot.
+MAX_WORKER_CREATIONS = 20
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
 
 
@@ -71,10 +73,22 @@ class _Attempt:
 
 @dataclass
 class _Worker:
+    """A slot's actor. It takes cells only once it is up (``ready`` resolved): a node that has just joined
+    is listed by ``ray.nodes()`` a moment before Ray's scheduler can place on it, and an actor pinned there
+    in that moment is cancelled, which must not cost a cell an attempt."""
+
     slot: Slot
-    actor: object
+    actor: object = None
+    ready: object = None  # the first status() call; None once it answered
+    creations: int = 0
     group: tuple | None = None  # server group of the last cell, to prefer cells that reuse the replica
     attempt: _Attempt | None = None
+
+    def create(self) -> None:
+        self.actor = worker_actor_class().options(**self.slot.actor_options()).remote(self.slot.node_id)
+        self.ready = self.actor.status.remote()
+        self.creations += 1
+        self.group = None
 
 
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
@@ -179,7 +193,6 @@ class _Sweep:
 
     def _add_workers(self) -> None:
         """A worker for every slot on the nodes of a queued placement that have none yet."""
-        actor_class = worker_actor_class()
         for placement, queue in self.queues.items():
             if not queue:
                 continue
@@ -187,8 +200,9 @@ class _Sweep:
                      if (placement, s.node_id) not in self.slotted_nodes]  # fmt: skip
             num_existing = sum(worker.slot.gpu == placement for worker in self.workers)
             for index, slot in enumerate(slots, start=num_existing):
-                slot = replace(slot, index=index)
-                self.workers.append(_Worker(slot, actor_class.options(**slot.actor_options()).remote(slot.node_id)))
+                worker = _Worker(replace(slot, index=index))
+                worker.create()
+                self.workers.append(worker)
             self.slotted_nodes |= {(placement, slot.node_id) for slot in slots}
 
     def _scale(self) -> None:
@@ -231,13 +245,36 @@ class _Sweep:
         import ray
 
         ray.kill(worker.actor)
-        worker.actor = worker_actor_class().options(**worker.slot.actor_options()).remote(worker.slot.node_id)
-        worker.group = None
+        worker.creations = 0
+        worker.create()
+
+    def _is_up(self, worker: _Worker) -> bool:
+        """Whether the worker's actor answered; one whose creation failed is created again (no cell ran on
+        it), and after ``MAX_WORKER_CREATIONS`` failures in a row its slot is given up."""
+        import ray
+
+        if worker.ready is None:
+            return True
+        if not ray.wait([worker.ready], timeout=0)[0]:
+            return False
+        try:
+            ray.get(worker.ready)
+            worker.ready, worker.creations = None, 0
+            return True
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError) as error:
+            if worker.creations < MAX_WORKER_CREATIONS:
+                worker.create()
+                return False
+            self.workers.remove(worker)
+            self.reporter.event(f"gave up slot {worker.slot.name}: its worker could not start ({first_line(error)})")
+            if not any(other.slot.gpu == worker.slot.gpu for other in self.workers):
+                self._give_up(worker.slot.gpu, f"no {worker.slot.gpu} worker could start: {first_line(error)}")
+            return False
 
     def _assign(self) -> None:
-        for worker in self.workers:
+        for worker in list(self.workers):
             queue = self.queues[worker.slot.gpu]
-            if worker.attempt is not None or not queue:
+            if worker.attempt is not None or not queue or not self._is_up(worker):
                 continue
             index = next((i for i, cell in enumerate(queue) if cell.server_group == worker.group), 0)
             cell = queue.pop(index)

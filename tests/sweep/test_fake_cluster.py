@@ -1,5 +1,7 @@
 """Placement, concurrency, pending GPU types and fill runs on a fake two-GPU-type Ray cluster."""
 
+from dataclasses import replace
+
 import pytest
 
 from orchestrator.sweep.cells import CellStatus
@@ -71,3 +73,24 @@ def test_a_forced_re_run_supersedes_the_old_run_so_one_run_per_cell_stays_done(f
     assert [run.status for run in runs] == [CellStatus.SUPERSEDED, CellStatus.DONE]
     rows = summary(tmp_path, "rerun")
     assert len(rows) == 1 and rows.run_id[0] == runs[1].run_id != first_rows.run_id[0]
+
+
+def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_given_up(fake_gpu_cluster, tmp_path, monkeypatch):
+    """A node Ray lists but cannot place on (here one that does not exist; on a real cluster a node that has
+    just joined, for a moment): the worker is created again, never charged to a cell, then given up."""
+    from orchestrator.sweep import driver
+    from orchestrator.sweep.cluster import NodeInfo
+
+    def with_a_phantom_l40s(launchable=()):
+        inventory = read_inventory(launchable)
+        phantom = NodeInfo("ab" * 28, "10.0.0.9", "L40S", num_gpus=1, memory_gib=100.0)
+        return replace(inventory, nodes=(*inventory.nodes, phantom))
+
+    read_inventory = driver.read_inventory
+    monkeypatch.setattr(driver, "read_inventory", with_a_phantom_l40s)
+    grid = GRID | {"gpus": ("L40S", "H100"), "jps": (2,)}
+    assert run_sweep(fake_spec("phantom", **grid), options(tmp_path)) == 0
+    rows = summary(tmp_path, "phantom").set_index("gpu")
+    assert rows.loc["H100", "status"] == "done"
+    assert rows.loc["L40S", "status"] == "pending" and rows.loc["L40S", "reason"].startswith("no L40S worker could start")
+    assert set(runs_by_key(tmp_path, "phantom")) == {rows.loc["H100", "cell_key"]}  # no attempt for the L40S cell
