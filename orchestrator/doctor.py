@@ -26,6 +26,7 @@ from orchestrator.policies import cpu_policy_names, get_policy
 from orchestrator.replica.stack import PINNED, NodeStack, read_node_stack
 from orchestrator.sweep.cells import CellSpec, expand
 from orchestrator.sweep.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.units import GIB
 from orchestrator.validation import InputError, first_line
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -112,7 +113,7 @@ def _weights_check(target: str, model: str) -> Check:
             return Check(target, "weights readable", False, f"{folder} has no config.json or *.safetensors")
         with open(weights[0], "rb") as handle:
             handle.read(8)
-        size_gib = sum(path.stat().st_size for path in weights) / 2**30
+        size_gib = sum(path.stat().st_size for path in weights) / GIB
         return Check(target, "weights readable", True, f"{model}: {len(weights)} file(s), {size_gib:.1f} GiB in {folder}")
     except Exception as error:  # not in the cache, unreadable, or a hub error
         hint = f"; fetch it on the node with `hf download {model}` (gated models: `hf auth login` first)"
@@ -171,7 +172,7 @@ def _policy_evidence(target: str, cell: CellSpec, outcome) -> Check:
     if policy.cpu_tier is not None:
         counters = outcome.config.get("tier_counters") or {}
         stored, loaded = counters.get("kv_offload_store_bytes", 0.0), counters.get("kv_offload_load_bytes", 0.0)
-        return Check(target, name, stored > 0, f"CPU tier stored {stored / 2**30:.2f} GiB, loaded {loaded / 2**30:.2f} GiB")
+        return Check(target, name, stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB")
     later = [r for r in outcome.requests if r.turn and r.turn > 1 and r.best_cached_tokens]
     hit = sum(r.cached_tokens or 0 for r in later) / max(1, sum(r.best_cached_tokens for r in later))
     return Check(target, name, hit > 0.5, f"turns 2+ hit {hit:.0%} of their best prefix-cache share")
