@@ -9,10 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from orchestrator.sizing.kv import retention_time_s
 from orchestrator.units import GIB
-
-TURN_COLUMNS = [f"T{turn}" for turn in range(1, 9)]
-
 
 def _grid_index(cells: pd.DataFrame) -> list[str]:
     """Rows are load levels, and DRAM budgets too where a GPU was swept over several."""
@@ -161,7 +159,7 @@ def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: 
         # Over the load's own span (virtual for a simulated cell), not the worker's wall time.
         span = getattr(cell, "span_s", None) or cell.wall_s
         write_rate = cell.kv_offload_store_bytes / span if span else 0.0
-        retention = cell.dram_gb * GIB / write_rate if write_rate else np.inf
+        retention = retention_time_s(cell.dram_gb * GIB, write_rate)
         read_back = cell.kv_offload_load_bytes / cell.kv_offload_store_bytes if cell.kv_offload_store_bytes else np.nan
         hits = getattr(cell, "external_prefix_cache_hits", np.nan)
         queries = getattr(cell, "external_prefix_cache_queries", np.nan)

@@ -32,7 +32,8 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 from orchestrator.models.tiny import ensure_tiny_model  # noqa: E402
-from orchestrator.replica.fake_engine import FakeEngineConfig  # noqa: E402
+from orchestrator.replica.config import FakeEngineConfig  # noqa: E402
+from orchestrator.replica.fake_engine import fake_server_command  # noqa: E402
 from orchestrator.replica.server import ServerProcess, free_port  # noqa: E402
 from orchestrator.workload.actor import merge_shards  # noqa: E402
 from orchestrator.workload.client import RequestOptions  # noqa: E402
@@ -73,7 +74,7 @@ def lag_figures(lags_ms: np.ndarray) -> dict:
 
 
 def start_fake_engine(work_dir: Path, name: str) -> ServerProcess:
-    server = ServerProcess(FakeEngineConfig().server_command(free_port()), work_dir / f"fake-engine-{name}.log")
+    server = ServerProcess(fake_server_command(FakeEngineConfig(), free_port()), work_dir / f"fake-engine-{name}.log")
     server.start(health_timeout_s=60)
     return server
 

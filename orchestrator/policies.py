@@ -11,8 +11,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig, TtlMode
-from orchestrator.replica.vllm_server import VllmEngineConfig
 from orchestrator.validation import InputError
 
 _SCHEDULERS = "orchestrator.replica.schedulers"

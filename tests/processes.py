@@ -7,13 +7,14 @@ import sys
 import time
 from pathlib import Path
 
+from orchestrator.replica.replica import SERVER_LOG_FILE
+
 # The fake engine as started from this checkout's environment (another checkout's tests may run beside).
 FAKE_ENGINE = f"{Path(sys.executable).parent}/python -m orchestrator.replica.fake_engine".lower()
 
 
-def processes_matching(text: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process other than this one whose command line contains ``text``."""
-    found = []
+def _live_processes():
+    """(pid, its /proc directory, command line) of every live process other than this one."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -22,8 +23,30 @@ def processes_matching(text: str) -> list[tuple[int, str]]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and text in cmdline.lower():
-            found.append((int(entry.name), cmdline.strip()))
+        if state != "Z":
+            yield int(entry.name), entry, cmdline.strip()
+
+
+def processes_matching(text: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process other than this one whose command line contains ``text``."""
+    return [(pid, cmdline) for pid, _, cmdline in _live_processes() if text in cmdline.lower()]
+
+
+def replica_processes(prefix: str = sys.prefix) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process of a server a replica started from the environment at
+    ``prefix`` (this checkout's by default), the server's children included: each writes the replica's
+    server log and runs code from that environment. Not the command line: vLLM retitles its engine process
+    ``VLLM::EngineCore`` (blanking its environment in /proc too), and a ``pip install vllm`` names vllm."""
+    environment = f"{Path(prefix).resolve()}/"
+    found = []
+    for pid, entry, cmdline in _live_processes():
+        try:
+            output = os.readlink(entry / "fd" / "1").removesuffix(" (deleted)")
+            runs_here = Path(output).name == SERVER_LOG_FILE and environment in (entry / "maps").read_text()
+        except OSError:  # gone, or another user's
+            continue
+        if runs_here:
+            found.append((pid, cmdline))
     return found
 
 

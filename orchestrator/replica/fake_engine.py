@@ -27,35 +27,24 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.replica.config import FakeEngineConfig
 from orchestrator.replica.server import ServerCommand
 
 FAKE_VERSION = "fake-engine"
 
 
-class FakeEngineConfig(BaseModel):
-    """A replica of the fake engine; ``policy`` and the sizes are labels only (there is no cache)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    served_model_name: str = "model"
-    token_delay_s: float = Field(0.0, ge=0)
-    stall_after: int | None = Field(None, ge=0, description="Answer this many requests, then hang.")
-    prefix_cache: bool = Field(False, description="Report prefix hits of whole 16-word blocks as cached tokens.")
-    reset_keeps_cache: bool = Field(False, description="Answer a reset with success and keep the cache (a stand-in).")
-
-    def server_command(self, port: int, host: str = "127.0.0.1", trace_path: Path | None = None) -> ServerCommand:
-        argv = [sys.executable, "-m", "orchestrator.replica.fake_engine", "--host", host, "--port", str(port),
-                "--token-delay-s", str(self.token_delay_s)]  # fmt: skip
-        if self.stall_after is not None:
-            argv += ["--stall-after", str(self.stall_after)]
-        argv += ["--prefix-cache"] * self.prefix_cache + ["--reset-keeps-cache"] * self.reset_keeps_cache
-        return ServerCommand(argv=tuple(argv), env={"PYTHONPATH": str(PROJECT_ROOT)}, host=host, port=port)
+def fake_server_command(config: FakeEngineConfig, port: int, host: str = "127.0.0.1") -> ServerCommand:
+    """The command that serves ``config`` on ``host:port`` (the fake engine writes no scheduler trace)."""
+    argv = [sys.executable, "-m", "orchestrator.replica.fake_engine", "--host", host, "--port", str(port),
+            "--token-delay-s", str(config.token_delay_s)]  # fmt: skip
+    if config.stall_after is not None:
+        argv += ["--stall-after", str(config.stall_after)]
+    argv += ["--prefix-cache"] * config.prefix_cache + ["--reset-keeps-cache"] * config.reset_keeps_cache
+    return ServerCommand(argv=tuple(argv), env={"PYTHONPATH": str(PROJECT_ROOT)}, host=host, port=port)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """One replica: an engine server for a sequence of cells, with a proven-clean reset between them.
 
 A plain class; the sweep's cell worker owns one on a node with the cell's GPU type. The engine is any
-configuration that can produce its server command: real vLLM (``vllm_server``) or the fake engine.
+configuration of ``replica.config``: real vLLM (its command line from ``vllm_server``) or the fake engine.
 """
 
 from __future__ import annotations
@@ -13,12 +13,18 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.replica.fake_engine import FakeEngineConfig
-from orchestrator.replica.probe import EXTERNAL_HITS, EngineFacts, cached_tokens_of, canary_prompt, read_counters, read_engine_facts
-from orchestrator.replica.server import ServerProcess, free_port
-from orchestrator.replica.vllm_server import VllmEngineConfig
-
-EngineConfig = VllmEngineConfig | FakeEngineConfig
+from orchestrator.replica.config import EngineConfig, FakeEngineConfig
+from orchestrator.replica.fake_engine import fake_server_command
+from orchestrator.replica.probe import (
+    EXTERNAL_HITS,
+    EngineFacts,
+    cached_tokens_of,
+    canary_prompt,
+    read_counters,
+    read_engine_facts,
+)
+from orchestrator.replica.server import ServerCommand, ServerProcess, free_port
+from orchestrator.replica.vllm_server import vllm_server_command
 
 SERVER_LOG_FILE = "server.log"
 SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
@@ -72,7 +78,7 @@ class Replica:
     def start(self) -> ReplicaInfo:
         self._work_dir.mkdir(parents=True, exist_ok=True)
         trace_path = self._work_dir / SCHEDULER_TRACE_FILE
-        command = self._engine.server_command(port=free_port(), trace_path=trace_path)
+        command = server_command(self._engine, port=free_port(), trace_path=trace_path)
         self._server = ServerProcess(command, self._work_dir / SERVER_LOG_FILE)
         self._server.start(self._health_timeout_s)
         self._info = ReplicaInfo(
@@ -168,6 +174,13 @@ class Replica:
         if self._server is not None:
             self._server.stop()
             self._server = None
+
+
+def server_command(engine: EngineConfig, port: int, trace_path: Path | None = None) -> ServerCommand:
+    """The command that serves ``engine`` on ``port``; ``trace_path`` receives vLLM's scheduler trace."""
+    if isinstance(engine, FakeEngineConfig):
+        return fake_server_command(engine, port)
+    return vllm_server_command(engine, port, trace_path=trace_path)
 
 
 def _size(path: Path) -> int:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.server import ServerCommand
 from orchestrator.units import GIB
 
@@ -19,32 +18,6 @@ TRACE_ENV = "KVSWEEP_SCHEDULER_TRACE"
 # gap). Longer than the load generator's idle limit (``workload.client.IDLE_CONNECTION_S``) so that the
 # client, never the server, closes an idle connection.
 HTTP_KEEP_ALIVE_S = 120
-
-
-class VllmEngineConfig(BaseModel):
-    """What a replica is asked to run. Frozen and strict; the server's own report of what took effect is
-    recorded separately (see ``replica.probe``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = Field(description="Local model directory or model name.")
-    served_model_name: str = "model"
-    device: str = Field("cpu", pattern="^(cpu|gpu)$")
-    block_size: int = Field(32, ge=16, description="Tokens per KV block (CPU attention needs a multiple of 32).")
-    num_kv_blocks: int | None = Field(None, ge=2, description="Fixes the KV pool size in blocks.")
-    kv_cache_gib: float | None = Field(None, gt=0, description="KV pool size in GiB when blocks are not fixed.")
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
-    max_model_len: int = Field(16384, ge=64)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=16)
-    enforce_eager: bool = Field(True, description="Skips torch.compile: a 25 s shorter start on 2 CPU cores.")
-    scheduling_policy: str = Field("fcfs", pattern="^(fcfs|priority)$")
-    scheduler_cls: str | None = None
-    extra_args: tuple[str, ...] = ()
-    extra_env: tuple[tuple[str, str], ...] = ()
-
-    def server_command(self, port: int, host: str = "127.0.0.1", trace_path: Path | None = None) -> ServerCommand:
-        return vllm_server_command(self, port, host, trace_path)
 
 
 def vllm_server_command(

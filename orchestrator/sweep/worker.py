@@ -19,15 +19,17 @@ from pathlib import Path
 
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.records.schema import JobRecord, RequestRecord
+from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.probe import TIER_COUNTERS, read_counters, work_done
-from orchestrator.replica.replica import EngineConfig, Replica, ReplicaInfo, ResetError, ResetProof
+from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError, ResetProof
 from orchestrator.replica.server import ServerStartError
 from orchestrator.replica.stack import NodeStack, lmcache_refusal, read_node_stack
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import simulate
 from orchestrator.sim.hardware import Device
 from orchestrator.policies import get_policy
-from orchestrator.sweep.cells import CellSpec, CellStatus, served_cell
+from orchestrator.sweep.cells import CellSpec, CellStatus
+from orchestrator.sweep.serving import served_cell
 from orchestrator.sweep.spec import TINY_MODEL, EngineKind, RunLimits
 from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun

@@ -116,10 +116,6 @@ class ActorRun:
             ray.kill(actor)
 
 
-def drive_in_process(plan: WorkloadPlan, base_url: str, options: RequestOptions) -> ShardResult:
-    return InProcessRun(plan, base_url, options).result()
-
-
 def drive_with_actors(
     plan: WorkloadPlan,
     base_url: str,

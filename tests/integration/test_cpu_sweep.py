@@ -24,7 +24,7 @@ from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec
-from tests.processes import vllm_processes, wait_for_serving_vllm
+from tests.processes import replica_processes, vllm_processes, wait_for_serving_vllm
 from tests.sweep.conftest import options, runs_by_key
 
 pytestmark = pytest.mark.engine
@@ -47,7 +47,7 @@ class Sweep:
     code: int
     results: Path
     killed_pid: int
-    vllm_before: frozenset[int]
+    servers_before: frozenset[int]
 
     def cell(self, policy: str, jps: float) -> Path:
         rows = pd.read_parquet(self.results / SPEC.name / "summary.parquet")
@@ -63,7 +63,8 @@ class Sweep:
 
 @pytest.fixture(scope="module")
 def sweep(local_ray, tmp_path_factory) -> Sweep:
-    before = frozenset(pid for pid, _ in vllm_processes())
+    # What ran before the sweep is neither killed by it nor blamed on it.
+    before = frozenset(pid for pid, _ in vllm_processes() + replica_processes())
     results = tmp_path_factory.mktemp("results")
     killed: list[int] = []
 
@@ -172,5 +173,6 @@ def test_at_saturation_fcfs_loses_most_prefix_hits_and_continuum_keeps_them(swee
     assert sweep.row("continuum", 6)["jct_mean_s"] < sweep.row("fcfs", 6)["jct_mean_s"]
 
 
-def test_no_vllm_process_is_left_afterwards(sweep):
-    assert [p for p in vllm_processes() if p[0] not in sweep.vllm_before] == []
+def test_no_process_of_the_sweeps_servers_is_left_afterwards(sweep):
+    # Only the servers' own processes: another process naming vLLM (a ``pip install vllm``) may run beside.
+    assert [p for p in replica_processes() if p[0] not in sweep.servers_before] == []

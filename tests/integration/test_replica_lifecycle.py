@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from orchestrator.policies import get_policy
+from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.replica import Replica
-from orchestrator.replica.vllm_server import VllmEngineConfig
 from orchestrator.sweep.cells import expand
 from orchestrator.sweep.cluster import read_inventory
 from orchestrator.sweep.spec import EngineOptions, RunLimits, SweepSpec

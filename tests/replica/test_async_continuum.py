@@ -296,8 +296,8 @@ def _run_job(base_url: str, job: int) -> list[dict]:
 def test_async_continuum_on_the_cpu_engine_with_two_steps_in_flight(tiny_model_dir, tmp_path):
     from orchestrator.paths import PROJECT_ROOT
     from orchestrator.policies import get_policy
+    from orchestrator.replica.config import VllmEngineConfig
     from orchestrator.replica.replica import Replica
-    from orchestrator.replica.vllm_server import VllmEngineConfig
     from tests.replica.async_probe import FORCE_ENV, write_sitecustomize
 
     base = VllmEngineConfig(

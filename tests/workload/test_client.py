@@ -10,8 +10,9 @@ import aiohttp
 import pytest
 import uvicorn
 
+from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.server import free_port
-from orchestrator.replica.vllm_server import VllmEngineConfig
+from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.workload.client import IDLE_CONNECTION_S, open_session
 
 SERVER_KEEP_ALIVE_S = 1
@@ -65,5 +66,5 @@ def test_a_connection_the_server_closed_while_the_client_was_busy_is_not_reused(
 
 
 def test_replicas_keep_idle_connections_longer_than_the_load_generator_does():
-    command = VllmEngineConfig(model="m").server_command(port=8000)
+    command = vllm_server_command(VllmEngineConfig(model="m"), port=8000)
     assert float(command.env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > IDLE_CONNECTION_S

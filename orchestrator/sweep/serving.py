@@ -1,0 +1,48 @@
+"""From a cell to what serves it: the replica's engine configuration and what its requests carry (pure).
+
+The worker's first step for a real cell. It lives beside the worker rather than in ``sweep.cells`` because
+the data flows cells -> replica: cell expansion needs nothing of the replica, and this needs the cell, the
+policy and the replica's configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.policies import get_policy
+from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig
+from orchestrator.sweep.cells import CellSpec
+from orchestrator.sweep.spec import EngineKind
+
+
+@dataclass(frozen=True)
+class ServedCell:
+    """What a worker needs to serve a cell: the replica's configuration and what requests must carry."""
+
+    engine: EngineConfig
+    served_model_name: str
+    send_priority: bool
+
+
+def served_cell(cell: CellSpec, model_dir: str) -> ServedCell:
+    """The replica configuration of ``cell`` with the model found at ``model_dir`` on the worker's node."""
+    policy = get_policy(cell.policy)
+    served_name = cell.model.rstrip("/").split("/")[-1]
+    if cell.engine is EngineKind.FAKE:
+        engine = FakeEngineConfig(served_model_name=served_name, prefix_cache=True)
+        return ServedCell(engine, served_name, policy.job_priority)
+    options = cell.engine_options
+    on_cpu = cell.device == "cpu"
+    base = VllmEngineConfig(
+        model=model_dir,
+        served_model_name=served_name,
+        device=cell.device,
+        block_size=options.block_size_on(cell.gpu),
+        num_kv_blocks=options.num_kv_blocks,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        max_model_len=options.max_model_len,
+        max_num_seqs=options.max_num_seqs,
+        max_num_batched_tokens=options.max_num_batched_tokens,
+        enforce_eager=options.enforce_eager if options.enforce_eager is not None else on_cpu,
+    )
+    return ServedCell(policy.engine_config(base, cell.dram_gb), served_name, policy.job_priority)
