@@ -52,10 +52,6 @@ class BlockPool:
     def num_free(self) -> int:
         return self.num_blocks - self._num_held
 
-    @property
-    def num_held(self) -> int:
-        return self._num_held
-
     def cached_blocks(self, job: str) -> int:
         return self._cached.get(job, 0)
 

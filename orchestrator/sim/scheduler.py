@@ -11,9 +11,10 @@ The structure follows ``vllm/v1/core/sched/scheduler.py``:
    under the budget), and the first request that cannot get blocks stops admission (head of line).
 
 Policies hook in where they do in the real engine: Continuum (``pins``) pins a finished turn's blocks,
-releases pins on TTL, next turn and memory pressure, and holds new jobs back for the pinned jobs' reserve,
-through the same ``PinTable`` our vLLM scheduler plugin uses. A CPU tier (LMCache or vLLM's native
-offload) saves prompts and turns GPU misses into loads.
+releases pins on TTL, next turn and memory pressure, orders pinned jobs first and holds new jobs back for the
+jobs in flight's reserve; every one of those decisions is a call into ``continuum_rules`` over the same
+``PinTable``, which our vLLM scheduler plugin calls too, so the two cannot drift apart. A CPU tier (LMCache
+or vLLM's native offload) saves prompts and turns GPU misses into loads.
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
-from orchestrator.replica.schedulers.pins import (
-    PINNED_PRIORITY_OFFSET,
-    ContinuumConfig,
-    Pin,
-    PinTable,
+from orchestrator.replica.schedulers.continuum_rules import (
+    keeps_finished_blocks,
+    must_wait_for_reserve,
+    take_for_aborted_job,
+    take_for_next_turn,
+    take_pressure_victim,
+    waiting_priority,
 )
+from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
 from orchestrator.sim.blocks import BlockPool, CpuTier
 
 
@@ -123,9 +128,10 @@ class _Waiting:
     def pop(self) -> SimRequest:
         return heapq.heappop(self._heap)[3] if self._by_priority else self._fifo.popleft()
 
-    def job_ids(self) -> set[str]:
+    def job_ids(self) -> Iterator[str]:
+        """The waiting requests' jobs, lazily (read only when a rule needs them)."""
         entries = (entry[3] for entry in self._heap) if self._by_priority else self._fifo
-        return {request.job_id for request in entries}
+        return (request.job_id for request in entries)
 
     def remove(self, request: SimRequest) -> None:
         if self._by_priority:
@@ -136,6 +142,14 @@ class _Waiting:
 
 
 class SimScheduler:
+    """vLLM v1's scheduler over a ``BlockPool``, stepped by ``sim.engine``: ``add`` turns, ``schedule`` a step,
+    then ``finish`` or ``abort`` requests.
+
+    Invariants between calls: the pool's free blocks are all its blocks but the shared prefix, the running
+    requests' ``num_blocks`` and the pinned blocks (a waiting request holds none); a job has at most one pin;
+    Continuum's decisions are ``continuum_rules``'s, never made here.
+    """
+
     def __init__(self, config: SchedulerConfig):
         self.config = config
         self.pool = BlockPool(config.num_blocks, config.num_shared_blocks)
@@ -143,7 +157,6 @@ class SimScheduler:
         self.pins = PinTable(config.pins) if config.pins else None
         self.running: list[SimRequest] = []
         self.waiting = _Waiting(config.job_priority)
-        self._shared_tokens = config.num_shared_blocks * config.block_size
         self.num_preemptions = 0
 
     # Requests in and out.
@@ -152,8 +165,7 @@ class SimScheduler:
             request.priority = request.job_index
         if self.pins is not None:
             self.pins.on_turn_arrived(request.job_id, request.arrival)
-            if self.pins.config.pinned_first and request.job_id in self.pins:
-                request.priority = PINNED_PRIORITY_OFFSET + request.job_index
+            request.priority = waiting_priority(self.pins, request, request.priority)
         self.waiting.add(request)
 
     def abort(self, request: SimRequest, unpins: list[tuple[Pin, str]]) -> None:
@@ -163,11 +175,9 @@ class SimScheduler:
         else:
             self.waiting.remove(request)
         self._free(request)
-        if self.pins is not None:
-            self.pins.forget_job(request.job_id)
-            pin = self.pins.take(request.job_id)
-            if pin is not None:
-                self._release(pin, "abort", unpins)
+        pin = take_for_aborted_job(self.pins, request.job_id) if self.pins is not None else None
+        if pin is not None:
+            self._release(pin, "abort", unpins)
 
     @property
     def has_work(self) -> bool:
@@ -181,8 +191,7 @@ class SimScheduler:
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
         if self.pins is not None:
-            waiting_jobs = self.waiting.job_ids() if self.pins.config.hold_while_waiting else ()
-            for pin in self.pins.take_expired(now, waiting_jobs):
+            for pin in self.pins.take_expired(now, self.waiting.job_ids()):
                 self._release(pin, "ttl", plan.unpins)
         budget = self.config.max_num_batched_tokens
         scheduled: set[int] = set()  # ids of the running requests still scheduled (a preemption undoes one)
@@ -234,8 +243,15 @@ class SimScheduler:
             hit_from_free = 0 if from_pin else hit_blocks
             if self._must_wait_for_reserve(request):
                 break
-            if not self._allocate(request, needed + hit_from_free, plan, check_only=True):
+            if not self._make_room(request, needed + hit_from_free, plan):
                 break
+            if from_pin and request.job_id not in self.pins:
+                # Its own pin gave way (the idle rule takes the latest pin, whoever's): its blocks are free
+                # and still cached, so the hit now comes out of the free queue, as in vLLM, where
+                # ``allocate_slots`` takes the hit blocks back after the pin released them.
+                from_pin = False
+                if not self._make_room(request, needed + hit_blocks, plan):
+                    break
             self.waiting.pop()
             self._take_hit(request, hit_blocks, from_pin, plan)
             self.pool.allocate(needed)
@@ -277,7 +293,7 @@ class SimScheduler:
 
     def _take_hit(self, request: SimRequest, hit_blocks: int, from_pin: bool, plan: StepPlan) -> None:
         if from_pin:
-            pin = self.pins.take(request.job_id)
+            pin = take_for_next_turn(self.pins, request.job_id)
             # The next turn now references the pinned blocks; only the uncached tail block goes back.
             self.pool.release_uncached(len(pin.blocks) - hit_blocks)
             plan.unpins.append((pin, "next_turn"))
@@ -285,33 +301,42 @@ class SimScheduler:
             self.pool.touch(request.job_id, hit_blocks)
         request.num_blocks = hit_blocks
 
-    def _allocate(self, request: SimRequest, num_blocks: int, plan: StepPlan, check_only: bool = False) -> bool:
-        """``num_blocks`` for ``request``, letting Continuum's pins give way under pressure."""
-        while num_blocks > self.pool.num_free:
-            victim = self._pressure_victim(request)
-            if victim is None:
-                return False
-            self._release(victim, "pressure", plan.unpins)
-        if not check_only and num_blocks > 0:
+    def _allocate(self, request: SimRequest, num_blocks: int, plan: StepPlan) -> bool:
+        """``num_blocks`` more for ``request``, pins giving way under pressure; False (nothing allocated) if
+        even that leaves too few free."""
+        if not self._make_room(request, num_blocks, plan):
+            return False
+        if num_blocks > 0:
             self.pool.allocate(num_blocks)
             request.num_blocks += num_blocks
         return True
 
-    def _pressure_victim(self, request: SimRequest) -> Pin | None:
+    def _make_room(self, request: SimRequest, num_blocks: int, plan: StepPlan) -> bool:
+        """Release pins by Continuum's pressure rule until ``num_blocks`` are free for ``request``; False when
+        the rule lets no more pins go and they are still not free. Allocates nothing, and what the pins gave
+        back stays released either way, as in the plugin (where vLLM's own allocation follows)."""
+        while num_blocks > self.pool.num_free:
+            victim = self._take_pressure_victim(request)
+            if victim is None:
+                return False
+            self._release(victim, "pressure", plan.unpins)
+        return True
+
+    def _take_pressure_victim(self, request: SimRequest) -> Pin | None:
         if self.pins is None:
             return None
-        others_running = len(self.running) - (request in self.running)
-        return self.pins.pressure_victim(request.job_id, request.job_index, others_running)
+        num_others_running = len(self.running) - (request in self.running)
+        return take_pressure_victim(self.pins, request, num_others_running)
 
     def _must_wait_for_reserve(self, request: SimRequest) -> bool:
-        """Continuum's admission rule: a new job's first turn waits while admitting it would leave fewer
-        free blocks than the jobs in flight are expected to grow by (as the plugin counts them)."""
-        pins = self.pins
-        if pins is None or request.turn != 1 or request.num_computed or request.job_id in pins:
+        if self.pins is None:
             return False
         block = self.config.block_size
-        running = [-(-other.num_tokens // block) for other in self.running if not other.is_last]
-        return self.pool.num_free - -(-request.num_tokens // block) < pins.reserved_blocks(running)
+        running_job_tokens = (other.num_tokens for other in self.running if not other.is_last)
+        return must_wait_for_reserve(
+            self.pins, request, num_computed_tokens=request.num_computed, num_tokens=request.num_tokens,
+            num_free_blocks=self.pool.num_free, running_job_tokens=running_job_tokens, block_size=block,
+        )  # fmt: skip
 
     def _preempt(self, request: SimRequest) -> None:
         self.num_preemptions += 1
@@ -335,12 +360,7 @@ class SimScheduler:
         self.running.remove(request)
         request.done = True
         pins = self.pins
-        if pins is None:
-            self._free(request)
-            return
-        if request.is_last:
-            pins.forget_job(request.job_id)
-            pins.on_job_finished(self._blocks_for(request.num_tokens) + self.config.num_shared_blocks)
+        if pins is None or not keeps_finished_blocks(pins, request, request.num_tokens, self.config.block_size):
             self._free(request)
             return
         self.pool.hold(request.job_id, self._cached_blocks_of(request))

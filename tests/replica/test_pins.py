@@ -35,19 +35,12 @@ def test_a_waiting_request_may_only_take_pins_of_younger_jobs():
     assert table.take_victim(younger_than=0) is None
 
 
-def test_the_release_rule_decides_which_pin_gives_way_to_a_request_short_of_blocks():
-    def table(release):
-        pins = PinTable(ContinuumConfig(admission_release=release))
-        for index, (job, pinned_at) in enumerate((("a", 5.0), ("b", 9.0), ("c", 1.0))):
-            pins.pin(job, index, [job], now=pinned_at)
-        return pins
-
-    assert table(AdmissionRelease.YOUNGER).pressure_victim("b", 1, others_running=3).job_id == "c"
-    assert table(AdmissionRelease.YOUNGER).pressure_victim("c", 2, others_running=0) is None
-    assert table(AdmissionRelease.ALWAYS).pressure_victim("c", 2, others_running=3).job_id == "b"
-    # The prototype: nothing gives way while others run; then the most recently pinned goes first.
-    assert table(AdmissionRelease.IDLE).pressure_victim("a", 0, others_running=1) is None
-    assert table(AdmissionRelease.IDLE).pressure_victim("a", 0, others_running=0).job_id == "b"
+def test_the_latest_pin_is_the_most_recently_pinned_whatever_the_jobs_age():
+    table = PinTable(ContinuumConfig())
+    assert table.take_latest() is None
+    for index, (job, pinned_at) in enumerate((("a", 5.0), ("b", 9.0), ("c", 1.0))):
+        table.pin(job, index, [job], now=pinned_at)
+    assert [table.take_latest().job_id for _ in range(3)] == ["b", "a", "c"] and len(table) == 0
 
 
 def test_an_expired_pin_holds_while_its_jobs_next_turn_waits_when_configured():

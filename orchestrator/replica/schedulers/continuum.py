@@ -1,5 +1,7 @@
 """Continuum for vLLM v1: keep an agent job's KV pinned across its tool-call gap.
 
+This module is the vLLM glue; the decisions are made by ``continuum_rules`` (pure, shared with the simulator).
+
 When a turn that is not the job's last finishes, its blocks are taken from the request instead of freed
 (they stay in the prefix cache, referenced, so nothing can evict them). The pin ends when:
 
@@ -61,11 +63,25 @@ default, the policies run ``async_variants.AsyncContinuumScheduler`` (this class
   and ``_update_request_with_output``; both allocations in ``Scheduler.schedule`` (running and waiting
   requests) call ``self.kv_cache_manager.allocate_slots``, replaced on the instance after vLLM's ``__init__``.
   A running request asks for its placeholders' slots too, as in stock vLLM.
-- That replacement is not a documented hook, and vLLM 0.32 has none for it: ``Scheduler.__init__`` builds
-  ``KVCacheManager`` directly (no class option), ``SchedulerConfig.get_scheduler_cls`` warns that the scheduler
-  interface itself is not public, and the documented way to keep a finished request's blocks (a KV connector
-  returning True from ``request_finished``, freed when the worker reports ``finished_sending``) has no call at
-  allocation failure.
+
+Why ``allocate_slots`` is replaced on the instance. vLLM 0.32 has no documented hook that sees an allocation
+fail (checked in v1/core/sched/scheduler.py, interface.py and kv_cache_manager.py):
+
+- ``SchedulerInterface`` (the documented contract) has no allocation method, and ``SchedulerConfig.get_scheduler_cls``
+  warns that even a custom scheduler class is not a public interface.
+- ``Scheduler.__init__`` builds ``KVCacheManager`` directly, with no class option, so no subclass of it can
+  be plugged in.
+- The Scheduler methods called near the two ``allocate_slots`` calls are private and do other jobs:
+  ``_request_blocks_can_be_freed`` is asked, in the running loop only, about the request vLLM is about to
+  preempt (freeing pins there and answering False ends the loop instead of retrying the allocation);
+  ``_handle_blocked_waiting_request`` runs before the prefix-cache lookup and a False skips to the next
+  waiting request (the reserve must stop admission at the head, as a failed allocation does);
+  ``_inflight_prefill_reserved_blocks`` reaches ``allocate_slots(reserved_blocks=...)`` only for asynchronous
+  KV-connector loads.
+- The documented way to keep a finished request's blocks (a KV connector returning True from
+  ``request_finished``, freed when the worker reports ``finished_sending``) has no call at allocation failure.
+
+So the wrapper stays, installed after vLLM's ``__init__``; every decision it makes is ``continuum_rules``'s.
 
 The CPU engine never schedules asynchronously: ``CpuPlatform.check_and_update_config`` sets
 ``async_scheduling`` to False even when ``--async-scheduling`` is given (one batch in flight, so there the
@@ -78,16 +94,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.replica.schedulers.pins import (
-    PINNED_PRIORITY_OFFSET,
-    ContinuumConfig,
-    Pin,
-    PinTable,
+from orchestrator.replica.schedulers.continuum_rules import (
+    keeps_finished_blocks,
+    must_wait_for_reserve,
+    take_for_next_turn,
+    take_pressure_victim,
+    waiting_priority,
 )
+from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
 from orchestrator.replica.schedulers.tracing import JobTag, TracingScheduler
 
 
 class ContinuumScheduler(TracingScheduler):
+    """vLLM glue for Continuum: reads a request's job tag and the block pool, asks ``continuum_rules`` what to
+    do, and carries it out on vLLM's objects. Invariant: a pin leaves ``self.pins`` before its blocks are given
+    back, and they are given back once (to the free queue, or to ``deferred_frees`` behind an in-flight step)."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.pins = PinTable(ContinuumConfig.from_env())
@@ -101,14 +123,15 @@ class ContinuumScheduler(TracingScheduler):
                 return None
             blocks = allocate(request, *alloc_args, **alloc_kwargs)
             while blocks is None:
-                victim = self._pressure_victim(request)
+                victim = self._take_pressure_victim(request)
                 if victim is None:
                     break
                 if self._release(victim, "pressure"):  # a delayed release frees nothing this step
                     blocks = allocate(request, *alloc_args, **alloc_kwargs)
             return blocks
 
-        # Pins give way at the one place vLLM finds out memory is short, inside this very step.
+        # Pins give way at the one place vLLM finds out memory is short, inside this very step (no Scheduler
+        # method is called there; see "Why allocate_slots is replaced on the instance" above).
         self.kv_cache_manager.allocate_slots = allocate_or_take_pins
 
     @property
@@ -119,42 +142,34 @@ class ContinuumScheduler(TracingScheduler):
         tag = JobTag(request)
         if tag.job_id is not None:
             self.pins.on_turn_arrived(tag.job_id, request.arrival_time)
-            if self.pins.config.pinned_first and tag.job_id in self.pins:
-                request.priority = PINNED_PRIORITY_OFFSET + tag.job_index
+            request.priority = waiting_priority(self.pins, tag, request.priority)
         super().add_request(request)
 
     def schedule(self, *args, **kwargs):
-        waiting_jobs = (JobTag(request).job_id for request in self.waiting) if self.pins.config.hold_while_waiting else ()
+        waiting_jobs = (JobTag(request).job_id for request in self.waiting)
         for pin in self.pins.take_expired(time.time(), waiting_jobs):
             self._release(pin, "ttl")
         output = super().schedule(*args, **kwargs)
         for new in output.scheduled_new_reqs:
             request = self.requests.get(new.req_id)
-            job_id = JobTag(request).job_id if request is not None else None
-            pin = self.pins.take(job_id) if job_id is not None else None
+            pin = take_for_next_turn(self.pins, JobTag(request).job_id) if request is not None else None
             if pin is not None:
                 self._release(pin, "next_turn")
         return output
 
     def _must_wait_for_reserve(self, request: Any) -> bool:
-        """A new job's first admission waits while it would eat into the pinned jobs' reserve."""
-        tag = JobTag(request)
-        if tag.job_id is None or tag.job_id in self.pins or request in self.running or request.num_computed_tokens:
+        """A new job's first admission waits while it would eat into the jobs in flight's reserve; a running
+        request (``allocate_slots`` serves both) never does."""
+        if request in self.running:
             return False
-        if tag.turn not in (None, 1):
-            return False
-        needed = -(-request.num_tokens // self.block_size)
-        running_job_blocks = [
-            -(-running.num_tokens // self.block_size) for running in self.running if not JobTag(running).is_last
-        ]
-        return self.free_blocks() - needed < self.pins.reserved_blocks(running_job_blocks)
+        running_job_tokens = (running.num_tokens for running in self.running if not JobTag(running).is_last)
+        return must_wait_for_reserve(
+            self.pins, JobTag(request), num_computed_tokens=request.num_computed_tokens, num_tokens=request.num_tokens,
+            num_free_blocks=self.free_blocks(), running_job_tokens=running_job_tokens, block_size=self.block_size,
+        )  # fmt: skip
 
     def retain_finished_blocks(self, request: Any, tag: JobTag) -> bool:
-        if tag.job_id is None:
-            return False
-        if tag.is_last:
-            self.pins.forget_job(tag.job_id)
-            self.pins.on_job_finished(-(-request.num_tokens // self.block_size))
+        if not keeps_finished_blocks(self.pins, tag, request.num_tokens, self.block_size):
             return False
         blocks = self.kv_cache_manager.pop_blocks_for_free(request)
         for replaced in self.pins.pin(tag.job_id, tag.job_index, blocks, time.time()):
@@ -167,10 +182,9 @@ class ContinuumScheduler(TracingScheduler):
             self._release(pin, "reset")
         return super().reset_prefix_cache(*args, **kwargs)
 
-    def _pressure_victim(self, request: Any) -> Pin | None:
-        tag = JobTag(request)
-        others_running = len(self.running) - (request in self.running)
-        return self.pins.pressure_victim(tag.job_id, tag.job_index, others_running)
+    def _take_pressure_victim(self, request: Any) -> Pin | None:
+        num_others_running = len(self.running) - (request in self.running)
+        return take_pressure_victim(self.pins, JobTag(request), num_others_running)
 
     def _release(self, pin: Pin, reason: str) -> bool:
         """Give ``pin``'s blocks back; False when they must wait for an in-flight step (vLLM then frees

@@ -2,8 +2,9 @@
 
 A pin keeps a finished turn's blocks referenced so the prefix cache cannot evict them before the job's next
 turn arrives. The table decides expiry (a fixed TTL, or one estimated from the tool gaps it has seen) and
-which pin gives way first under memory pressure (the youngest job's, so older jobs keep their place, as in
-program-level FCFS). It never touches vLLM objects itself: blocks are opaque to it.
+orders the pins for giving way under memory pressure (the youngest job's first, so older jobs keep their
+place, as in program-level FCFS); ``continuum_rules`` holds the decisions built on it. It never touches vLLM
+objects itself: blocks are opaque to it.
 
 Iteration never happens over a structure that is being changed: every release first takes the victims
 out, then hands them back to the caller to free.
@@ -62,9 +63,10 @@ class ContinuumConfig:
     @classmethod
     def from_env(cls) -> ContinuumConfig:
         raw = json.loads(os.environ.get(CONFIG_ENV) or "{}")
-        unknown = set(raw) - set(cls.__dataclass_fields__)
+        known = sorted(cls.__dataclass_fields__)
+        unknown = set(raw) - set(known)
         if unknown:
-            raise ValueError(f"{CONFIG_ENV} has unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+            raise ValueError(f"{CONFIG_ENV} has unknown keys {sorted(unknown)}; known: {known}")
         if "ttl_mode" in raw:
             raw["ttl_mode"] = TtlMode(raw["ttl_mode"])
         if "admission_release" in raw:
@@ -161,23 +163,18 @@ class PinTable:
         return self._pins.pop(job_id, None)
 
     def take_expired(self, now: float, waiting_jobs: Iterable[str] = ()) -> list[Pin]:
-        """Pins past their TTL; with ``hold_while_waiting``, not those of ``waiting_jobs``."""
+        """Pins past their TTL; with ``hold_while_waiting``, not those of ``waiting_jobs`` (consumed only then,
+        so a lazy iterable costs nothing otherwise)."""
         held = set(waiting_jobs) if self.config.hold_while_waiting else set()
         expired = [job_id for job_id, pin in self._pins.items() if pin.expires_at <= now and job_id not in held]
         return [self._pins.pop(job_id) for job_id in expired]
 
-    def pressure_victim(self, job_id: str | None, job_index: int, others_running: int) -> Pin | None:
-        """The pin that gives way to a request of ``job_id`` that cannot get blocks, by the release rule;
-        None when it must wait (or, if running, let the engine preempt)."""
-        release = self.config.admission_release
-        if release is AdmissionRelease.IDLE:
-            if others_running or not self._pins:
-                return None
-            latest = max(self._pins.values(), key=lambda pin: pin.pinned_at)
-            return self._pins.pop(latest.job_id)
-        if job_id is None or release is AdmissionRelease.ALWAYS:
-            return self.take_victim(exclude_job_id=job_id)
-        return self.take_victim(exclude_job_id=job_id, younger_than=job_index)
+    def take_latest(self) -> Pin | None:
+        """The most recently pinned pin, taken out; None when the table is empty."""
+        if not self._pins:
+            return None
+        latest = max(self._pins.values(), key=lambda pin: pin.pinned_at)
+        return self._pins.pop(latest.job_id)
 
     def take_victim(self, exclude_job_id: str | None = None, younger_than: int | None = None) -> Pin | None:
         """The pin to give up under pressure: the youngest job's (highest arrival index), never
