@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-SUMMARY_FILE = "summary.parquet"
+from orchestrator.records.cell import CellStatus
+from orchestrator.records.layout import SweepFiles
+
+DONE = CellStatus.DONE.value
 
 # What the numbers of an engine are, said on every table of a report.
 PROVENANCE = {
@@ -31,7 +34,7 @@ class SweepData:
 
     @property
     def done(self) -> pd.DataFrame:
-        return self.summary[self.summary.status == "done"]
+        return self.summary[self.summary.status == DONE]
 
     @property
     def gpus(self) -> list[str]:
@@ -41,8 +44,9 @@ class SweepData:
     def tool_time_s(self) -> float:
         return float(self.summary.tool_time_s.iloc[0]) if "tool_time_s" in self.summary and len(self.summary) else 0.5
 
-    def cell_dir(self, cell_key: str) -> Path:
-        return self.directory / "cells" / cell_key
+    @property
+    def files(self) -> SweepFiles:
+        return SweepFiles(self.directory)
 
     def provenance(self, rows: pd.DataFrame | None = None) -> str:
         """What the numbers in ``rows`` (default: the whole sweep) are: measured, simulated or fake."""
@@ -54,14 +58,15 @@ class SweepData:
 
 def load_sweep(directory: Path) -> SweepData:
     directory = Path(directory).absolute()
-    path = directory / SUMMARY_FILE
+    files = SweepFiles(directory)
+    path = files.summary
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {directory} a sweep's results directory (DIR/<sweep>)?")
     summary = _measured_over_simulated(pd.read_parquet(path))
     turns = []
-    for key in summary[summary.status == "done"].cell_key:
+    for key in summary[summary.status == DONE].cell_key:
         try:
-            cell_turns = json.loads((directory / "cells" / key / "summary.json").read_text())["turns"]
+            cell_turns = json.loads(files.cell(key).summary.read_text())["turns"]
         except FileNotFoundError:
             continue
         turns += [{"cell_key": key, **turn} for turn in cell_turns]
@@ -77,7 +82,7 @@ def _measured_over_simulated(summary: pd.DataFrame) -> pd.DataFrame:
     axes = [column for column in ("gpu", "policy", "jps", "dram_gb", "seed") if column in summary]
     if "engine" not in summary or not len(summary):
         return summary
-    measured = summary[(summary.engine == "vllm") & (summary.status == "done")][axes].drop_duplicates()
+    measured = summary[(summary.engine == "vllm") & (summary.status == DONE)][axes].drop_duplicates()
     simulated = summary.engine == "sim"
     superseded = summary[simulated].reset_index().merge(measured, on=axes)["index"]
     return summary.drop(index=superseded).reset_index(drop=True)

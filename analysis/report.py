@@ -20,6 +20,7 @@ import pandas as pd
 
 from analysis import plots, tables
 from analysis.load import SweepData, load_sweep
+from orchestrator.records.cell import CellStatus
 
 REPORT_FILE = "report.html"
 STYLE = """
@@ -75,7 +76,7 @@ class ReportBuilder:
 
 def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | None = None) -> Path:
     data = load_sweep(sweep_dir)
-    out_dir = Path(out_dir or data.directory / "report").absolute()
+    out_dir = Path(out_dir or data.files.report).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     report = ReportBuilder(out_dir)
     report.heading(f"Sweep {data.name}", 1)
@@ -102,7 +103,7 @@ def _overview(report: ReportBuilder, data: SweepData) -> None:
 
 def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str) -> None:
     cells = data.summary[data.summary.gpu == gpu]
-    done = cells[cells.status == "done"]
+    done = cells[cells.status == CellStatus.DONE.value]
     provenance = data.provenance(done) if len(done) else "no cell of this GPU type has run yet"
     slug = _slug(gpu)
     report.heading(f"{gpu}")
@@ -114,7 +115,7 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str) -> None:
     policies = list(dict.fromkeys(cells.policy))
     report.figure(f"{gpu}: mean JCT against load", plots.jct_vs_jps(jct, policies, f"{gpu}: mean JCT"))
     latency = tables.per_turn_latency(data.summary, data.turns, gpu)
-    report.table(f"per_turn_latency_{slug}", f"{gpu}: mean latency per turn (s) and T8/T1", latency, provenance)
+    report.table(f"per_turn_latency_{slug}", f"{gpu}: mean latency per turn (s) and the last turn's over the first's", latency, provenance)
     report.figure(f"{gpu}: per-turn latency", plots.per_turn_curves(latency, f"{gpu}: latency per turn"))
     cached = tables.cached_per_turn(data.summary, data.turns, gpu)
     report.table(f"cached_per_turn_{slug}", f"{gpu}: prefix-cache hit per turn (cached_) and theoretical best (best_)",
@@ -133,14 +134,14 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str) -> None:
 
 def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> None:
     """KV lifecycle of the median job and the step timeline of one cell."""
-    directory = data.cell_dir(cell.cell_key)
-    trace_path = directory / "scheduler_trace.jsonl"
+    files = data.files.cell(cell.cell_key)
+    trace_path = files.scheduler_trace
     trace = pd.read_json(trace_path, lines=True) if trace_path.exists() and trace_path.stat().st_size else pd.DataFrame()
-    jobs = pd.read_parquet(directory / "jobs.parquet")
+    jobs = pd.read_parquet(files.jobs)
     completed = jobs[jobs.jct_s.notna()].sort_values("jct_s")
     if len(completed):
         job = completed.iloc[len(completed) // 2]
-        lifecycle = tables.kv_lifecycle(pd.read_parquet(directory / "requests.parquet"), trace, job.job_id)
+        lifecycle = tables.kv_lifecycle(pd.read_parquet(files.requests), trace, job.job_id)
         report.table(f"kv_lifecycle_{slug}", f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: KV lifecycle of job "
                      f"{job.job_id} (median JCT, {job.jct_s:.2f} s)", lifecycle, data.provenance(data.done),
                      percent=("best_fraction", "hit_fraction"))  # fmt: skip

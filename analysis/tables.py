@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from orchestrator.records.cell import CellStatus
 from orchestrator.sizing.kv import retention_time_s
 from orchestrator.units import GIB
 
@@ -22,7 +23,7 @@ def jct_table(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
     advantage: how much lower its JCT is than the best other policy's, in percent."""
     cells = summary[summary.gpu == gpu]
     index = _grid_index(cells)
-    done = cells[cells.status == "done"]
+    done = cells[cells.status == CellStatus.DONE.value]
     table = done.pivot_table(index=index, columns="policy", values="jct_mean_s", aggfunc="mean")
     rows = cells[index].drop_duplicates().sort_values(index)
     table = table.reindex(pd.MultiIndex.from_frame(rows) if len(index) > 1 else rows[index[0]])
@@ -66,7 +67,7 @@ def cross_gpu_summary(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _per_turn(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str, value: str) -> pd.DataFrame:
-    cells = summary[(summary.gpu == gpu) & (summary.status == "done")]
+    cells = summary[(summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
     merged = turns.merge(cells[["cell_key", "policy", "dram_gb", "jps", "seed"]], on="cell_key")
     index = ["policy", *_grid_index(summary[summary.gpu == gpu])]
     table = merged.pivot_table(index=index, columns="turn", values=value, aggfunc="mean")
@@ -78,7 +79,8 @@ def per_turn_latency(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str) -> pd
     """Mean latency (s) of each turn per policy and load, and the last turn's over the first's."""
     table = _per_turn(summary, turns, gpu, "latency_mean_s")
     if len(table.columns):
-        table["T8/T1"] = table[table.columns[-1]] / table["T1"]
+        last = table.columns[-1]
+        table[f"{last}/T1"] = table[last] / table["T1"]
     return table.reset_index()
 
 
@@ -100,7 +102,7 @@ def health(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
 
 def missing_cells(summary: pd.DataFrame) -> pd.DataFrame:
     """Cells of the grid without a result, and why (``pending``: the cluster had no GPU of the type)."""
-    missing = summary[summary.status != "done"]
+    missing = summary[summary.status != CellStatus.DONE.value]
     reasons = {
         "pending": "no GPU of this type in the cluster yet",
         "not_run": "not run yet",
@@ -151,7 +153,7 @@ def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: 
     columns = ["kv_offload_store_bytes", "kv_offload_load_bytes"]
     if not set(columns) <= set(summary.columns):
         return pd.DataFrame()
-    cells = summary[(summary.status == "done") & summary.kv_offload_store_bytes.notna() & (summary.dram_gb > 0)]
+    cells = summary[(summary.status == CellStatus.DONE.value) & summary.kv_offload_store_bytes.notna() & (summary.dram_gb > 0)]
     rows = []
     for cell in cells.itertuples():
         later = turns[(turns.cell_key == cell.cell_key) & (turns.turn > 1)]

@@ -30,6 +30,7 @@ if __name__ == "__main__":
 import pandas as pd  # noqa: E402
 
 from orchestrator.models.tiny import ensure_tiny_model  # noqa: E402
+from orchestrator.records.layout import SweepFiles  # noqa: E402
 from orchestrator.records.schema import JobStatus, to_row  # noqa: E402
 from orchestrator.sim.engine import SimResult  # noqa: E402
 from orchestrator.sim.profile import CpuProfile, fit_request_overhead, fit_step_costs, simulate_cell, step_samples  # noqa: E402
@@ -50,7 +51,7 @@ def cell_metrics(requests: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, float]
         "jct_mean_s": float((done.finished_at - done.arrival_at).mean()),
         "jct_p90_s": float((done.finished_at - done.arrival_at).quantile(0.9)),
         "t1_mean_s": float(ok[ok.turn == 1].latency_s.mean()),
-        "t8_mean_s": float(ok[ok.turn == ok.turn.max()].latency_s.mean()),
+        "t_last_mean_s": float(ok[ok.turn == ok.turn.max()].latency_s.mean()),
         "cached_of_best": float(later.cached_tokens.sum() / later.best_cached_tokens.sum()),
         "completed": float(len(done)),
     }
@@ -95,11 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU profile from {len(steps)} steps of {profile_dir.name}: " +
           ", ".join(f"{name}={value:.4g}" for name, value in asdict(profile).items()))  # fmt: skip
 
-    summary = pd.read_parquet(results / "honesty" / "summary.parquet")
+    files = SweepFiles(results / "honesty")
+    summary = pd.read_parquet(files.summary)
     rows = []
     for cell in summary.itertuples():
-        cell_dir = results / "honesty" / "cells" / cell.cell_key
-        real = cell_metrics(pd.read_parquet(cell_dir / "requests.parquet"), pd.read_parquet(cell_dir / "jobs.parquet"))
+        cell_files = files.cell(cell.cell_key)
+        real = cell_metrics(pd.read_parquet(cell_files.requests), pd.read_parquet(cell_files.jobs))
         simulated = cell_metrics(*_frames(simulate_cell(profile, arch, cell.policy, workload.model_copy(update={"jps": cell.jps}))))
         rows.append({"policy": cell.policy, "jps": cell.jps, "real": real, "sim": simulated,
                      "error": {name: (simulated[name] - real[name]) / real[name] for name in real if real[name]}})  # fmt: skip

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.policies import cpu_policy_names, get_policy
-from orchestrator.replica.stack import PINNED, NodeStack, read_node_stack
+from orchestrator.records.cell import CellOutcome, NodeStack
+from orchestrator.replica.stack import PINNED, read_node_stack
 from orchestrator.sweep.cells import CellSpec, expand
 from orchestrator.sweep.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.units import GIB
@@ -142,14 +143,14 @@ def doctor_cells(target: str, policies: Iterable[str], model: str, duration_s: f
     return expand(spec)
 
 
-def cell_evidence(target: str, cell: CellSpec, outcome, reset: str | None, reset_error: str | None) -> list[Check]:
+def cell_evidence(target: str, cell: CellSpec, outcome: CellOutcome, reset: str | None, reset_error: str | None) -> list[Check]:
     """What the short cell shows: it completed, how long the replica took to start, what the policy did,
     and whether a reset after it was proven clean."""
     name = f"cell {cell.policy}"
-    if outcome.status.value != "done":
+    if not outcome.status.is_done:
         return [Check(target, name, False, f"{outcome.status.value}: {outcome.reason}")]
     jobs_done = sum(job.status.is_completed for job in outcome.jobs)
-    start_s = outcome.config.get("replica_start_s")
+    start_s = outcome.config.replica_start_s
     checks = [Check(target, name, jobs_done == len(outcome.jobs) > 0,
                     f"{jobs_done}/{len(outcome.jobs)} jobs completed; replica started in {start_s:.1f} s")]  # fmt: skip
     checks.append(_policy_evidence(target, cell, outcome))
@@ -162,7 +163,7 @@ def cell_evidence(target: str, cell: CellSpec, outcome, reset: str | None, reset
     return checks
 
 
-def _policy_evidence(target: str, cell: CellSpec, outcome) -> Check:
+def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check:
     policy = get_policy(cell.policy)
     name = f"{cell.policy} did its job"
     if policy.pins is not None:
@@ -170,8 +171,8 @@ def _policy_evidence(target: str, cell: CellSpec, outcome) -> Check:
         carried = sum(e.get("kind") == "unpin" and e.get("reason") == "next_turn" for e in events)
         return Check(target, name, carried > 0, f"{carried} pins carried a job's KV to its next turn")
     if policy.cpu_tier is not None:
-        counters = outcome.config.get("tier_counters") or {}
-        stored, loaded = counters.get("kv_offload_store_bytes", 0.0), counters.get("kv_offload_load_bytes", 0.0)
+        counters = outcome.config.tier_counters
+        stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
         return Check(target, name, stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB")
     later = [r for r in outcome.requests if r.turn and r.turn > 1 and r.best_cached_tokens]
     hit = sum(r.cached_tokens or 0 for r in later) / max(1, sum(r.best_cached_tokens for r in later))
@@ -212,7 +213,7 @@ def run_doctor(targets: list[str], policies: dict[str, tuple[str, ...]], model_f
                 print(f"doctor: {cell.label} ...", flush=True)
                 outcome = ray.get(worker.run.remote(cell, RunLimits(health_timeout_s=900, client_actors=0)))
                 reset, reset_error = None, None
-                if outcome.status.value == "done":
+                if outcome.status.is_done:
                     try:
                         proof = ray.get(worker.prove_reset.remote())
                         reset = f"canary hit {proof.cached_before} tokens before, {proof.cached_after} after"

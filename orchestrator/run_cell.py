@@ -18,7 +18,8 @@ from orchestrator.gpus import CPU
 from orchestrator.policies import POLICIES
 from orchestrator.records.render import render_cell_summary
 from orchestrator.records.summary import summarize
-from orchestrator.sweep.cells import CellSpec, CellStatus
+from orchestrator.records.layout import CellFiles
+from orchestrator.sweep.cells import CellSpec
 from orchestrator.sweep.results import write_attempt_files
 from orchestrator.sweep.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.worker import CellWorker
@@ -76,15 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         outcome = worker.run(cell, limits)
     finally:
         worker.shutdown()
-    summary = summarize(outcome.requests, outcome.jobs) if outcome.status is CellStatus.DONE else None
-    write_attempt_files(args.out, outcome, summary, row=None)
+    summary = summarize(outcome.requests, outcome.jobs) if outcome.status.is_done else None
+    write_attempt_files(CellFiles(args.out), outcome, summary, row=None)
     if summary is None:
         print(f"cell {outcome.status.value}: {outcome.reason}; server log in {args.out}", file=sys.stderr)
         return 1
-    facts = outcome.config["engine_facts"]
+    facts = outcome.config.engine_facts
     render_cell_summary(
-        f"cell policy={cell.policy} jps={cell.jps:g} scale={workload.scale:g} KV pool {facts['num_kv_blocks']} blocks x "
-        f"{facts['block_size']} tokens on {facts['device_name']} (vLLM {facts['vllm_version']}); records in {args.out}",
+        f"cell policy={cell.policy} jps={cell.jps:g} scale={workload.scale:g} KV pool {facts.num_kv_blocks} blocks x "
+        f"{facts.block_size} tokens on {facts.device_name} (vLLM {facts.vllm_version}); records in {args.out}",
         summary,
     )
     return 0

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.doctor import _driver_check, doctor_cells, format_table, not_checked_here
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.replica.stack import NodeStack
+from orchestrator.records.cell import NodeStack
 
 
 def stack(cuda, driver):

@@ -24,6 +24,11 @@ PURE_MODULES = (
     "orchestrator.sizing.kv",
     "orchestrator.records.summary",
     "orchestrator.records.schema",
+    "orchestrator.records.cell",
+    "orchestrator.records.row",
+    "orchestrator.records.layout",
+    "orchestrator.replica.schedulers.continuum_rules",
+    "orchestrator.replica.schedulers.pins",
 )
 # Ray, HTTP, tracking, the engine, and the modules that start and talk to server processes.
 FORBIDDEN = ("ray", "aiohttp", "mlflow", "vllm", "orchestrator.replica.server", "orchestrator.replica.replica")

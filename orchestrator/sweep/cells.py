@@ -11,7 +11,6 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable
-from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
@@ -29,17 +28,6 @@ KEY_VERSION = 1
 # the doctor prints each replica's measured resident memory beside it. The CPU engine's figure covers the
 # tiny model and its KV pool, which live in host memory there.
 REPLICA_HOST_GIB = {"gpu": 16.0, "cpu": 4.0}
-
-
-class CellStatus(str, Enum):
-    RUNNING = "running"
-    DONE = "done"  # every record and artifact is written; set last
-    FAILED = "failed"
-    HUNG = "hung"
-    INTERRUPTED = "interrupted"
-    SUPERSEDED = "superseded"  # a done run replaced by a forced re-run
-    PENDING = "pending"  # not run: the cluster has no GPU of its type (only in summaries)
-    NOT_RUN = "not_run"  # not run yet (only in summaries)
 
 
 class CellSpec(BaseModel):

@@ -15,7 +15,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.records.summary import CellSummary
-from orchestrator.sweep.cells import CellSpec, CellStatus
+from orchestrator.records.cell import CellStatus
+from orchestrator.sweep.cells import CellSpec
 from orchestrator.validation import InputError
 
 SQLITE_PREFIX = "sqlite:///"
@@ -204,23 +205,7 @@ def cell_metrics(summary: CellSummary) -> list:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    t1, t_last = summary.t1_mean_s, summary.t_last_mean_s
-    scalars = {
-        "n_jobs": summary.num_jobs,
-        "n_completed": summary.num_completed,
-        "n_timeouts": summary.num_timeouts,
-        "n_errors": summary.num_errors,
-        "jct_mean_s": summary.jct_mean_s,
-        "jct_p50_s": summary.jct_p50_s,
-        "jct_p90_s": summary.jct_p90_s,
-        "jct_p99_s": summary.jct_p99_s,
-        "t1_mean_s": t1,
-        "t_last_mean_s": t_last,
-        "t_last_over_t1": t_last / t1 if t1 and t_last else None,
-        "dispatch_lag_p50_ms": summary.dispatch_lag_p50_ms,
-        "dispatch_lag_p99_ms": summary.dispatch_lag_p99_ms,
-        "dispatch_lag_max_ms": summary.dispatch_lag_max_ms,
-    }
+    scalars = summary.scalars()
     metrics = [Metric(key, float(value), now, 0) for key, value in scalars.items() if value is not None]
     for turn in summary.turns:
         series = {

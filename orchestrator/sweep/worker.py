@@ -18,17 +18,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.models.tiny import ensure_tiny_model
-from orchestrator.records.schema import JobRecord, RequestRecord
+from orchestrator.records.cell import CellConfig, CellOutcome, CellStatus, EngineFacts, NodeStack, ResetProof, TierCounters
 from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.probe import TIER_COUNTERS, read_counters, work_done
-from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError, ResetProof
+from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError
-from orchestrator.replica.stack import NodeStack, lmcache_refusal, read_node_stack
+from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import simulate
 from orchestrator.sim.hardware import Device
 from orchestrator.policies import get_policy
-from orchestrator.sweep.cells import CellSpec, CellStatus
+from orchestrator.sweep.cells import CellSpec
 from orchestrator.sweep.serving import served_cell
 from orchestrator.sweep.spec import TINY_MODEL, EngineKind, RunLimits
 from orchestrator.validation import first_line
@@ -36,33 +36,6 @@ from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
 from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.plan import build_plan
 from orchestrator.workload.tokenizer import token_counter_for
-
-
-@dataclass(frozen=True)
-class CellOutcome:
-    cell_key: str
-    status: CellStatus
-    reason: str | None
-    retryable: bool  # the replica crashed or would not start: another attempt may succeed
-    requests: tuple[RequestRecord, ...]
-    jobs: tuple[JobRecord, ...]
-    config: dict  # requested and effective configuration, as written to cell.json
-    server_log: str  # this cell's share of the server log (the whole tail on a failed start)
-    scheduler_trace: bytes
-    node_id: str
-    started_unix: float
-    finished_unix: float
-
-    @classmethod
-    def failure(cls, cell: CellSpec, reason: str, retryable: bool, node_id: str, started_unix: float,
-                server_log: str = "") -> CellOutcome:  # fmt: skip
-        """A cell that produced no records: its replica or worker was lost before the load finished."""
-        return cls(
-            cell_key=cell.key, status=CellStatus.FAILED, reason=reason, retryable=retryable, requests=(), jobs=(),
-            config={"cell_key": cell.key, "cell": cell.model_dump(mode="json"), "node_id": node_id},
-            server_log=server_log, scheduler_trace=b"", node_id=node_id, started_unix=started_unix,
-            finished_unix=time.time(),
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -137,26 +110,27 @@ class CellWorker:
             self._drop_replica()  # ends every open stream, so the load generator can be abandoned
             load.cancel()
         log, trace = replica.output_since(mark, len(shard.requests) if shard else 0)
-        config = {
-            "cell_key": cell.key,
-            "cell": cell.model_dump(mode="json"),
-            "engine": served.engine.model_dump(mode="json"),
-            "request_options": asdict(options),
-            "plan_fingerprint": plan.fingerprint(),
-            "server_argv": list(replica.info.server_argv),
-            "server_env": replica.info.server_env,
-            "engine_facts": replica.info.facts.as_dict(),
-            "stack": stack.as_dict() if stack else None,
-            "replica_reused": reuse.reused,
-            "replica_start_s": reuse.start_s,
-            "reset_proof": asdict(reuse.proof) if reuse.proof else None,
-            "replica_replaced": reuse.replaced_because,
-            # Only the counters this engine has: a policy without a CPU tier reports none.
-            "tier_counters": {name.removeprefix("vllm:").removesuffix("_total"): counters_after[name] - counters_before.get(name, 0.0)
-                              for name in TIER_COUNTERS if name in counters_after},  # fmt: skip
-            "host": platform.node(),
-            "node_id": self._node_id,
-        }
+        # Only the counters this engine has: a policy without a CPU tier reports none.
+        tier_counts = {name.removeprefix("vllm:").removesuffix("_total"): counters_after[name] - counters_before.get(name, 0.0)
+                       for name in TIER_COUNTERS if name in counters_after}  # fmt: skip
+        config = CellConfig(
+            cell_key=cell.key,
+            cell=cell.model_dump(mode="json"),
+            node_id=self._node_id,
+            host=platform.node(),
+            engine=served.engine.model_dump(mode="json"),
+            engine_facts=replica.info.facts,
+            tier_counters=TierCounters.from_counts(tier_counts),
+            stack=stack,
+            replica_reused=reuse.reused,
+            replica_start_s=reuse.start_s,
+            reset_proof=reuse.proof,
+            replica_replaced=reuse.replaced_because,
+            request_options=asdict(options),
+            plan_fingerprint=plan.fingerprint(),
+            server_argv=tuple(replica.info.server_argv),
+            server_env=dict(replica.info.server_env),
+        )
         self._status = WorkerStatus()
         return CellOutcome(
             cell_key=cell.key,
@@ -168,7 +142,6 @@ class CellWorker:
             config=config,
             server_log=log,
             scheduler_trace=trace,
-            node_id=self._node_id,
             started_unix=started,
             finished_unix=time.time(),
         )
@@ -185,25 +158,25 @@ class CellWorker:
         )  # fmt: skip
         result = simulate(workload, engine)
         stats = asdict(result.stats)
-        config = {
-            "cell_key": cell.key,
-            "cell": cell.model_dump(mode="json"),
-            "engine": {"kind": "sim", "scheduler": asdict(engine.scheduler), "calibration": asdict(engine.cost.calibration)},
-            "engine_facts": {"block_size": engine.scheduler.block_size, "num_kv_blocks": engine.scheduler.num_blocks,
-                             "kv_cache_tokens": engine.scheduler.num_blocks * engine.scheduler.block_size,
-                             "device_name": f"simulated {cell.gpu}"},  # fmt: skip
-            "simulation": stats,
-            "tier_counters": result.stats.tier_counters,
-            "replica_reused": False,
-            "host": platform.node(),
-            "node_id": self._node_id,
-        }
+        scheduler = engine.scheduler
+        config = CellConfig(
+            cell_key=cell.key,
+            cell=cell.model_dump(mode="json"),
+            node_id=self._node_id,
+            host=platform.node(),
+            engine={"kind": "sim", "scheduler": asdict(scheduler), "calibration": asdict(engine.cost.calibration)},
+            engine_facts=EngineFacts(vllm_version=None, block_size=scheduler.block_size, num_kv_blocks=scheduler.num_blocks,
+                                     kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,
+                                     device_name=f"simulated {cell.gpu}"),  # fmt: skip
+            tier_counters=TierCounters.from_counts(result.stats.tier_counters),
+            simulation=stats,
+        )
         summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
         self._status = WorkerStatus()
         return CellOutcome(
             cell_key=cell.key, status=CellStatus.DONE, reason=None, retryable=False, requests=tuple(result.requests),
             jobs=tuple(result.jobs), config=config, server_log=f"simulated {cell.label}: {summary}\n",
-            scheduler_trace=result.trace_bytes(), node_id=self._node_id, started_unix=started, finished_unix=time.time(),
+            scheduler_trace=result.trace_bytes(), started_unix=started, finished_unix=time.time(),
         )  # fmt: skip
 
     def prove_reset(self) -> ResetProof:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.sweep.cells import CellStatus
+from orchestrator.records.cell import CellStatus
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri

@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
-from orchestrator.records.store import JOBS_FILE, REQUESTS_FILE, write_cell_records
+from orchestrator.records.layout import CellFiles
+from orchestrator.records.store import write_cell_records
 from orchestrator.records.summary import summarize
 
 
@@ -37,7 +38,7 @@ def records():
 
 def test_jct_counts_only_completed_jobs_and_timeouts_are_counted(records):
     summary = summarize(*records)
-    assert (summary.num_jobs, summary.num_completed, summary.num_timeouts) == (3, 2, 1)
+    assert (summary.n_jobs, summary.n_completed, summary.n_timeouts) == (3, 2, 1)
     assert summary.jct_mean_s == pytest.approx((2.0 + 6.0) / 2)
     assert summary.jct_p50_s == pytest.approx(4.0)
 
@@ -55,9 +56,10 @@ def test_turn_latency_is_from_the_scheduled_time_and_cache_fractions_are_token_w
 
 
 def test_records_round_trip_through_parquet(tmp_path, records):
-    write_cell_records(tmp_path, *records)
-    requests = pd.read_parquet(tmp_path / REQUESTS_FILE)
-    jobs = pd.read_parquet(tmp_path / JOBS_FILE)
+    files = CellFiles(tmp_path)
+    write_cell_records(files, *records)
+    requests = pd.read_parquet(files.requests)
+    jobs = pd.read_parquet(files.jobs)
     assert list(requests["status"]) == ["ok", "ok", "ok", "ok", "timeout"]
     assert requests["latency_s"].iloc[1] == pytest.approx(0.5)
     assert requests["dispatch_lag_s"].iloc[0] == pytest.approx(0.001)

@@ -19,7 +19,8 @@ import pandas as pd
 
 from orchestrator.policies import POLICIES
 from orchestrator.records.store import records_frame
-from orchestrator.sweep.cells import CellStatus, expand
+from orchestrator.records.cell import CellStatus
+from orchestrator.sweep.cells import expand
 from orchestrator.sweep.spec import EngineKind, RunLimits, SweepSpec
 from orchestrator.sweep.worker import CellWorker
 from orchestrator.workload.spec import WorkloadSpec

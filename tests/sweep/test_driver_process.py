@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.sweep.cells import CellStatus
+from orchestrator.records.cell import CellStatus
 from tests.processes import FAKE_ENGINE, wait_until_gone
 from tests.sweep.conftest import runs_by_key, summary
 

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.sweep.cells import CellStatus
+from orchestrator.records.cell import CellStatus
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.validation import InputError
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from orchestrator.sweep.cells import CellStatus
+from orchestrator.records.cell import CellStatus
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri

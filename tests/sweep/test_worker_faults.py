@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.sweep import worker as worker_module
-from orchestrator.sweep.cells import CellStatus, expand
+from orchestrator.records.cell import CellStatus
+from orchestrator.sweep.cells import expand
 from orchestrator.sweep.spec import EngineKind, RunLimits
 from orchestrator.sweep.worker import CellWorker
 from tests.processes import FAKE_ENGINE, processes_matching, wait_until_gone
@@ -48,7 +49,7 @@ def test_a_healthy_cell_is_done_with_every_record():
     outcome = run_one(LIMITS)
     assert outcome.status is CellStatus.DONE and outcome.reason is None
     assert len(outcome.jobs) > 0 and len(outcome.requests) == 8 * len(outcome.jobs)
-    assert outcome.config["engine_facts"]["vllm_version"] == "fake-engine"
+    assert outcome.config.engine_facts.vllm_version == "fake-engine"
 
 
 def test_an_engine_that_stops_making_progress_is_marked_hung_and_torn_down(fake_engine_with):
@@ -82,7 +83,7 @@ def test_a_replica_that_dies_mid_cell_fails_the_cell_as_retryable_with_its_log()
     killer.join()
     assert outcome.status is CellStatus.FAILED and outcome.retryable
     assert outcome.reason == "replica exited with code -9 during the cell"
-    assert outcome.config["server_argv"]  # what was running is still reported
+    assert outcome.config.server_argv  # what was running is still reported
 
 
 def run_two_on_one_replica(limits: RunLimits):
@@ -98,10 +99,10 @@ def run_two_on_one_replica(limits: RunLimits):
 def test_a_replica_whose_reset_is_proven_clean_is_reused():
     first, second = run_two_on_one_replica(LIMITS)
     assert first.status is second.status is CellStatus.DONE
-    assert first.config["replica_reused"] is False and first.config["replica_start_s"] > 0
-    assert second.config["replica_reused"] is True and second.config["replica_replaced"] is None
-    proof = second.config["reset_proof"]
-    assert proof["cached_before"] > 0 and proof["cached_after"] == 0 and proof["external_hits_after"] == 0
+    assert first.config.replica_reused is False and first.config.replica_start_s > 0
+    assert second.config.replica_reused is True and second.config.replica_replaced is None
+    proof = second.config.reset_proof
+    assert proof.cached_before > 0 and proof.cached_after == 0 and proof.external_hits_after == 0 and proof.clean
     # Within a cell the fake engine's prefix cache does hit (turn t+1 extends turn t), so 0 above is the reset.
     assert any(request.cached_tokens > 0 for request in second.requests)
 
@@ -110,8 +111,8 @@ def test_a_replica_that_reports_a_reset_but_keeps_its_cache_is_detected_and_repl
     fake_engine_with(reset_keeps_cache=True)  # a stand-in for vLLM's LMCache connector, which keeps its CPU tier
     first, second = run_two_on_one_replica(LIMITS)
     assert first.status is second.status is CellStatus.DONE
-    assert second.config["replica_reused"] is False and second.config["reset_proof"] is None
-    assert second.config["replica_replaced"].startswith("reset not proven clean: the engine reported its caches reset, "
+    assert second.config.replica_reused is False and second.config.reset_proof is None
+    assert second.config.replica_replaced.startswith("reset not proven clean: the engine reported its caches reset, "
                                                           "but a canary prompt cached before the reset came back with 288 "
                                                           "cached tokens")
     first_sent = min(second.requests, key=lambda request: request.sent_at)

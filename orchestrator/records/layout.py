@@ -1,0 +1,91 @@
+"""The results layout (BRIEF section 6): every file and folder name of a sweep's results, written once.
+
+    DIR/<sweep>/summary.parquet            one row per cell of the grid (``records.row.SummaryRow``)
+    DIR/<sweep>/cells/<cell_key>/          one complete attempt of a done cell:
+        requests.parquet, jobs.parquet     raw records (``records.schema``)
+        summary.json                       the cell's summary row and per-turn statistics
+        cell.json                          what the cell asked for and what took effect (``records.cell``)
+        server.log, scheduler_trace.jsonl  the replica's log and the trace (``records.trace``)
+    DIR/<sweep>/report/                    the HTML report and its tables
+
+Writers (the driver, the worker's replica) and readers (analysis) take their paths from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SUMMARY_FILE = "summary.parquet"
+CELLS_DIR = "cells"
+REPORT_DIR = "report"
+STAGING_DIR = ".staging"
+LOCK_FILE = ".lock"
+
+REQUESTS_FILE = "requests.parquet"
+JOBS_FILE = "jobs.parquet"
+CELL_SUMMARY_FILE = "summary.json"
+CELL_CONFIG_FILE = "cell.json"
+SERVER_LOG_FILE = "server.log"
+SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
+
+
+@dataclass(frozen=True)
+class CellFiles:
+    """The files of one cell attempt, in ``directory`` (a done cell's folder or a staging folder)."""
+
+    directory: Path
+
+    @property
+    def requests(self) -> Path:
+        return self.directory / REQUESTS_FILE
+
+    @property
+    def jobs(self) -> Path:
+        return self.directory / JOBS_FILE
+
+    @property
+    def summary(self) -> Path:
+        return self.directory / CELL_SUMMARY_FILE
+
+    @property
+    def config(self) -> Path:
+        return self.directory / CELL_CONFIG_FILE
+
+    @property
+    def server_log(self) -> Path:
+        return self.directory / SERVER_LOG_FILE
+
+    @property
+    def scheduler_trace(self) -> Path:
+        return self.directory / SCHEDULER_TRACE_FILE
+
+
+@dataclass(frozen=True)
+class SweepFiles:
+    """The folders and files of one sweep's results, ``DIR/<sweep>``."""
+
+    directory: Path
+
+    @property
+    def summary(self) -> Path:
+        return self.directory / SUMMARY_FILE
+
+    @property
+    def cells(self) -> Path:
+        return self.directory / CELLS_DIR
+
+    @property
+    def report(self) -> Path:
+        return self.directory / REPORT_DIR
+
+    @property
+    def staging(self) -> Path:
+        return self.directory / STAGING_DIR
+
+    @property
+    def lock(self) -> Path:
+        return self.directory / LOCK_FILE
+
+    def cell(self, cell_key: str) -> CellFiles:
+        return CellFiles(self.cells / cell_key)

@@ -1,0 +1,135 @@
+"""One row of ``summary.parquet``: a cell of the grid, its status and, once done, its summary and run facts.
+
+The field order is the column order; the first columns are BRIEF section 6's contract, which other
+people's scripts read. Every quantity keeps the name ``CellSummary`` gives it; the run facts come from the
+attempt's ``CellConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
+
+from orchestrator.records.cell import CellConfig, CellStatus, NodeStack, TierCounters
+from orchestrator.records.summary import CellSummary
+
+if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
+    from orchestrator.sweep.cells import CellSpec
+
+# Names an older version wrote to a done cell's summary.json (read back when a sweep resumes).
+_LEGACY_NAMES = {"t8_mean_s": "t_last_mean_s", "t8_over_t1": "t_last_over_t1"}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The attempt that produced a done row, as the driver saw it."""
+
+    run_id: str
+    number: int  # 1 for a cell's first attempt, counted over every run of the sweep
+    started_unix: float
+    finished_unix: float
+    config: CellConfig
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    # BRIEF section 6's contract columns, in this order.
+    sweep: str
+    cell_key: str
+    engine: str
+    gpu: str
+    policy: str
+    jps: float
+    dram_gb: float
+    status: str
+    n_jobs: int | None = None
+    n_completed: int | None = None
+    n_timeouts: int | None = None
+    jct_mean_s: float | None = None
+    jct_p50_s: float | None = None
+    jct_p90_s: float | None = None
+    jct_p99_s: float | None = None
+    t1_mean_s: float | None = None
+    t_last_mean_s: float | None = None
+    # The rest of the cell's identity and summary.
+    seed: int | None = None
+    model: str | None = None
+    scale: float | None = None
+    duration_s: float | None = None
+    tool_time_s: float | None = None
+    n_errors: int | None = None
+    t_last_over_t1: float | None = None
+    dispatch_lag_p50_ms: float | None = None
+    dispatch_lag_p99_ms: float | None = None
+    dispatch_lag_max_ms: float | None = None
+    span_s: float | None = None
+    reason: str | None = None  # why a cell is pending
+    # The attempt behind a done row (``attempt_columns``).
+    run_id: str | None = None
+    attempt: int | None = None
+    device_name: str | None = None
+    vllm_version: str | None = None
+    node_id: str | None = None
+    started_unix: float | None = None
+    finished_unix: float | None = None
+    wall_s: float | None = None
+    replica_reused: bool | None = None
+    replica_replaced: str | None = None  # why a reusable replica was not reused
+    replica_start_s: float | None = None
+    kv_offload_store_bytes: float | None = None
+    kv_offload_load_bytes: float | None = None
+    external_prefix_cache_queries: float | None = None
+    external_prefix_cache_hits: float | None = None
+    # The serving stack on the cell's node: vllm, lmcache, torch, CUDA, driver.
+    stack_vllm: str | None = None
+    stack_lmcache: str | None = None
+    stack_torch: str | None = None
+    stack_cuda: str | None = None
+    stack_driver: str | None = None
+    stack_lmcache_ops_error: str | None = None
+
+    @classmethod
+    def of(cls, sweep: str, cell: CellSpec, status: CellStatus, summary: CellSummary | None = None,
+           attempt: Attempt | None = None, reason: str | None = None) -> SummaryRow:  # fmt: skip
+        workload = cell.workload
+        return cls(
+            sweep=sweep, cell_key=cell.key, engine=cell.engine.value, gpu=cell.gpu, policy=cell.policy, jps=cell.jps,
+            dram_gb=cell.dram_gb, status=status.value, seed=cell.seed, model=cell.model, scale=workload.scale,
+            duration_s=workload.duration_s, tool_time_s=workload.tool_time_s, reason=reason,
+            **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
+        )  # fmt: skip
+
+    @classmethod
+    def from_json(cls, payload: dict) -> SummaryRow:
+        """A row as ``to_json`` wrote it (older names renamed, columns this version lacks left out)."""
+        renamed = {_LEGACY_NAMES.get(name, name): value for name, value in payload.items()}
+        return cls(**{spec.name: renamed[spec.name] for spec in fields(cls) if spec.name in renamed})
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def columns(cls) -> list[str]:
+        return [spec.name for spec in fields(cls)]
+
+
+def attempt_columns(attempt: Attempt) -> dict:
+    """The run facts of an attempt, by their column names (also the tags of its MLflow run)."""
+    config = attempt.config
+    facts = config.engine_facts
+    stack = config.stack or NodeStack(None, None, None, None, None, None)
+    return {
+        "run_id": attempt.run_id,
+        "attempt": attempt.number,
+        "device_name": facts.device_name if facts else None,
+        "vllm_version": facts.vllm_version if facts else None,
+        "node_id": config.node_id,
+        "started_unix": attempt.started_unix,
+        "finished_unix": attempt.finished_unix,
+        "wall_s": attempt.finished_unix - attempt.started_unix,
+        "replica_reused": config.replica_reused,
+        "replica_replaced": config.replica_replaced,
+        "replica_start_s": config.replica_start_s,
+        **asdict(config.tier_counters or TierCounters()),
+        **{f"stack_{name}": value for name, value in asdict(stack).items()},
+    }

@@ -1,0 +1,124 @@
+"""What a sweep knows of each cell's attempts, and the writes that change it: the tracking store's runs and
+the results directory. The driver is the only writer; this is its book-keeping.
+
+Order of writes for a finished attempt: its files are staged, logged to its MLflow run, swapped into
+``cells/<key>/``, and only then is the run marked ``done``; ``summary.parquet`` is rebuilt last. A crash
+anywhere in between leaves the cell not done, and the next run of the sweep does it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from orchestrator.records.cell import CellOutcome, CellStatus
+from orchestrator.records.row import Attempt, SummaryRow, attempt_columns
+from orchestrator.records.summary import summarize
+from orchestrator.sweep.cells import CellSpec
+from orchestrator.sweep.results import SweepResults
+from orchestrator.sweep.tracking import CellRun, SweepTracker
+
+
+@dataclass(frozen=True)
+class StartedAttempt:
+    cell: CellSpec
+    number: int  # the cell's attempt number over every run of the sweep (the tracking store's count)
+    run_id: str
+
+
+class CellLedger:
+    def __init__(self, sweep: str, tracker: SweepTracker, results: SweepResults, package_versions: dict[str, str]):
+        self.sweep = sweep
+        self.tracker = tracker
+        self.results = results
+        self._package_versions = package_versions
+        self._history: dict[str, list[CellRun]] = tracker.cell_runs()
+
+    def retire_stale_runs(self) -> None:
+        """Attempts still ``running`` belong to a driver that died (the sweep's lock says none is alive)."""
+        for runs in self._history.values():
+            for run in list(runs):
+                if run.status is CellStatus.RUNNING:
+                    self.tracker.set_status(run.run_id, CellStatus.INTERRUPTED, "the driver exited before the cell finished")
+                    self._remember(run, CellStatus.INTERRUPTED)
+
+    def is_done(self, cell_key: str) -> bool:
+        """A cell is done when a run says so and its files are in place (a user may have deleted them)."""
+        return is_done(self._history.get(cell_key, []), self.results, cell_key)
+
+    def last_status(self, cell_key: str) -> CellStatus | None:
+        runs = self._history.get(cell_key)
+        if runs and _has_done(runs):
+            return CellStatus.DONE
+        return runs[-1].status if runs else None
+
+    def has_run(self, cell_key: str) -> bool:
+        return bool(self._history.get(cell_key))
+
+    def start(self, cell: CellSpec, slot_name: str, tags: dict[str, str]) -> StartedAttempt:
+        number = max((run.attempt for run in self._history.get(cell.key, [])), default=0) + 1
+        run_id = self.tracker.start_cell(cell, number, slot_name, tags)
+        started = StartedAttempt(cell, number, run_id)
+        self._remember(CellRun(run_id, cell.key, CellStatus.RUNNING, number), CellStatus.RUNNING)
+        return started
+
+    def record(self, started: StartedAttempt, outcome: CellOutcome) -> SummaryRow:
+        """Every file and tracking entry of a finished attempt, ``done`` last; the attempt's summary row."""
+        cell = started.cell
+        summary = summarize(outcome.requests, outcome.jobs) if outcome.status.is_done else None
+        attempt = Attempt(started.run_id, started.number, outcome.started_unix, outcome.finished_unix, outcome.config)
+        row = SummaryRow.of(self.sweep, cell, outcome.status, summary, attempt)
+        staged = self.results.stage(outcome, summary, row)
+        columns = attempt_columns(attempt)
+        tags = {key: str(value) for key, value in columns.items() if value is not None and key != "run_id"}
+        self.tracker.record_outcome(started.run_id, summary, tags | self._package_versions, staged)
+        if outcome.status.is_done:
+            for previous in self._history.get(cell.key, []):
+                if previous.status is CellStatus.DONE:
+                    self.tracker.set_status(previous.run_id, CellStatus.SUPERSEDED, f"replaced by run {started.run_id}")
+                    self._remember(previous, CellStatus.SUPERSEDED)
+            self.results.publish(cell.key, staged)
+            self.tracker.set_status(started.run_id, CellStatus.DONE)
+        else:
+            self.results.discard(staged)
+            self.tracker.set_status(started.run_id, outcome.status, outcome.reason)
+        self._remember(CellRun(started.run_id, cell.key, outcome.status, started.number), outcome.status)
+        return row
+
+    def interrupt(self, started: StartedAttempt, reason: str) -> None:
+        self.tracker.set_status(started.run_id, CellStatus.INTERRUPTED, reason)
+        self._remember(CellRun(started.run_id, started.cell.key, CellStatus.INTERRUPTED, started.number),
+                       CellStatus.INTERRUPTED)  # fmt: skip
+
+    def write_summary(self, cells: list[CellSpec], pending_reason: Callable[[CellSpec], str | None]) -> None:
+        """``summary.parquet``: each done cell's own row, and a status row for every other cell of the grid
+        (``pending_reason`` says why a cell cannot run in this cluster, or None if it can)."""
+        rows, seen = [], set()
+        for key, runs in self._history.items():
+            if _has_done(runs) and (row := self.results.done_row(key)):
+                rows.append(row)
+                seen.add(key)
+        for cell in cells:
+            if cell.key in seen:
+                continue
+            runs = self._history.get(cell.key)
+            if runs:
+                rows.append(SummaryRow.of(self.sweep, cell, runs[-1].status))
+            elif (reason := pending_reason(cell)) is None:
+                rows.append(SummaryRow.of(self.sweep, cell, CellStatus.NOT_RUN))
+            else:
+                rows.append(SummaryRow.of(self.sweep, cell, CellStatus.PENDING, reason=reason))
+        self.results.write_summary(rows)
+
+    def _remember(self, run: CellRun, status: CellStatus) -> None:
+        """Record ``status`` for a tracked run in the in-memory history."""
+        runs = self._history.setdefault(run.cell_key, [])
+        runs[:] = sorted([r for r in runs if r.run_id != run.run_id] + [replace(run, status=status)], key=lambda r: r.attempt)
+
+
+def is_done(runs: list[CellRun], results: SweepResults, cell_key: str) -> bool:
+    return _has_done(runs) and results.done_row(cell_key) is not None
+
+
+def _has_done(runs: list[CellRun]) -> bool:
+    return any(run.status is CellStatus.DONE for run in runs)

@@ -1,0 +1,158 @@
+"""The sweep's workers: one cell-worker actor per slot, on the nodes that are up, and more as the autoscaler
+brings nodes of launchable GPU types up.
+
+The driver says which placements have cells waiting and how much host memory their largest replica takes;
+the pool keeps a worker on every slot of those placements, creates again a worker whose actor could not
+start (no cell ran on it, so no attempt is charged), asks the autoscaler for the GPUs the waiting cells can
+use, and tells the driver which placements to give up on and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from orchestrator.sweep.autoscaler import request_gpus
+from orchestrator.sweep.cluster import Inventory, Slot, read_inventory
+from orchestrator.sweep.scaling import ScaleUp, gpus_to_ask
+from orchestrator.sweep.worker import WorkerStatus, worker_actor_class
+from orchestrator.validation import first_line
+
+# How often the pool looks for nodes the autoscaler brought up and updates its request.
+SCALE_REFRESH_S = 2.0
+# A worker whose actor cannot be created this many times in a row gives up its slot.
+MAX_WORKER_CREATIONS = 20
+
+
+@dataclass
+class Worker:
+    """A slot's actor. It takes cells only once it is up (``ready`` resolved): a node that has just joined
+    is listed by ``ray.nodes()`` a moment before Ray's scheduler can place on it, and an actor pinned there
+    in that moment is cancelled, which must not cost a cell an attempt."""
+
+    slot: Slot
+    actor: object = None
+    ready: object = None  # the first status() call; None once it answered
+    num_creations: int = 0  # in a row, without the actor coming up
+    group: tuple | None = None  # server group of the last cell, to prefer cells that reuse the replica
+    attempt: object = None  # the driver's attempt in flight on this worker, None while idle
+
+    def create(self) -> None:
+        self.actor = worker_actor_class().options(**self.slot.actor_options()).remote(self.slot.node_id)
+        self.ready = self.actor.status.remote()
+        self.num_creations += 1
+        self.group = None
+
+
+class WorkerPool:
+    def __init__(self, inventory: Inventory, scale_up_timeout_s: float):
+        self.inventory = inventory
+        self.workers: list[Worker] = []
+        self._scale_up_timeout_s = scale_up_timeout_s
+        self._scale = ScaleUp(scale_up_timeout_s, request_gpus)
+        self._slotted_nodes: set[tuple[str, str]] = set()  # (placement, node id) pairs that have workers
+        self._last_refresh = 0.0
+
+    def in_flight(self) -> list[Worker]:
+        return [worker for worker in self.workers if worker.attempt is not None]
+
+    def add_workers(self, replica_gib: Mapping[str, float]) -> None:
+        """A worker for every slot on the nodes of the placements in ``replica_gib`` (each with the host
+        memory of its largest replica) that have none yet."""
+        for placement, gib in replica_gib.items():
+            slots = [s for s in self.inventory.slots(placement, gib) if (placement, s.node_id) not in self._slotted_nodes]
+            num_existing = sum(worker.slot.gpu == placement for worker in self.workers)
+            for index, slot in enumerate(slots, start=num_existing):
+                worker = Worker(replace(slot, index=index))
+                worker.create()
+                self.workers.append(worker)
+            self._slotted_nodes |= {(placement, slot.node_id) for slot in slots}
+
+    def scale(self, waiting: Mapping[str, int], replica_gib: Mapping[str, float]) -> dict[str, str]:
+        """For the launchable placements in ``waiting`` (cells queued or running per placement): start
+        workers on nodes that came up, ask for as many GPUs as those cells can use, and return the
+        placements to give up on, with the reason (nodes too small for a replica, or none up in time)."""
+        now = time.monotonic()
+        launchable = [gpu for gpu in waiting if self.inventory.node_types_of(gpu)]
+        if not launchable or now - self._last_refresh < SCALE_REFRESH_S:
+            return {}
+        self._last_refresh = now
+        self.inventory = read_inventory(self.inventory.launchable)
+        self.add_workers({gpu: replica_gib[gpu] for gpu in launchable})
+        demand, give_up = {}, {}
+        for gpu in launchable:
+            if waiting[gpu]:
+                demand[gpu] = gpus_to_ask(self.inventory.node_types_of(gpu)[0], waiting[gpu], replica_gib[gpu])
+            if waiting[gpu] and self.inventory.is_up(gpu) and not any(w.slot.gpu == gpu for w in self.workers):
+                largest = max(node.memory_gib for node in self.inventory.nodes_of(gpu))
+                give_up[gpu] = (f"the {gpu} nodes that came up have {largest:.0f} GiB of Ray memory, a replica "
+                                f"needs {replica_gib[gpu]:g} GiB")  # fmt: skip
+        for gpu in self._scale.update(demand, self.inventory.gpu_types(), now):
+            give_up[gpu] = (f"the autoscaler brought up no {gpu} node within {self._scale_up_timeout_s:g} s "
+                            "(--scale-up-timeout-s)")  # fmt: skip
+        return give_up
+
+    def withdraw(self) -> None:
+        """Drop the request to the autoscaler, so that nodes the sweep no longer needs can go."""
+        self._scale.withdraw()
+
+    def is_up(self, worker: Worker) -> bool | str:
+        """True once the worker's actor answered, False while it starts; an actor whose creation failed is
+        created again, and after ``MAX_WORKER_CREATIONS`` failures in a row the worker leaves the pool and
+        this returns why."""
+        import ray
+
+        if worker.ready is None:
+            return True
+        if not ray.wait([worker.ready], timeout=0)[0]:
+            return False
+        try:
+            ray.get(worker.ready)
+            worker.ready, worker.num_creations = None, 0
+            return True
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError) as error:
+            if worker.num_creations < MAX_WORKER_CREATIONS:
+                worker.create()
+                return False
+            self.workers.remove(worker)
+            return first_line(error)
+
+    def restart(self, worker: Worker) -> None:
+        import ray
+
+        ray.kill(worker.actor)
+        worker.num_creations = 0
+        worker.create()
+
+    def statuses(self, workers: list[Worker]) -> list[WorkerStatus | None]:
+        """Each worker's status, asked of all at once; None for one that does not answer within a second."""
+        import ray
+
+        refs = [worker.actor.status.remote() for worker in workers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0)
+        answered = set(ready)
+        statuses = []
+        for ref in refs:
+            try:
+                statuses.append(ray.get(ref) if ref in answered else None)
+            except ray.exceptions.RayError:
+                statuses.append(None)
+        return statuses
+
+    def shutdown(self) -> None:
+        """Let every worker stop its replica, then end the actors."""
+        import ray
+
+        try:
+            ray.get([worker.actor.shutdown.remote() for worker in self.workers], timeout=60)
+        except (ray.exceptions.RayError, TimeoutError):
+            pass
+        self.kill()
+
+    def kill(self) -> None:
+        """End every actor at once; the reaper in each worker's replica takes the server down with it."""
+        import ray
+
+        for worker in self.workers:
+            ray.kill(worker.actor)
