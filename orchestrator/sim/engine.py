@@ -1,31 +1,56 @@
 """The simulated engine in virtual time: the agent workload's clients, one vLLM engine, its host link.
 
-An event loop in the manner of Vidur's: the engine runs one step after another while it has work; each
-step's duration comes from the roofline (``hardware.StepCost``) plus whatever the CPU tier makes it wait
-for; between steps, every client request that has become due reaches the engine. When the engine has
-nothing it can run, virtual time jumps to the next thing that can change that (an arrival, a pin's
-expiry, a load landing, a timeout). Nothing here reads the wall clock or draws a random number: the
-arrival schedule is the workload plan's, so the same cell always gives the same records.
+An event loop in the manner of Vidur's: one heap of events ordered by ``(at, priority, seq)``; the loop pops the
+first, sets the clock, handles it and pushes the events the handler returns. The events:
 
-Output is what a real cell produces: request and job records on the cell's clock (zero = start of the
-arrival window) and a scheduler trace with the same events as the tracing scheduler plugin.
+- ``SendTurn``: a client sends its job's next turn (at the plan's arrival, or when a tool call ends);
+- ``ReachEngine``: the request reaches the engine after the API server's overhead and waits there;
+- ``Deadline``: the client gives up on a request not finished by then, and the engine aborts it;
+- ``ScheduleStep``: the engine schedules a step from its queues and runs it.
+
+At the same time, sends and arrivals come first (in the order they were pushed), then deadlines (so a request that
+reached the engine by its deadline is aborted there), then the engine (so it sees everything due by then). Every
+event has the engine look at its queues at its time, even one that changes nothing (a deadline of a request already
+answered): a pin whose TTL ran out meanwhile is released then.
+
+The engine is one thread, as vLLM's engine core is: a step runs to completion (its duration from the roofline,
+``hardware.StepCost``, plus whatever the CPU tier makes it wait for), and what fell due during it is handled when it
+ends, in time order, except that a request which reached the engine during the step is taken in after the deadlines
+that passed during it. The clock never goes back. When the engine can run nothing, it looks again at the next thing
+that could change that: an event, a pin's expiry, a load landing. Nothing here reads the wall clock or draws a random
+number: the arrival schedule is the workload plan's, so the same cell always gives the same records.
+
+Output is what a real cell produces: request and job records on the cell's clock (zero = start of the arrival
+window) and a scheduler trace with the same events as the tracing scheduler plugin.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
-import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
+from orchestrator.records.trace import (
+    Admit,
+    Finish,
+    FinishAction,
+    Step,
+    TraceEvent,
+    Unpin,
+    attention_pairs,
+    trace_bytes,
+)
+from orchestrator.replica.schedulers.pins import Pin
 from orchestrator.sim.hardware import StepCost
 from orchestrator.sim.scheduler import SchedulerConfig, SimRequest, SimScheduler, StepPlan, TierKind
 from orchestrator.workload.plan import job_id_for, poisson_arrivals
 from orchestrator.workload.spec import WorkloadSpec
 
 LMCACHE_CHUNK_TOKENS = 256
-_SEND, _REACH = 0, 1  # a client sends a job's next turn; a request reaches the engine
 
 
 @dataclass(frozen=True)
@@ -38,6 +63,8 @@ class SimEngine:
 
 @dataclass
 class SimStats:
+    """The engine's counters over the run; the worker reports them with the cell."""
+
     steps: int = 0
     busy_s: float = 0.0
     preemptions: int = 0
@@ -52,27 +79,133 @@ class SimStats:
 
 @dataclass
 class SimResult:
+    """What a real cell gives: the records in the order they were written, and the scheduler trace."""
+
     requests: list[RequestRecord]
     jobs: list[JobRecord]
-    trace: list[dict]
+    trace: list[TraceEvent]
     stats: SimStats
 
     def trace_bytes(self) -> bytes:
-        return "".join(json.dumps(event, separators=(",", ":")) + "\n" for event in self.trace).encode()
+        return trace_bytes(self.trace)
 
 
-class _Link:
-    """One direction of the PCIe link: copies queue behind each other."""
+# Events.
+class Priority(enum.IntEnum):
+    """Order among events at the same time; within one priority, the order they were pushed."""
+
+    CLIENT = 0  # sends and arrivals, as the workload plan orders them
+    DEADLINE = 1  # after the arrivals due by then: a request that reached the engine is aborted there
+    ENGINE = 2  # the engine schedules once everything due by then has happened
+
+
+@dataclass(frozen=True, eq=False)
+class Event:
+    """Something that happens at ``at``. ``handle`` applies it and returns the events it causes, none before the
+    simulation's clock."""
+
+    priority: ClassVar[Priority]
+    at: float
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class SendTurn(Event):
+    """A client sends its job's next turn: at the plan's arrival for turn 1, when the tool call ends after that."""
+
+    priority: ClassVar[Priority] = Priority.CLIENT
+    job: _Job
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        request, deadline_at = sim.clients.send(self.job, self.at)
+        # A deadline already past (the job's own ran out during its tool call) fires now, after the arrivals due now.
+        deadline = Deadline(max(deadline_at, sim.now), request, deadline_at)
+        return [ReachEngine(request.arrival, request), deadline, *sim.schedule_at(sim.now)]
+
+
+@dataclass(frozen=True, eq=False)
+class ReachEngine(Event):
+    """A request reaches the engine and waits there, unless its client has given up on it already."""
+
+    priority: ClassVar[Priority] = Priority.CLIENT
+    request: SimRequest
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        if self.at < sim.now:
+            # It reached the engine during a step: taken in now, behind the deadlines that passed during the step, as
+            # the simulator has always done. So a deadline after the arrival but within the step times the request
+            # out unseen by the engine (its job's pin stays until its TTL), where an idle engine would abort it.
+            return [ReachEngine(sim.now, self.request)]
+        sim.clients.num_on_the_way -= 1
+        if not self.request.done:
+            sim.engine.add(self.request)
+        return sim.schedule_at(sim.now)
+
+
+@dataclass(frozen=True, eq=False)
+class Deadline(Event):
+    """The client gives up on a request not finished by ``deadline_at``: the engine aborts it and the job ends as
+    timed out. ``at`` is when this is handled, ``deadline_at`` what the records say."""
+
+    priority: ClassVar[Priority] = Priority.DEADLINE
+    request: SimRequest
+    deadline_at: float
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        request = self.request
+        if not request.done:
+            request.done = True
+            if request.in_engine:
+                sim.engine.abort(request, sim.now)
+            sim.clients.on_timed_out(request, self.deadline_at)
+        return sim.schedule_at(sim.now)
+
+
+@dataclass(frozen=True, eq=False)
+class ScheduleStep(Event):
+    """The engine schedules from its queues and runs the step to completion, or waits for the next change. Only the
+    simulation's ``next_schedule`` acts: one planned for later and then brought forward by an event is stale."""
+
+    priority: ClassVar[Priority] = Priority.ENGINE
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        if self is not sim.next_schedule:
+            return []
+        sim.next_schedule = None
+        engine = sim.engine
+        if not (sim.clients.num_on_the_way or engine.has_work):
+            return []  # the run is over: a deadline or a pin's expiry alone does not keep it going
+        plan = engine.schedule(sim.now)
+        if not (plan.scheduled or plan.async_loads):
+            change_at = engine.next_change(sim.now)
+            return [] if change_at is None else sim.schedule_at(change_at)
+        sim.now, finished = engine.step(plan, sim.now)  # the step runs to completion
+        caused = [event for request in finished for event in sim.clients.on_finished(request, sim.now)]
+        return caused + sim.schedule_at(sim.now)
+
+
+class EventQueue:
+    """The simulation's one heap, ordered by ``(at, priority, seq)``. ``seq`` counts this queue's pushes, so the order
+    is total and the same on every run."""
 
     def __init__(self) -> None:
-        self.busy_until = 0.0
+        self._heap: list[tuple[float, Priority, int, Event]] = []
+        self._num_pushed = 0
 
-    def transfer(self, start: float, seconds: float) -> float:
-        """Queue a copy of ``seconds`` at ``start``; returns when it completes."""
-        self.busy_until = max(start, self.busy_until) + seconds
-        return self.busy_until
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def push(self, event: Event) -> None:
+        self._num_pushed += 1
+        heapq.heappush(self._heap, (event.at, event.priority, self._num_pushed, event))
+
+    def pop(self) -> Event:
+        return heapq.heappop(self._heap)[-1]
 
 
+# The clients.
 @dataclass
 class _Job:
     job_id: str
@@ -83,181 +216,63 @@ class _Job:
     records: list[RequestRecord] = field(default_factory=list)
 
 
-class Simulation:
-    def __init__(self, workload: WorkloadSpec, engine: SimEngine):
+class _Clients:
+    """The workload's agent jobs, as the load generator runs them: each sends its turns one after another, a tool call
+    apart, and gives up on a turn at its deadline. They write the request and job records, on the cell's clock.
+
+    ``num_on_the_way`` counts the turns decided but not yet in the engine (a tool call running, a request on the wire):
+    the ``SendTurn`` and ``ReachEngine`` events pending."""
+
+    def __init__(self, workload: WorkloadSpec, request_overhead_s: float):
         self.workload = workload
-        self.engine = engine
-        self.cost = engine.cost
-        self.scheduler = SimScheduler(engine.scheduler)
-        self.targets = workload.target_prompt_tokens()
-        self.now = 0.0
-        self._events: list[tuple[float, int, int, object]] = []
-        self._sequence = 0
-        self._deadlines: list[tuple[float, int, SimRequest]] = []
-        self._h2d, self._d2h = _Link(), _Link()
-        self.stats = SimStats()
-        self.trace: list[dict] = []
+        self._targets = workload.target_prompt_tokens()
+        self._request_overhead_s = request_overhead_s
+        self._job_of: dict[str, _Job] = {}
         self.requests: list[RequestRecord] = []
         self.jobs: list[JobRecord] = []
-        self._job_of: dict[str, _Job] = {}
+        self.num_on_the_way = 0
 
-    def run(self) -> SimResult:
+    def start(self) -> list[SendTurn]:
+        """Every job's first turn, at the plan's arrival times."""
         spec = self.workload
+        sends = []
         for index, offset in enumerate(poisson_arrivals(spec.jps, spec.duration_s, spec.seed)):
             job = _Job(job_id_for(spec.seed, index), index, offset, offset + spec.job_timeout_s)
             self._job_of[job.job_id] = job
-            self._push(offset, _SEND, job)
-        while True:
-            self._deliver_due()
-            self._expire(self.now)
-            if not (self._events or self.scheduler.has_work):
-                break
-            plan = self.scheduler.schedule(self.now)
-            self._trace_unpins(plan.unpins)
-            if plan.scheduled or plan.async_loads:
-                self._step(plan)
-                continue
-            next_change = self._next_change()
-            if next_change is None:
-                break
-            self.now = next_change
-        self._finish_stats()
-        return SimResult(self.requests, self.jobs, self.trace, self.stats)
+            sends.append(SendTurn(offset, job))
+        self.num_on_the_way = len(sends)
+        return sends
 
-    # Time.
-    def _push(self, at: float, kind: int, payload: object) -> None:
-        self._sequence += 1
-        heapq.heappush(self._events, (at, self._sequence, kind, payload))
-
-    def _deliver_due(self) -> None:
-        while self._events and self._events[0][0] <= self.now:
-            at, _, kind, payload = heapq.heappop(self._events)
-            if kind == _SEND:
-                self._send(payload, at)
-            elif not payload.done:
-                payload.in_engine = True
-                self.scheduler.add(payload)
-
-    def _next_change(self) -> float | None:
-        """The next moment the engine could do something, when it can do nothing now."""
-        candidates = [at for at, *_ in self._events[:1]] + [at for at, *_ in self._deadlines[:1]]
-        if self.scheduler.pins is not None:
-            candidates.append(self.scheduler.pins.next_expiry())
-        candidates += [request.ready_at for request in self.scheduler.running]
-        future = [at for at in candidates if at is not None and at > self.now]
-        return min(future, default=None)
-
-    # Clients.
-    def _send(self, job: _Job, due: float) -> None:
-        spec = self.workload
+    def send(self, job: _Job, due: float) -> tuple[SimRequest, float]:
+        """The job's next turn, sent at ``due``, and its deadline (the request's own, or the job's if sooner)."""
         job.turn += 1
         request = SimRequest(
             request_id=f"{job.job_id}-t{job.turn}",
             job_id=job.job_id,
             job_index=job.index,
             turn=job.turn,
-            is_last=job.turn == spec.num_turns,
-            prompt_tokens=self.targets[job.turn - 1],
-            arrival=due + self.cost.calibration.request_overhead_s,
+            is_last=job.turn == self.workload.num_turns,
+            prompt_tokens=self._targets[job.turn - 1],
+            arrival=due + self._request_overhead_s,
             scheduled_at=due,
         )
-        self._sequence += 1
-        heapq.heappush(self._deadlines, (min(due + spec.request_timeout_s, job.deadline), self._sequence, request))
-        self._push(request.arrival, _REACH, request)
+        return request, min(due + self.workload.request_timeout_s, job.deadline)
 
-    # The engine.
-    def _step(self, plan: StepPlan) -> None:
-        scheduler, cost = self.scheduler, self.cost
-        start = self.now
-        tokens = pairs = context = 0
-        save_tokens = save_chunks = 0
-        for request, num_new, before in plan.scheduled:
-            tokens += num_new
-            pairs += num_new * (before + (num_new + 1) / 2)
-            context += before + num_new
-            saved = scheduler.save_prompt(request, num_new, before)
-            if saved:
-                save_tokens += saved
-                save_chunks += math.ceil(saved / LMCACHE_CHUNK_TOKENS)
-        forward = cost.forward_s(tokens, pairs, context, len(plan.scheduled)) if plan.scheduled else 0.0
-        forward_end = start + forward
-        if plan.loads:
-            # LMCache loads layer by layer beside the forward pass (wait_for_layer_load): the step ends
-            # when both are done, so only a load longer than the compute stalls it.
-            loaded = sum(num for _, num in plan.loads)
-            landed = self._h2d.transfer(start, cost.copy_s(loaded))
-            self.stats.load_stall_s += max(0.0, landed - forward_end)
-            forward_end = max(forward_end, landed)
-            self._count_loads(loaded, len(plan.loads))
-        for request, num_tokens in plan.async_loads:
-            request.ready_at = self._h2d.transfer(start, cost.copy_s(num_tokens))
-            self._count_loads(num_tokens, 1)
-        save_stall = 0.0
-        if save_tokens:
-            copied = self._d2h.transfer(start, cost.copy_s(save_tokens))
-            self.stats.tier_store_bytes += save_tokens * cost.kv_bytes_per_token
-            if scheduler.config.tier is TierKind.LMCACHE:  # wait_for_save: the copies, syncs and bookkeeping
-                calibration = cost.calibration
-                sync = calibration.lmcache_save_step_s + calibration.lmcache_save_chunk_s * save_chunks
-                save_stall = max(copied, forward_end) - forward_end + sync
-        self.now = forward_end + save_stall
-        self.stats.steps += 1
-        self.stats.busy_s += self.now - start
-        self.stats.save_stall_s += save_stall
-        self._trace_admissions(plan.admitted, start)
-        prefill = decode = 0
-        for request, num_new, before in plan.scheduled:
-            step_prefill = max(0, min(num_new, request.prompt_tokens - before))
-            prefill += step_prefill
-            decode += num_new - step_prefill
-            if request.num_computed >= request.num_tokens and not request.done:
-                request.num_output += 1
-                if request.first_token_at is None:
-                    request.first_token_at = self.now
-                if request.num_output >= scheduler.config.output_tokens:
-                    self._finish(request)
-        self.trace.append({
-            "kind": "step", "t": self.now, "step": self.stats.steps, "running": len(scheduler.running),
-            "waiting": len(scheduler.waiting), "scheduled": len(plan.scheduled), "prefill_tokens": prefill,
-            "decode_tokens": decode, "context_tokens": context, "attention_pairs": pairs,
-            "free_blocks": scheduler.pool.num_free,
-            "pinned_blocks": scheduler.num_pinned_blocks, "preempted": plan.preempted,
-        })  # fmt: skip
-        self._expire(self.now)
-
-    def _finish(self, request: SimRequest) -> None:
-        unpins: list = []
-        self.scheduler.finish(request, self.now, unpins)
-        kept = self.scheduler.pins is not None and request.job_id in self.scheduler.pins
-        self.trace.append({
-            "kind": "finish", "t": self.now, "request_id": request.request_id, "job_id": request.job_id,
-            "turn": request.turn, "is_last": request.is_last, "action": "pin" if kept else "free",
-            "free_blocks": self.scheduler.pool.num_free,
-        })  # fmt: skip
-        self._trace_unpins(unpins)
+    def on_finished(self, request: SimRequest, at: float) -> list[SendTurn]:
+        """The answer is complete at ``at``: the job ends, or its tool call runs and the next turn is sent after it."""
         job = self._job_of[request.job_id]
-        self._record(job, request, RequestStatus.OK, self.now, None)
+        self._record(job, request, RequestStatus.OK, at, None)
         if request.is_last:
             self._end_job(job, JobStatus.COMPLETED)
-        else:
-            self._push(self.now + self.workload.tool_time_s, _SEND, job)
+            return []
+        self.num_on_the_way += 1
+        return [SendTurn(at + self.workload.tool_time_s, job)]
 
-    def _expire(self, now: float) -> None:
-        """Requests whose client deadline has passed are aborted and their jobs end as timed out."""
-        while self._deadlines and self._deadlines[0][0] <= now:
-            deadline, _, request = heapq.heappop(self._deadlines)
-            if request.done:
-                continue
-            request.done = True
-            if request.in_engine:
-                unpins: list = []
-                self.scheduler.abort(request, unpins)
-                self._trace_unpins(unpins)
-            job = self._job_of[request.job_id]
-            self._record(job, request, RequestStatus.TIMEOUT, deadline, "no complete answer before the deadline")
-            self._end_job(job, JobStatus.TIMEOUT)
+    def on_timed_out(self, request: SimRequest, deadline_at: float) -> None:
+        job = self._job_of[request.job_id]
+        self._record(job, request, RequestStatus.TIMEOUT, deadline_at, "no complete answer before the deadline")
+        self._end_job(job, JobStatus.TIMEOUT)
 
-    # Records.
     def _record(self, job: _Job, request: SimRequest, status: RequestStatus, finished_at: float, error: str | None):
         previous = job.records[-1] if job.records else None
         ok = status is RequestStatus.OK
@@ -287,28 +302,155 @@ class Simulation:
             finished_at=job.records[-1].finished_at, num_turns_completed=sum(r.status.is_ok for r in job.records),
         ))  # fmt: skip
 
-    # Trace.
+
+# The engine.
+class _Link:
+    """One direction of the PCIe link: copies queue behind each other."""
+
+    def __init__(self) -> None:
+        self.busy_until = 0.0
+
+    def transfer(self, start: float, seconds: float) -> float:
+        """Queue a copy of ``seconds`` at ``start``; returns when it completes."""
+        self.busy_until = max(start, self.busy_until) + seconds
+        return self.busy_until
+
+
+class _Engine:
+    """One vLLM engine: the scheduler over the block pool, the host link, the step's cost, and what the engine itself
+    writes (the scheduler trace, the counters)."""
+
+    def __init__(self, engine: SimEngine):
+        self.scheduler = SimScheduler(engine.scheduler)
+        self.cost = engine.cost
+        self._h2d, self._d2h = _Link(), _Link()
+        self.stats = SimStats()
+        self.trace: list[TraceEvent] = []
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def add(self, request: SimRequest) -> None:
+        request.in_engine = True
+        self.scheduler.add(request)
+
+    def abort(self, request: SimRequest, now: float) -> None:
+        unpins: list[tuple[Pin, str]] = []
+        self.scheduler.abort(request, unpins)
+        self._trace_unpins(unpins, now)
+
+    def schedule(self, now: float) -> StepPlan:
+        plan = self.scheduler.schedule(now)
+        self._trace_unpins(plan.unpins, now)
+        return plan
+
+    def next_change(self, now: float) -> float | None:
+        """When the engine, able to run nothing now, could next run something without a new event: a pin expires or
+        a load lands. None when neither is ahead."""
+        candidates = [request.ready_at for request in self.scheduler.running]
+        if self.scheduler.pins is not None:
+            candidates.append(self.scheduler.pins.next_expiry())
+        return min((at for at in candidates if at is not None and at > now), default=None)
+
+    def step(self, plan: StepPlan, start: float) -> tuple[float, list[SimRequest]]:
+        """Run ``plan`` from ``start`` to completion; returns when it ends and the requests it finished, in order."""
+        num_tokens = context = num_saved = num_save_chunks = 0
+        pairs = 0  # stays an int when only loads are scheduled: the trace has always written 0 there, not 0.0
+        for request, num_new, before in plan.scheduled:
+            num_tokens += num_new
+            pairs += attention_pairs(num_new, before)
+            context += before + num_new
+            saved = self.scheduler.save_prompt(request, num_new, before)
+            num_saved += saved
+            num_save_chunks += math.ceil(saved / LMCACHE_CHUNK_TOKENS)
+        forward_s = self.cost.forward_s(num_tokens, pairs, context, len(plan.scheduled)) if plan.scheduled else 0.0
+        end = self._wait_for_copies(plan, start, start + forward_s, num_saved, num_save_chunks)
+        self.stats.steps += 1
+        self.stats.busy_s += end - start
+        self._trace_admissions(plan.admitted, start)
+        finished, num_prefill = self._emit_tokens(plan, end)
+        scheduler = self.scheduler
+        self.trace.append(Step(
+            t=end, step=self.stats.steps, running=len(scheduler.running), waiting=len(scheduler.waiting),
+            scheduled=len(plan.scheduled), prefill_tokens=num_prefill, decode_tokens=num_tokens - num_prefill,
+            context_tokens=context, attention_pairs=pairs, free_blocks=scheduler.pool.num_free,
+            pinned_blocks=scheduler.num_pinned_blocks, preempted=plan.preempted,
+        ))  # fmt: skip
+        return end, finished
+
+    def _wait_for_copies(self, plan: StepPlan, start: float, forward_end: float, num_saved: int,
+                         num_save_chunks: int) -> float:  # fmt: skip
+        """The step's end: its forward pass, its CPU-tier loads and, under LMCache, its saves."""
+        cost, stats = self.cost, self.stats
+        if plan.loads:
+            # LMCache loads layer by layer beside the forward pass (wait_for_layer_load): the step ends when both
+            # are done, so only a load longer than the compute stalls it.
+            loaded = sum(num for _, num in plan.loads)
+            landed = self._h2d.transfer(start, cost.copy_s(loaded))
+            stats.load_stall_s += max(0.0, landed - forward_end)
+            forward_end = max(forward_end, landed)
+            self._count_loads(loaded, len(plan.loads))
+        for request, num_tokens in plan.async_loads:
+            request.ready_at = self._h2d.transfer(start, cost.copy_s(num_tokens))
+            self._count_loads(num_tokens, 1)
+        save_stall = 0.0
+        if num_saved:
+            copied = self._d2h.transfer(start, cost.copy_s(num_saved))
+            stats.tier_store_bytes += num_saved * cost.kv_bytes_per_token
+            if self.scheduler.config.tier is TierKind.LMCACHE:  # wait_for_save: the copies, syncs and bookkeeping
+                calibration = cost.calibration
+                sync = calibration.lmcache_save_step_s + calibration.lmcache_save_chunk_s * num_save_chunks
+                save_stall = max(copied, forward_end) - forward_end + sync
+        stats.save_stall_s += save_stall
+        return forward_end + save_stall
+
+    def _emit_tokens(self, plan: StepPlan, end: float) -> tuple[list[SimRequest], int]:
+        """Every scheduled request whose context is computed gets its next token at ``end``; returns the requests
+        that finished, in order, and the step's prefill tokens."""
+        finished = []
+        num_prefill = 0
+        for request, num_new, before in plan.scheduled:
+            num_prefill += max(0, min(num_new, request.prompt_tokens - before))
+            if request.num_computed >= request.num_tokens and not request.done:
+                request.num_output += 1
+                if request.first_token_at is None:
+                    request.first_token_at = end
+                if request.num_output >= self.scheduler.config.output_tokens:
+                    self._finish(request, end)
+                    finished.append(request)
+        return finished, num_prefill
+
+    def _finish(self, request: SimRequest, now: float) -> None:
+        unpins: list[tuple[Pin, str]] = []
+        self.scheduler.finish(request, now, unpins)
+        kept = self.scheduler.pins is not None and request.job_id in self.scheduler.pins
+        self.trace.append(Finish(
+            t=now, request_id=request.request_id, job_id=request.job_id, turn=request.turn, is_last=request.is_last,
+            action=FinishAction.PIN if kept else FinishAction.FREE, free_blocks=self.scheduler.pool.num_free,
+        ))  # fmt: skip
+        self._trace_unpins(unpins, now)
+
     def _trace_admissions(self, admitted: list[SimRequest], at: float) -> None:
         for request in admitted:
-            self.trace.append({
-                "kind": "admit", "t": at, "request_id": request.request_id, "job_id": request.job_id,
-                "turn": request.turn, "prompt_tokens": request.prompt_tokens,
-                "cached_tokens": request.cached_tokens, "free_blocks": self.scheduler.pool.num_free,
-            })  # fmt: skip
+            self.trace.append(Admit(
+                t=at, request_id=request.request_id, job_id=request.job_id, turn=request.turn,
+                prompt_tokens=request.prompt_tokens, cached_tokens=request.cached_tokens,
+                free_blocks=self.scheduler.pool.num_free,
+            ))  # fmt: skip
 
-    def _trace_unpins(self, unpins: list) -> None:
+    def _trace_unpins(self, unpins: list[tuple[Pin, str]], now: float) -> None:
         for pin, reason in unpins:
-            self.trace.append({
-                "kind": "unpin", "t": self.now, "job_id": pin.job_id, "reason": reason,
-                "num_blocks": len(pin.blocks), "held_s": self.now - pin.pinned_at,
-                "free_blocks": self.scheduler.pool.num_free,
-            })  # fmt: skip
+            self.trace.append(Unpin(
+                t=now, job_id=pin.job_id, reason=reason, num_blocks=len(pin.blocks), held_s=now - pin.pinned_at,
+                free_blocks=self.scheduler.pool.num_free,
+            ))  # fmt: skip
 
     def _count_loads(self, num_tokens: int, num_requests: int) -> None:
         self.stats.tier_load_bytes += num_tokens * self.cost.kv_bytes_per_token
         self.stats.tier_hits += num_requests
 
-    def _finish_stats(self) -> None:
+    def finish_stats(self) -> SimStats:
         stats = self.stats
         stats.preemptions = self.scheduler.num_preemptions
         stats.evicted_blocks = self.scheduler.pool.evicted_blocks
@@ -318,6 +460,39 @@ class Simulation:
                 "kv_offload_load_bytes": stats.tier_load_bytes,
                 "external_prefix_cache_hits": float(stats.tier_hits),
             }
+        return stats
+
+
+# The loop.
+class Simulation:
+    """One cell: the clients, the engine and the event loop between them.
+
+    Invariants: ``now`` never decreases (the loop sets it, and a step moves it to the step's end); ``next_schedule``
+    is the one ``ScheduleStep`` that will act (others pending are stale)."""
+
+    def __init__(self, workload: WorkloadSpec, engine: SimEngine):
+        self.now = 0.0
+        self.clients = _Clients(workload, engine.cost.calibration.request_overhead_s)
+        self.engine = _Engine(engine)
+        self.next_schedule: ScheduleStep | None = None
+        self._queue = EventQueue()
+
+    def run(self) -> SimResult:
+        for send in self.clients.start():
+            self._queue.push(send)
+        while self._queue:
+            event = self._queue.pop()
+            self.now = max(self.now, event.at)  # what fell due during a step is handled when the step ends
+            for caused in event.handle(self):
+                self._queue.push(caused)
+        return SimResult(self.clients.requests, self.clients.jobs, self.engine.trace, self.engine.finish_stats())
+
+    def schedule_at(self, at: float) -> list[ScheduleStep]:
+        """The engine schedules at ``at`` unless it already will by then (a later one planned becomes stale)."""
+        if self.next_schedule is not None and self.next_schedule.at <= at:
+            return []
+        self.next_schedule = ScheduleStep(at)
+        return [self.next_schedule]
 
 
 def simulate(workload: WorkloadSpec, engine: SimEngine) -> SimResult:

@@ -7,9 +7,11 @@ from collections import Counter
 import pytest
 
 from orchestrator.records.schema import JobStatus, RequestStatus
+from orchestrator.records.trace import Finish, Step, Unpin
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.engine import simulate
+from orchestrator.sim.engine import Deadline, EventQueue, ReachEngine, ScheduleStep, SendTurn, Simulation, simulate
 from orchestrator.sim.hardware import Device
+from orchestrator.sim.scheduler import SimRequest
 from orchestrator.workload.plan import poisson_arrivals
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -32,7 +34,7 @@ def cached_of_best(result, turns=range(3, 9)):
 
 
 def steps(result):
-    return [event for event in result.trace if event["kind"] == "step"]
+    return [event for event in result.trace if isinstance(event, Step)]
 
 
 def test_the_same_cell_gives_the_same_records_and_trace():
@@ -71,24 +73,24 @@ def test_under_overload_fcfs_loses_prefix_hits_that_continuums_pins_keep():
     fcfs, continuum = run("fcfs", jps=10), run("continuum", jps=10)
     assert cached_of_best(fcfs) < 0.6 < 0.9 < cached_of_best(continuum)
     assert mean_jct(continuum) < mean_jct(fcfs) / 2
-    finishes = Counter(event["action"] for event in continuum.trace if event["kind"] == "finish")
-    reasons = Counter(event["reason"] for event in continuum.trace if event["kind"] == "unpin")
+    finishes = Counter(event.action for event in continuum.trace if isinstance(event, Finish))
+    reasons = Counter(event.reason for event in continuum.trace if isinstance(event, Unpin))
     assert finishes["pin"] > 0 and reasons["next_turn"] > 0
-    assert all(event["pinned_blocks"] == 0 for event in steps(fcfs))
+    assert all(event.pinned_blocks == 0 for event in steps(fcfs))
 
 
 @pytest.mark.parametrize(("gpu", "budget", "max_seqs"), [("H200", 8192, 1024), ("L40S", 2048, 256)])
 def test_each_step_stays_within_vllms_token_budget_and_sequence_limit_for_the_gpu(gpu, budget, max_seqs):
     result = run(jps=6, gpu=gpu, dram_gb=100)
     events = steps(result)
-    assert max(e["prefill_tokens"] + e["decode_tokens"] for e in events) == budget  # chunked prefill fills it
-    assert max(e["running"] for e in events) <= max_seqs
+    assert max(e.prefill_tokens + e.decode_tokens for e in events) == budget  # chunked prefill fills it
+    assert max(e.running for e in events) <= max_seqs
 
 
 def test_a_pool_too_small_for_the_running_decodes_preempts_by_recompute_and_still_finishes_every_job():
     result = run(jps=3, num_kv_blocks=1500)  # 24K tokens: two turn-8 contexts
     assert result.stats.preemptions > 0
-    assert sum(event["preempted"] for event in steps(result)) == result.stats.preemptions
+    assert sum(event.preempted for event in steps(result)) == result.stats.preemptions
     assert all(job.status is JobStatus.COMPLETED for job in result.jobs)
 
 
@@ -123,3 +125,36 @@ def test_the_trace_has_the_plugins_event_kinds_and_fields():
     step = next(line for line in lines if line["kind"] == "step")
     assert {"t", "running", "waiting", "scheduled", "prefill_tokens", "decode_tokens", "free_blocks", "pinned_blocks",
             "preempted", "context_tokens", "attention_pairs"} <= set(step)  # fmt: skip
+
+
+def test_events_at_the_same_time_run_sends_and_arrivals_in_push_order_then_deadlines_then_the_engine():
+    queue = EventQueue()
+    engine, deadline = ScheduleStep(1.0), Deadline(1.0, None, 1.0)
+    arrival, send, earlier = ReachEngine(1.0, None), SendTurn(1.0, None), ScheduleStep(0.5)
+    for event in (engine, deadline, arrival, send, earlier):
+        queue.push(event)
+    assert [queue.pop() for _ in range(5)] == [earlier, arrival, send, deadline, engine]
+    assert not queue
+
+
+def test_a_request_whose_deadline_is_the_moment_it_reaches_the_engine_is_aborted_before_the_engine_looks():
+    calibration = sim_engine(Device.gpu("H200"), LLAMA, "continuum", 0, WorkloadSpec(jps=1)).cost.calibration
+    result = run("continuum", jps=1, workload={"request_timeout_s": calibration.request_overhead_s})
+    assert result.jobs and all(job.status is JobStatus.TIMEOUT for job in result.jobs)
+    assert {record.turn for record in result.requests} == {1} and result.trace == [] and result.stats.steps == 0
+
+
+def test_a_request_that_reached_the_engine_during_a_step_is_taken_in_when_the_step_ends():
+    workload = WorkloadSpec(jps=1)
+    sim = Simulation(workload, sim_engine(Device.gpu("H200"), LLAMA, "fcfs", 0, workload))
+    request = SimRequest(request_id="r", job_id="j", job_index=0, turn=1, is_last=False, prompt_tokens=80, arrival=4.0)
+    sim.now = 5.0  # a step ran from before 4.0 until 5.0
+    (taken_in,) = ReachEngine(4.0, request).handle(sim)
+    assert isinstance(taken_in, ReachEngine) and taken_in.at == 5.0 and not request.in_engine
+    queue = EventQueue()
+    during, at_the_end = Deadline(4.5, request, 4.5), Deadline(5.0, request, 5.0)
+    for event in (at_the_end, taken_in, during):
+        queue.push(event)
+    assert [queue.pop() for _ in range(3)] == [during, taken_in, at_the_end]  # behind the step's deadlines only
+    taken_in.handle(sim)
+    assert request.in_engine and sim.engine.has_work

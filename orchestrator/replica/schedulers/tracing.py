@@ -5,14 +5,8 @@ environment variables (the only channel into that process):
 
 - ``KVSWEEP_SCHEDULER_TRACE``: path of the JSONL file to write; tracing is off when unset.
 
-Each line is one event with ``kind``:
-
-- ``step``: after every ``schedule()``: time, running, waiting, scheduled requests, prefill and decode
-  tokens, context tokens read and attention (query, key) pairs computed, free blocks (vLLM counts evictable cached blocks as free), pinned blocks, preemptions.
-- ``admit``: a request admitted for the first time: job, turn, prompt tokens, tokens already computed from
-  the prefix cache, free blocks.
-- ``finish``: a request finished and its blocks were freed (``action=free``) or kept (``action=pin``).
-- ``unpin``: a pin was released, with its reason (``next_turn``, ``ttl``, ``pressure``, ``reset``, ...).
+Each line is one event of ``orchestrator.records.trace`` (``step`` after every ``schedule()``, ``admit``,
+``finish``, ``unpin``), written in that module's format, the one the simulator writes too.
 
 Together with the request records this rebuilds the per-job KV lifecycle table (turn, prompt, cacheable,
 theoretical best, actual hit, gap, free blocks, action).
@@ -21,14 +15,24 @@ theoretical best, actual hit, gap, free blocks, action).
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import time
 from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from orchestrator.records.trace import (
+    Admit,
+    Finish,
+    FinishAction,
+    Step,
+    TraceEvent,
+    attention_pairs,
+    json_line,
+    trace_line,
+)
 from orchestrator.replica.vllm_server import TRACE_ENV
+
 _FLUSH_EVERY_S = 0.5
 
 
@@ -55,10 +59,11 @@ class TraceWriter:
         if self._file:
             atexit.register(self._file.flush)
 
-    def write(self, event: dict) -> None:
+    def write(self, event: TraceEvent | dict) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        # A dict is a line no class of records.trace builds yet: continuum.py's unpin, a test's probe events.
+        self._file.write(json_line(event) if isinstance(event, dict) else trace_line(event))
         if time.monotonic() - self._flushed_at > _FLUSH_EVERY_S:
             self.flush()
 
@@ -118,18 +123,10 @@ class TracingScheduler(Scheduler):
         kept = self.retain_finished_blocks(request, tag)
         if not kept:
             super()._free_request_blocks(request)
-        self.trace.write(
-            {
-                "kind": "finish",
-                "t": time.time(),
-                "request_id": request.request_id,
-                "job_id": tag.job_id,
-                "turn": tag.turn,
-                "is_last": tag.is_last,
-                "action": "pin" if kept else "free",
-                "free_blocks": self.free_blocks(),
-            }
-        )
+        self.trace.write(Finish(
+            t=time.time(), request_id=request.request_id, job_id=tag.job_id, turn=tag.turn, is_last=tag.is_last,
+            action=FinishAction.PIN if kept else FinishAction.FREE, free_blocks=self.free_blocks(),
+        ))  # fmt: skip
 
     def free_blocks(self) -> int:
         return self.kv_cache_manager.block_pool.get_num_free_blocks()
@@ -140,22 +137,15 @@ class TracingScheduler(Scheduler):
             if request is None:
                 continue
             tag = JobTag(request)
-            self.trace.write(
-                {
-                    "kind": "admit",
-                    "t": time.time(),
-                    "request_id": new.req_id,
-                    "job_id": tag.job_id,
-                    "turn": tag.turn,
-                    "prompt_tokens": request.num_prompt_tokens,
-                    "cached_tokens": new.num_computed_tokens,
-                    "free_blocks": self.free_blocks(),
-                }
-            )
+            self.trace.write(Admit(
+                t=time.time(), request_id=new.req_id, job_id=tag.job_id, turn=tag.turn,
+                prompt_tokens=request.num_prompt_tokens, cached_tokens=new.num_computed_tokens,
+                free_blocks=self.free_blocks(),
+            ))  # fmt: skip
 
     def _trace_step(self, output: Any) -> None:
         prefill = decode = context = 0
-        attention_pairs = 0.0
+        pairs = 0.0
         for request_id, num_tokens in output.num_scheduled_tokens.items():
             request = self.requests.get(request_id)
             if request is None:
@@ -168,22 +158,11 @@ class TracingScheduler(Scheduler):
             # What the step's cost depends on (the simulator's roofline features): KV read, and the
             # (query, key) products of causal attention over the request's context.
             context += request.num_computed_tokens
-            attention_pairs += num_tokens * (computed_before + (num_tokens + 1) / 2)
+            pairs += attention_pairs(num_tokens, computed_before)
         running, waiting = self.get_request_counts()
-        self.trace.write(
-            {
-                "kind": "step",
-                "t": time.time(),
-                "step": self._num_steps,
-                "running": running,
-                "waiting": waiting,
-                "scheduled": len(output.num_scheduled_tokens),
-                "prefill_tokens": prefill,
-                "decode_tokens": decode,
-                "context_tokens": context,
-                "attention_pairs": attention_pairs,
-                "free_blocks": self.free_blocks(),
-                "pinned_blocks": self.num_pinned_blocks,
-                "preempted": len(output.preempted_req_ids or ()),
-            }
-        )
+        self.trace.write(Step(
+            t=time.time(), step=self._num_steps, running=running, waiting=waiting,
+            scheduled=len(output.num_scheduled_tokens), prefill_tokens=prefill, decode_tokens=decode,
+            context_tokens=context, attention_pairs=pairs, free_blocks=self.free_blocks(),
+            pinned_blocks=self.num_pinned_blocks, preempted=len(output.preempted_req_ids or ()),
+        ))  # fmt: skip

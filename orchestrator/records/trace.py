@@ -1,0 +1,119 @@
+"""The scheduler trace: one JSON line per event, written by our vLLM scheduler plugin and by the simulator (pure).
+
+Each event kind is a frozen dataclass. A line is ``{"kind": ..., <the fields in declaration order>}`` as compact
+JSON (separators ``,`` and ``:``), so the field order here is the key order on disk: analysis and calibration
+read these files, and the simulator's fingerprint hashes them, so a field is added at the end or not at all.
+
+- ``Step``: after every ``schedule()``; what the step's cost depends on, and the pool's state after it.
+- ``Admit``: a request admitted for the first time, with its prefix-cache hit.
+- ``Finish``: a request finished; its blocks were freed (``action=free``) or kept for the job (``action=pin``).
+- ``Unpin``: a pin was released, with its reason (``next_turn``, ``ttl``, ``pressure``, ``replaced``, ``abort``,
+  ``reset``).
+
+Imports nothing of vLLM, Ray or the filesystem: the plugin writes the lines where it must, the simulator keeps them.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+_SEPARATORS = (",", ":")
+
+
+def attention_pairs(num_new: int, num_before: int) -> float:
+    """The (query, key) products of causal attention when ``num_new`` tokens follow ``num_before`` computed ones:
+    each new token attends to every token before it and to itself. A roofline feature of the step's cost."""
+    return num_new * (num_before + (num_new + 1) / 2)
+
+
+class FinishAction(str, enum.Enum):
+    FREE = "free"  # the blocks went back to the pool (they stay cached until evicted)
+    PIN = "pin"  # the blocks stay referenced for the job's next turn
+
+    @property
+    def is_pin(self) -> bool:
+        return self is FinishAction.PIN
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``schedule()``. ``t`` is when it was written: the step's end in the simulator, right after scheduling in
+    the plugin. Counts are of requests, tokens and blocks."""
+
+    kind: ClassVar[str] = "step"
+    t: float
+    step: int  # 1-based count of schedule() calls
+    running: int
+    waiting: int
+    scheduled: int  # requests given tokens in this step
+    prefill_tokens: int
+    decode_tokens: int
+    context_tokens: int  # KV read: every scheduled request's context including this step's tokens
+    attention_pairs: float  # the sum of ``attention_pairs`` over the scheduled requests
+    free_blocks: int  # vLLM counts evictable cached blocks as free
+    pinned_blocks: int
+    preempted: int
+
+
+@dataclass(frozen=True)
+class Admit:
+    """A request's first admission. ``job_id`` and ``turn`` are None for a request from another client."""
+
+    kind: ClassVar[str] = "admit"
+    t: float
+    request_id: str
+    job_id: str | None
+    turn: int | None
+    prompt_tokens: int
+    cached_tokens: int  # computed from the prefix cache (and a CPU tier) at admission
+    free_blocks: int
+
+
+@dataclass(frozen=True)
+class Finish:
+    """A request finished and its blocks were freed or pinned."""
+
+    kind: ClassVar[str] = "finish"
+    t: float
+    request_id: str
+    job_id: str | None
+    turn: int | None
+    is_last: bool
+    action: FinishAction
+    free_blocks: int
+
+
+@dataclass(frozen=True)
+class Unpin:
+    """A pin released: its blocks went back to the pool (or wait for an in-flight step to free them)."""
+
+    kind: ClassVar[str] = "unpin"
+    t: float
+    job_id: str
+    reason: str
+    num_blocks: int
+    held_s: float
+    free_blocks: int
+
+
+TraceEvent = Step | Admit | Finish | Unpin
+
+
+def trace_line(event: TraceEvent) -> str:
+    """The event's JSON line, newline included. ``vars`` of a frozen dataclass holds its fields in declaration order
+    (``__init__`` sets them in that order), which is the key order this module promises."""
+    return json_line({"kind": event.kind, **vars(event)})
+
+
+def json_line(payload: Mapping[str, object]) -> str:
+    """``payload`` as a trace line; for lines of no kind above (a test's probe events), in the same format."""
+    return json.dumps(payload, separators=_SEPARATORS) + "\n"
+
+
+def trace_bytes(events: Iterable[TraceEvent]) -> bytes:
+    """A trace file's contents: one line per event, in order."""
+    return "".join(map(trace_line, events)).encode()

@@ -1,0 +1,65 @@
+"""The scheduler trace's lines: byte for byte what the plugin and the simulator have always written."""
+
+from orchestrator.records.trace import (
+    Admit,
+    Finish,
+    FinishAction,
+    Step,
+    Unpin,
+    attention_pairs,
+    json_line,
+    trace_bytes,
+    trace_line,
+)
+
+STEP = Step(
+    t=12.5, step=3, running=2, waiting=1, scheduled=2, prefill_tokens=100, decode_tokens=1, context_tokens=1101,
+    attention_pairs=55050.0, free_blocks=900, pinned_blocks=40, preempted=0,
+)  # fmt: skip
+
+
+def test_a_step_is_one_compact_json_line_with_kind_first_and_the_fields_in_order():
+    assert trace_line(STEP) == (
+        '{"kind":"step","t":12.5,"step":3,"running":2,"waiting":1,"scheduled":2,"prefill_tokens":100,'
+        '"decode_tokens":1,"context_tokens":1101,"attention_pairs":55050.0,"free_blocks":900,"pinned_blocks":40,'
+        '"preempted":0}\n'
+    )
+
+
+def test_an_admission_of_a_request_from_another_client_writes_null_job_and_turn():
+    admit = Admit(t=1.25, request_id="r7", job_id=None, turn=None, prompt_tokens=80, cached_tokens=64, free_blocks=10)
+    assert trace_line(admit) == (
+        '{"kind":"admit","t":1.25,"request_id":"r7","job_id":null,"turn":null,"prompt_tokens":80,"cached_tokens":64,'
+        '"free_blocks":10}\n'
+    )
+
+
+def test_a_finish_writes_its_action_as_the_plain_word():
+    finish = Finish(t=2.0, request_id="s42-j00001-t3", job_id="s42-j00001", turn=3, is_last=False,
+                    action=FinishAction.PIN, free_blocks=5)  # fmt: skip
+    assert trace_line(finish) == (
+        '{"kind":"finish","t":2.0,"request_id":"s42-j00001-t3","job_id":"s42-j00001","turn":3,"is_last":false,'
+        '"action":"pin","free_blocks":5}\n'
+    )
+    assert finish.action.is_pin and not FinishAction.FREE.is_pin
+
+
+def test_an_unpin_writes_its_reason_and_how_long_the_pin_was_held():
+    unpin = Unpin(t=3.5, job_id="s42-j00001", reason="ttl", num_blocks=12, held_s=2.25, free_blocks=17)
+    assert trace_line(unpin) == (
+        '{"kind":"unpin","t":3.5,"job_id":"s42-j00001","reason":"ttl","num_blocks":12,"held_s":2.25,"free_blocks":17}\n'
+    )
+
+
+def test_a_trace_is_its_lines_in_order_and_other_kinds_share_the_format():
+    unpin = Unpin(t=3.5, job_id="j", reason="abort", num_blocks=1, held_s=0.5, free_blocks=2)
+    assert trace_bytes([STEP, unpin]) == (trace_line(STEP) + trace_line(unpin)).encode()
+    assert trace_bytes([]) == b""
+    probe = {"kind": "probe_overlap", "t": 1.0, "requests": 2}
+    assert json_line(probe) == '{"kind":"probe_overlap","t":1.0,"requests":2}\n'
+
+
+def test_attention_pairs_count_each_new_tokens_keys_up_to_and_including_itself():
+    assert attention_pairs(3, 2) == 3 + 4 + 5  # a three-token chunk after two computed tokens
+    assert attention_pairs(1, 100) == 101  # a decode token
+    assert attention_pairs(0, 50) == 0
