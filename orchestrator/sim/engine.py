@@ -15,9 +15,9 @@ answered): a pin whose TTL ran out meanwhile is released then.
 
 The engine is one thread, as vLLM's engine core is: a step runs to completion (its duration from the roofline,
 ``hardware.StepCost``, plus whatever the CPU tier makes it wait for), and what fell due during it is handled when it
-ends, in time order, except that a request which reached the engine during the step is taken in after the deadlines
-that passed during it. The clock never goes back. When the engine can run nothing, it looks again at the next thing
-that could change that: an event, a pin's expiry, a load landing. Nothing here reads the wall clock or draws a random
+ends, in time order: a request that reached the engine during the step and passed its deadline during it too is
+aborted in the engine, as vLLM aborts a request its client dropped. The clock never goes back. When the engine can
+run nothing, it looks again at the next thing that could change that: an event, a pin's expiry, a load landing. Nothing here reads the wall clock or draws a random
 number: the arrival schedule is the workload plan's, so the same cell always gives the same records.
 
 Output is what a real cell produces: request and job records on the cell's clock (zero = start of the arrival
@@ -133,11 +133,6 @@ class ReachEngine(Event):
     request: SimRequest
 
     def handle(self, sim: Simulation) -> Iterable[Event]:
-        if self.at < sim.now:
-            # It reached the engine during a step: taken in now, behind the deadlines that passed during the step, as
-            # the simulator has always done. So a deadline after the arrival but within the step times the request
-            # out unseen by the engine (its job's pin stays until its TTL), where an idle engine would abort it.
-            return [ReachEngine(sim.now, self.request)]
         sim.clients.num_on_the_way -= 1
         if not self.request.done:
             sim.engine.add(self.request)
@@ -254,7 +249,7 @@ class _Clients:
             is_last=job.turn == self.workload.num_turns,
             prompt_tokens=self._targets[job.turn - 1],
             arrival=due + self._request_overhead_s,
-            scheduled_at=due,
+            due_at=due,
         )
         return request, min(due + self.workload.request_timeout_s, job.deadline)
 
@@ -282,8 +277,8 @@ class _Clients:
             turn=request.turn,
             is_last=request.is_last,
             status=status,
-            scheduled_at=request.scheduled_at,
-            sent_at=request.scheduled_at,
+            scheduled_at=request.due_at,
+            sent_at=request.due_at,  # a simulated client is never late
             first_token_at=request.first_token_at,
             finished_at=finished_at,
             target_prompt_tokens=request.prompt_tokens,

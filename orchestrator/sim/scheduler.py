@@ -74,7 +74,7 @@ class SimRequest:
     saved_tokens: int = 0  # how much of its prompt the CPU tier already has
     ready_at: float = 0.0  # when its asynchronous CPU-tier load completes
     first_token_at: float | None = None
-    scheduled_at: float = 0.0  # when the client sent it (the plan's due time)
+    due_at: float = 0.0  # when the client sent it: the plan's due time (the record's scheduled_at)
     in_engine: bool = False
     done: bool = False
 

@@ -144,17 +144,21 @@ def test_a_request_whose_deadline_is_the_moment_it_reaches_the_engine_is_aborted
     assert {record.turn for record in result.requests} == {1} and result.trace == [] and result.stats.steps == 0
 
 
-def test_a_request_that_reached_the_engine_during_a_step_is_taken_in_when_the_step_ends():
+def test_what_fell_due_during_a_step_is_handled_in_time_order_when_it_ends():
+    # A request reached the engine at 4.0 and its client gave up at 4.5, both during a step that ran until 5.0:
+    # the engine takes it in first and then aborts it, as vLLM aborts a request whose client went away.
     workload = WorkloadSpec(jps=1)
     sim = Simulation(workload, sim_engine(Device.gpu("H200"), LLAMA, "fcfs", 0, workload))
-    request = SimRequest(request_id="r", job_id="j", job_index=0, turn=1, is_last=False, prompt_tokens=80, arrival=4.0)
-    sim.now = 5.0  # a step ran from before 4.0 until 5.0
-    (taken_in,) = ReachEngine(4.0, request).handle(sim)
-    assert isinstance(taken_in, ReachEngine) and taken_in.at == 5.0 and not request.in_engine
+    (first, *_) = sim.clients.start()
+    request, _ = sim.clients.send(first.job, due=3.9)
     queue = EventQueue()
-    during, at_the_end = Deadline(4.5, request, 4.5), Deadline(5.0, request, 5.0)
-    for event in (at_the_end, taken_in, during):
+    arrival, deadline = ReachEngine(4.0, request), Deadline(4.5, request, 4.5)
+    for event in (deadline, arrival):
         queue.push(event)
-    assert [queue.pop() for _ in range(3)] == [during, taken_in, at_the_end]  # behind the step's deadlines only
-    taken_in.handle(sim)
+    assert [queue.pop(), queue.pop()] == [arrival, deadline]
+    sim.now = 5.0  # the step's end
+    arrival.handle(sim)
     assert request.in_engine and sim.engine.has_work
+    deadline.handle(sim)
+    assert request.done and not sim.engine.has_work
+    assert [job.status for job in sim.clients.jobs] == [JobStatus.TIMEOUT]
