@@ -14,7 +14,6 @@ Without a GPU it runs the CPU engine's subset and lists what it could not check.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from pathlib import Path
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.policies import cpu_policy_names, get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack
+from orchestrator.records.trace import Unpin, read_trace
 from orchestrator.replica.stack import PINNED, read_node_stack
 from orchestrator.sweep.cells import CellSpec, expand
 from orchestrator.sweep.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
@@ -167,8 +167,8 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
     policy = get_policy(cell.policy)
     name = f"{cell.policy} did its job"
     if policy.pins is not None:
-        events = [json.loads(line) for line in outcome.scheduler_trace.splitlines() if line.strip()]
-        carried = sum(e.get("kind") == "unpin" and e.get("reason") == "next_turn" for e in events)
+        events = read_trace(outcome.scheduler_trace)
+        carried = sum(isinstance(event, Unpin) and event.reason == "next_turn" for event in events)
         return Check(target, name, carried > 0, f"{carried} pins carried a job's KV to its next turn")
     if policy.cpu_tier is not None:
         counters = outcome.config.tier_counters

@@ -27,6 +27,7 @@ PURE_MODULES = (
     "orchestrator.records.cell",
     "orchestrator.records.row",
     "orchestrator.records.layout",
+    "orchestrator.records.trace",
     "orchestrator.replica.schedulers.continuum_rules",
     "orchestrator.replica.schedulers.pins",
 )

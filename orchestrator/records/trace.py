@@ -117,3 +117,21 @@ def json_line(payload: Mapping[str, object]) -> str:
 def trace_bytes(events: Iterable[TraceEvent]) -> bytes:
     """A trace file's contents: one line per event, in order."""
     return "".join(map(trace_line, events)).encode()
+
+
+_KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin)}
+
+
+def read_trace(data: bytes) -> list[TraceEvent]:
+    """The events of a trace file's contents, in order; lines of other kinds (a test's probe events) are left out."""
+    events = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        payload = json.loads(line)
+        kind = _KINDS.get(payload.pop("kind", None))
+        if kind is Finish:
+            payload["action"] = FinishAction(payload["action"])
+        if kind is not None:
+            events.append(kind(**payload))
+    return events

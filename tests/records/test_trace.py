@@ -8,6 +8,7 @@ from orchestrator.records.trace import (
     Unpin,
     attention_pairs,
     json_line,
+    read_trace,
     trace_bytes,
     trace_line,
 )
@@ -63,3 +64,14 @@ def test_attention_pairs_count_each_new_tokens_keys_up_to_and_including_itself()
     assert attention_pairs(3, 2) == 3 + 4 + 5  # a three-token chunk after two computed tokens
     assert attention_pairs(1, 100) == 101  # a decode token
     assert attention_pairs(0, 50) == 0
+
+
+def test_a_written_trace_reads_back_as_the_same_events_and_other_kinds_are_left_out():
+    events = [
+        Step(t=1.0, step=1, running=2, waiting=0, scheduled=2, prefill_tokens=10, decode_tokens=1, context_tokens=11,
+             attention_pairs=66.0, free_blocks=5, pinned_blocks=0, preempted=0),
+        Finish(t=1.5, request_id="j-t1", job_id="j", turn=1, is_last=False, action=FinishAction.PIN, free_blocks=5),
+        Unpin(t=2.0, job_id="j", reason="next_turn", num_blocks=3, held_s=0.5, free_blocks=8),
+    ]  # fmt: skip
+    probe = json_line({"kind": "probe_idle", "t": 3.0}).encode()
+    assert read_trace(trace_bytes(events) + probe) == events

@@ -94,6 +94,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from orchestrator.records.trace import Unpin
 from orchestrator.replica.schedulers.continuum_rules import (
     keeps_finished_blocks,
     must_wait_for_reserve,
@@ -198,15 +199,7 @@ class ContinuumScheduler(TracingScheduler):
             # Tail blocks first, as vLLM frees a request's blocks, so the shared prefix is evicted last.
             self.kv_cache_manager.block_pool.free_blocks(reversed(pin.blocks))
             released = True
-        self.trace.write(
-            {
-                "kind": "unpin",
-                "t": time.time(),
-                "job_id": pin.job_id,
-                "reason": reason,
-                "num_blocks": len(pin.blocks),
-                "held_s": time.time() - pin.pinned_at,
-                "free_blocks": self.free_blocks(),
-            }
-        )
+        now = time.time()
+        self.trace.write(Unpin(t=now, job_id=pin.job_id, reason=reason, num_blocks=len(pin.blocks),
+                               held_s=now - pin.pinned_at, free_blocks=self.free_blocks()))  # fmt: skip
         return released

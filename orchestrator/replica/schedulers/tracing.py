@@ -62,7 +62,7 @@ class TraceWriter:
     def write(self, event: TraceEvent | dict) -> None:
         if self._file is None:
             return
-        # A dict is a line no class of records.trace builds yet: continuum.py's unpin, a test's probe events.
+        # A dict is a line of no kind records.trace defines: a test's probe events (tests/replica/async_probe.py).
         self._file.write(json_line(event) if isinstance(event, dict) else trace_line(event))
         if time.monotonic() - self._flushed_at > _FLUSH_EVERY_S:
             self.flush()
