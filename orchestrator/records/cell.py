@@ -128,6 +128,19 @@ class CellConfig:
     def to_json(self) -> dict:
         return asdict(self) | {"tier_counters": self.tier_counters.present()}
 
+    @classmethod
+    def from_json(cls, payload: dict) -> CellConfig:
+        """The configuration ``cell.json`` holds (it also carries the attempt's status and reason, which are
+        the tracking store's to keep, and are left out here)."""
+        known = {spec.name for spec in fields(cls)}
+        values = {name: value for name, value in payload.items() if name in known}
+        for name, value_type in (("engine_facts", EngineFacts), ("stack", NodeStack), ("reset_proof", ResetProof)):
+            if values.get(name) is not None:
+                values[name] = value_type(**values[name])
+        values["tier_counters"] = TierCounters.from_counts(values.get("tier_counters") or {})
+        values["server_argv"] = tuple(values.get("server_argv") or ())
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class CellOutcome:

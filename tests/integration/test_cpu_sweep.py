@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri
@@ -115,13 +115,13 @@ def test_done_runs_carry_metrics_per_turn_series_params_and_artifacts(sweep):
 
 
 def test_a_replica_is_reused_across_loads_of_one_policy_after_a_proven_clean_reset(sweep):
-    configs = {(policy, jps): json.loads((sweep.cell(policy, jps) / "cell.json").read_text())
+    configs = {(policy, jps): CellConfig.from_json(json.loads((sweep.cell(policy, jps) / "cell.json").read_text()))
                for policy in SPEC.policies for jps in SPEC.jps}  # fmt: skip
-    reused = {cell: config["replica_reused"] for cell, config in configs.items()}
+    reused = {cell: config.replica_reused for cell, config in configs.items()}
     assert reused == {("fcfs", 1): False, ("fcfs", 6): True, ("continuum", 1): False, ("continuum", 6): True}
     for policy in SPEC.policies:
-        proof = configs[(policy, 6)]["reset_proof"]
-        assert proof["cached_before"] > 0 and proof["cached_after"] == 0 and proof["external_hits_after"] == 0
+        proof = configs[(policy, 6)].reset_proof
+        assert proof.cached_before > 0 and proof.cached_after == 0 and proof.external_hits_after == 0
         # Both loads send the same jobs (same seed): a hit left over from the 1 JPS cell would exceed what a
         # request's own previous turn can give it.
         requests = pd.read_parquet(sweep.cell(policy, 6) / "requests.parquet")

@@ -77,10 +77,11 @@ def test_a_pending_row_says_why_and_has_no_numbers():
 
 
 def test_cell_json_keeps_its_shape_with_only_the_tier_counters_the_engine_has():
-    written = json.loads(json.dumps(_config().to_json()))
+    written = json.loads(json.dumps(_config().to_json() | {"status": "done", "reason": None}))
     assert written["tier_counters"] == {"kv_offload_store_bytes": 2.0}
     assert written["engine_facts"]["block_size"] == 16 and written["reset_proof"]["cached_before"] == 320
     assert written["cell"]["policy"] == "lmcache" and written["replica_reused"] is True
+    assert CellConfig.from_json(written) == _config()
 
 
 def test_a_failure_outcome_has_no_records_and_names_its_node():

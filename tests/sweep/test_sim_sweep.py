@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri
@@ -53,9 +53,9 @@ def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(
     trace = pd.read_json(cell_dir / "scheduler_trace.jsonl", lines=True)
     assert (trace.kind == "finish").sum() == len(requests)
     assert trace[trace.kind == "step"].eval("prefill_tokens + decode_tokens").max() <= 2048  # L40S's budget
-    config = json.loads((cell_dir / "cell.json").read_text())
-    assert config["engine"]["kind"] == "sim" and config["engine"]["scheduler"]["max_num_batched_tokens"] == 2048
-    assert config["tier_counters"]["kv_offload_store_bytes"] > 0
+    config = CellConfig.from_json(json.loads((cell_dir / "cell.json").read_text()))
+    assert config.engine["kind"] == "sim" and config.engine["scheduler"]["max_num_batched_tokens"] == 2048
+    assert config.tier_counters.kv_offload_store_bytes > 0 and config.engine_facts.device_name == "simulated L40S"
 
 
 def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing(simulated):
