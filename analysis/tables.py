@@ -174,7 +174,7 @@ def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: 
         rows.append(
             {
                 "gpu": cell.gpu, "policy": cell.policy, "dram_gb": cell.dram_gb, "jps": cell.jps,
-                "written_gb": cell.kv_offload_store_bytes / 1e9, "read_gb": cell.kv_offload_load_bytes / 1e9,
+                "written_gib": cell.kv_offload_store_bytes / GIB, "read_gib": cell.kv_offload_load_bytes / GIB,
                 "read_per_write": read_back, "external_hit_rate": hits / queries if queries else np.nan,
                 "retention_s": retention, "reuse_gap_s": reuse_gap, "verdict": verdict,
             }

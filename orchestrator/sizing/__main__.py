@@ -15,6 +15,7 @@ from dataclasses import asdict
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, size
 from orchestrator.sizing.models import load_model, shipped_names
+from orchestrator.units import GIB
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{arch.name} on {args.tp} x {args.gpu} at U={args.utilization:g}: {result.kv_bytes_per_token / KIB:g} KiB of KV "
           f"per token ({arch.num_kv_layers} of {arch.num_layers} layers cache), weights {result.weight_bytes / 1e9:.1f} GB, "
-          f"KV {result.gpu_kv_bytes / 2**30:.1f} GiB = {result.gpu_kv_tokens:,} tokens")  # fmt: skip
+          f"KV {result.gpu_kv_bytes / GIB:.1f} GiB = {result.gpu_kv_tokens:,} tokens")  # fmt: skip
     if result.cpu_kv_tokens is not None:
         print(f"CPU tier: {result.cpu_kv_tokens:,} tokens")
     if result.u_live is not None:

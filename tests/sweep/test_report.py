@@ -63,9 +63,9 @@ def test_the_cpu_tier_diagnosis_is_computed_from_the_cells_offload_counters(part
     # The fake engine's stand-in tier writes 1 KiB per prompt token and reads nothing back.
     tier = pd.read_csv(partial_sweep / "report" / "tables" / "cpu_tier_h100.csv")
     summary = pd.read_parquet(partial_sweep / "summary.parquet").set_index("cell_key")
-    assert len(tier) == 6 and set(tier.verdict) == {"a very busy /dev/null"} and (tier.read_gb == 0).all()
-    written = summary[(summary.gpu == "H100") & (summary.status == "done")].kv_offload_store_bytes / 1e9
-    assert sorted(tier.written_gb) == pytest.approx(sorted(written))
+    assert len(tier) == 6 and set(tier.verdict) == {"a very busy /dev/null"} and (tier.read_gib == 0).all()
+    written = summary[(summary.gpu == "H100") & (summary.status == "done")].kv_offload_store_bytes / 2**30
+    assert sorted(tier.written_gib) == pytest.approx(sorted(written))
 
 
 def test_a_second_sweep_is_shown_side_by_side(partial_sweep, tmp_path):
