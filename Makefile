@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo demo-cpu test test-fast test-autoscaler clean
+.PHONY: install chromium demo demo-cpu test test-fast clean
 
 install: $(INSTALLED)
 
@@ -47,16 +47,11 @@ ifeq ($(CHROMIUM),)
 endif
 
 test: install chromium
-	$(PY) -m pytest -m "not fake_autoscaler"
-
-# A whole sweep on Ray's fake autoscaling provider: a node launches and runs the cells. Out of `make test`
-# because it fails from a checkout under /tmp (tests/sweep/test_autoscaling_cluster.py says what is known).
-test-autoscaler: install
-	$(PY) -m pytest -m fake_autoscaler
+	$(PY) -m pytest
 
 # Everything except the tests that start a real vLLM server.
 test-fast: install
-	$(PY) -m pytest -m "not engine and not fake_autoscaler"
+	$(PY) -m pytest -m "not engine"
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

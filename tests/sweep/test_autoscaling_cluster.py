@@ -94,11 +94,6 @@ def test_dry_run_says_which_types_are_launchable_and_simulates_only_the_rest_und
     assert h100 and "on a H100 slot" in h100[0] and a100 and "in the simulator" in a100[0]
 
 
-# Passes where the checkout and its virtualenv live outside /tmp (/work/main 6 of 6 runs, a fresh clone in
-# /work 1 of 1) and fails where both live under /tmp (3 of 3): Ray's GCS then reports the sweep's driver
-# worker as failed the moment the fake node leases a worker, and destroys every actor it owns there. Cause
-# not found yet, so `make test` leaves it out (its marker) and `make test-autoscaler` runs it.
-@pytest.mark.fake_autoscaler
 def test_a_launchable_type_scales_up_and_runs_an_absent_one_pends_and_a_stuck_one_times_out(autoscaling_head, tmp_path):
     result = sweep("cpu_tiny.py", tmp_path, autoscaling_head, "--engine", "fake", "--gpus", "H100,A100,L40S",
                    "--policies", "fcfs", "--jps", "2,3", "--duration-s", "2", "--scale", "0.05",
