@@ -113,7 +113,7 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
         engine = spec.engine
         if engine is EngineKind.AUTO:
             engine = EngineKind.VLLM if has_gpu is None or has_gpu(gpu) else EngineKind.SIM
-        for dram_gb, jps, seed in itertools.product(spec.dram_for(gpu), spec.jps, spec.seeds):
+        for dram_gb, jps, seed in itertools.product(spec.dram_for(gpu), spec.jps, spec.cell_seeds()):
             cells.append(
                 CellSpec(
                     engine=engine,

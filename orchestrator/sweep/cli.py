@@ -1,7 +1,7 @@
 """The command line every script in ``sweeps/`` shares: the script supplies its grid, flags override it.
 
     python sweeps/cpu_tiny.py [--engine auto|vllm|sim|fake] [--results-dir DIR] [--tracking-uri URI]
-        [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42]
+        [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42] [--trials N]
         [--duration-s F] [--scale F] [--model NAME] [--kv-blocks N] [--max-num-seqs N]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
@@ -38,6 +38,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GiB (2^30 bytes, as LMCache and vLLM read them), "
                    "for every GPU type (replaces per-GPU defaults)")
     p.add_argument("--seeds", nargs="+", help=f"default: {','.join(map(str, spec.seeds))}")
+    p.add_argument("--trials", type=int, help="runs of every cell, each with a seed derived from the base seed, for intervals "
+                   f"that show run-to-run spread; default: {spec.trials}")
     p.add_argument("--duration-s", type=float, help=f"arrival window; default: {spec.workload.duration_s:g}")
     p.add_argument("--scale", type=float, help=f"token-count scale; default: {spec.workload.scale:g}")
     p.add_argument("--model", help=f"default: {spec.model}")
@@ -72,7 +74,7 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         data["dram_gb_by_gpu"] = {}
     data["dram_gb_by_gpu"] = {gpu: budgets for gpu, budgets in data["dram_gb_by_gpu"].items() if gpu in data["gpus"]}
     for flag, section, field in (
-        ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"),
+        ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("trials", None, "trials"),
         ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
@@ -107,24 +109,37 @@ def check_writable(results_dir: Path) -> None:
         ) from None
 
 
-def sweep_main(spec: SweepSpec, argv: list[str] | None = None) -> int:
-    from orchestrator.sweep.driver import SweepOptions, run_sweep
+def prepare(spec: SweepSpec, args: argparse.Namespace):
+    """The sweep and its options from the parsed flags, every check done (raises ``InputError`` or
+    pydantic's ``ValidationError`` with the one line to print)."""
+    from orchestrator.sweep.driver import SweepOptions
     from orchestrator.sweep.tracking import absolute_tracking_uri, check_tracking_server, default_tracking_uri
 
+    spec = apply_flags(spec, args)
+    results_dir = results_dir_from(args)
+    check_writable(results_dir)
+    tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)
+    check_tracking_server(tracking_uri)
+    if not args.scale_up_timeout_s > 0:
+        raise InputError(f"--scale-up-timeout-s must be positive seconds, got {args.scale_up_timeout_s:g}")
+    options = SweepOptions(
+        results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s,
+        scale_up_timeout_s=args.scale_up_timeout_s, autoscaler_config=args.autoscaler_config,
+    )  # fmt: skip
+    return spec, options
+
+
+def sweep_main(spec: SweepSpec, argv: list[str] | None = None) -> int:
+    from orchestrator.sweep.driver import run_sweep
+
     args = parser(spec).parse_args(argv)
+    return run_with_one_line_errors(lambda: run_sweep(*prepare(spec, args)))
+
+
+def run_with_one_line_errors(run) -> int:
+    """``run()``'s exit code, or 2 with one ``error:`` line for bad input."""
     try:
-        spec = apply_flags(spec, args)
-        results_dir = results_dir_from(args)
-        check_writable(results_dir)
-        tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)
-        check_tracking_server(tracking_uri)
-        if not args.scale_up_timeout_s > 0:
-            raise InputError(f"--scale-up-timeout-s must be positive seconds, got {args.scale_up_timeout_s:g}")
-        options = SweepOptions(
-            results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s,
-            scale_up_timeout_s=args.scale_up_timeout_s, autoscaler_config=args.autoscaler_config,
-        )  # fmt: skip
-        return run_sweep(spec, options)
+        return run()
     except ValidationError as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
     except InputError as error:

@@ -6,6 +6,7 @@ one clear line before Ray or MLflow is touched. Expanding the grid into cells is
 
 from __future__ import annotations
 
+import hashlib
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -74,8 +75,16 @@ class RunLimits(BaseModel):
         return self.health_timeout_s + workload.duration_s + workload.job_timeout_s
 
 
+def trial_seed(base_seed: int, trial: int) -> int:
+    """The seed of ``trial`` (0 is the base seed itself, so a cell of one trial keeps its key): fixed by the
+    base seed alone, so that every policy of a trial sees the same schedule and a re-run finds the same cells."""
+    if trial == 0:
+        return base_seed
+    return int.from_bytes(hashlib.sha256(f"{base_seed}:trial{trial}".encode()).digest()[:4], "big")
+
+
 class SweepSpec(BaseModel):
-    """The grid ``gpus x policies x jps x dram_gb x seeds``. The DRAM axis can differ per GPU type
+    """The grid ``gpus x policies x jps x dram_gb x seeds x trials``. The DRAM axis can differ per GPU type
     (``dram_gb_by_gpu``), as in the source study where each GPU's nodes had different host memory.
 
     ``workload`` is the template of every cell's workload; each cell sets its own ``jps`` and ``seed``.
@@ -91,6 +100,7 @@ class SweepSpec(BaseModel):
     dram_gb: tuple[float, ...] = (0.0,)
     dram_gb_by_gpu: dict[str, tuple[float, ...]] = Field(default_factory=dict)
     seeds: tuple[int, ...] = (42,)
+    trials: int = Field(1, ge=1, le=100, description="runs of each cell: the base seed, then seeds derived from it")
     model: str = TINY_MODEL
     workload: WorkloadSpec = WorkloadSpec(jps=1.0)
     engine_options: EngineOptions = EngineOptions()
@@ -163,6 +173,10 @@ class SweepSpec(BaseModel):
                 raise ValueError(
                     f"policy {name!r} needs a CUDA GPU and cannot run on the cpu device; there use: {', '.join(cpu_capable)}"
                 )
+
+    def cell_seeds(self) -> tuple[int, ...]:
+        """Every seed a cell runs with: each base seed, then ``trials - 1`` seeds derived from it."""
+        return tuple(trial_seed(seed, trial) for seed in self.seeds for trial in range(self.trials))
 
     def dram_for(self, gpu: str) -> tuple[float, ...]:
         return self.dram_gb_by_gpu.get(gpu, self.dram_gb)

@@ -90,3 +90,16 @@ def test_flags_override_the_scripts_grid_and_take_commas_or_spaces():
     assert changed.workload.duration_s == 5 and changed.engine_options.num_kv_blocks == 2000
     flat = apply_flags(base, parser(base).parse_args(["--dram-gb", "100"]))
     assert flat.dram_for("H100") == flat.dram_for("A100") == (100,)
+
+
+def test_trials_are_cells_of_their_own_with_seeds_fixed_by_the_base_seed_and_trial_one_keeps_its_key():
+    one = expand(spec(policies=("fcfs",), gpus=("H100",), jps=(1,)))
+    three = expand(spec(policies=("fcfs",), gpus=("H100",), jps=(1,), trials=3))
+    assert [cell.seed for cell in three][0] == 42 and len({cell.seed for cell in three}) == 3
+    assert one[0].key == three[0].key and len({cell.key for cell in three}) == 3
+    assert [cell.seed for cell in expand(spec(trials=3))] == [cell.seed for cell in expand(spec(trials=3))]
+    flags = parser(spec()).parse_args(["--trials", "2"])
+    assert apply_flags(spec(), flags).trials == 2
+    with pytest.raises(ValidationError) as error:
+        apply_flags(spec(), parser(spec()).parse_args(["--trials", "0"]))
+    assert "trials" in one_line(error.value)
