@@ -18,18 +18,53 @@ def _png(figure) -> bytes:
     return buffer.getvalue()
 
 
-def jct_vs_jps(table: pd.DataFrame, policies: list[str], title: str) -> bytes:
-    """Mean JCT against jobs per second, log scale, one line per policy (missing cells are gaps)."""
+def jct_vs_jps(per_policy: pd.DataFrame, policies: list[str], title: str) -> bytes:
+    """Mean job time against jobs per second, log scale, one line per policy with its interval as error bars
+    (``per_policy``: rows of ``analysis.verdicts`` statistics; a DRAM budget per line where there are several)."""
     figure, axes = plt.subplots(figsize=(6.4, 4))
+    several_budgets = per_policy.dram_gb.nunique() > 1
     for policy in policies:
-        if policy in table:
-            axes.plot(table.jps, table[policy], marker="o", label=policy)
+        for dram_gb, rows in per_policy[per_policy.policy == policy].groupby("dram_gb"):
+            rows = rows.sort_values("jps")
+            errors = [rows.jct_mean_s - rows.jct_lo_s, rows.jct_hi_s - rows.jct_mean_s]
+            label = f"{policy} ({dram_gb:g} GiB)" if several_budgets else policy
+            axes.errorbar(rows.jps, rows.jct_mean_s, yerr=errors, marker="o", capsize=3, label=label)
     axes.set_yscale("log")
     axes.set_xlabel("jobs per second")
-    axes.set_ylabel("mean JCT (s, log)")
+    axes.set_ylabel("mean job time (s, log)")
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
+    return _png(figure)
+
+
+def verdict_map(verdicts: pd.DataFrame) -> bytes:
+    """Per GPU, a grid of load (x) by DRAM budget (y): each square the winner's name and margin over the
+    closest rival, shaded by the margin's lower bound; ties grey, named as ties."""
+    gpus = sorted(verdicts.gpu.unique())
+    figure, panels = plt.subplots(len(gpus), 1, figsize=(7.5, 1.4 + 1.1 * len(gpus) * 1.2), squeeze=False)
+    policies = sorted(set(verdicts.winner) - {"tie", None})
+    colours = dict(zip(policies, plt.cm.tab10.colors))
+    for panel, gpu in zip(panels[:, 0], gpus):
+        rows = verdicts[verdicts.gpu == gpu]
+        loads, budgets = sorted(rows.jps.unique()), sorted(rows.dram_gb.unique())
+        for row in rows.itertuples():
+            x, y = loads.index(row.jps), budgets.index(row.dram_gb)
+            if row.significant:
+                shade = 0.35 + 0.65 * min(max(row.margin_lo_pct, 0.0), 50.0) / 50.0
+                text = f"{row.winner}\n+{row.margin_pct:.0f}%"
+                panel.add_patch(plt.Rectangle((x, y), 1, 1, color=colours[row.winner], alpha=shade))
+            else:
+                text = "tie\n" + "\n".join(str(row.tied_with).split(", ")[:3])
+                panel.add_patch(plt.Rectangle((x, y), 1, 1, color="0.85"))
+            panel.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=7)
+        panel.set_xlim(0, len(loads))
+        panel.set_ylim(0, len(budgets))
+        panel.set_xticks([i + 0.5 for i in range(len(loads))], [f"{jps:g}" for jps in loads])
+        panel.set_yticks([i + 0.5 for i in range(len(budgets))], [f"{gib:g} GiB" for gib in budgets])
+        panel.set_title(f"{gpu} ({', '.join(sorted(rows.engine.unique()))})", fontsize=9)
+        panel.set_xlabel("jobs per second", fontsize=8)
+    figure.tight_layout()
     return _png(figure)
 
 

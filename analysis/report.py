@@ -20,7 +20,10 @@ import pandas as pd
 
 from analysis import plots, tables
 from analysis.load import SweepData, load_sweep
+from analysis.verdicts import CellRecords, censored_job_times, flips, verdicts
 from orchestrator.records.cell import CellStatus
+from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
+from orchestrator.sim.calibrate import load_policy_errors
 
 REPORT_FILE = "report.html"
 STYLE = """
@@ -49,16 +52,16 @@ class ReportBuilder:
     def table(self, name: str, title: str, frame: pd.DataFrame, provenance: str, percent: tuple[str, ...] = ()) -> None:
         """An HTML table under its title and provenance, and the same numbers as ``tables/<name>.csv``;
         columns whose names start with a ``percent`` prefix show as percentages."""
-        csv_path = self.out_dir / "tables" / f"{name}.csv"
+        csv_path = self.out_dir / REPORT_TABLES_DIR / f"{name}.csv"
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         frame.to_csv(csv_path, index=False)
         self.csv_names.append(csv_path.name)
         as_percent = {column: "{:.1%}".format for column in frame.columns if str(column).startswith(percent or "\0")}
-        shown = frame.to_html(index=False, na_rep="—", float_format="{:.3g}".format, formatters=as_percent, border=0)
+        shown = frame.to_html(index=False, na_rep="—", float_format=_plain_number, formatters=as_percent, border=0)
         css = "provenance fake" if "fake engine" in provenance else "provenance"
         self.parts.append(
             f'<h3 id="{name}">{html.escape(title)}</h3><p class="{css}">{html.escape(provenance)} · '
-            f'<a href="tables/{csv_path.name}">{csv_path.name}</a></p>{shown}'
+            f'<a href="{REPORT_TABLES_DIR}/{csv_path.name}">{csv_path.name}</a></p>{shown}'
         )
 
     def figure(self, caption: str, png: bytes) -> None:
@@ -82,12 +85,50 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     report.heading(f"Sweep {data.name}", 1)
     done, total = len(data.done), len(data.summary)
     report.paragraph(f"{done} of {total} cells done. Numbers: {data.provenance()}. Results: {data.directory}.")
+    per_policy = _verdicts(report, data)
     _overview(report, data)
     for gpu in data.gpus:
-        _gpu_section(report, data, gpu)
+        _gpu_section(report, data, gpu, per_policy)
     if compare is not None:
         _comparison(report, data, load_sweep(compare))
     return report.write(f"kvsweep report: {data.name}")
+
+
+def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
+    """Which policy wins where, beyond the uncertainty (analysis/verdicts.py says how); the per-policy
+    statistics behind the verdicts, for the GPU sections."""
+    if not len(data.done):
+        return pd.DataFrame(columns=["gpu", "policy"])
+
+    def records_of(cell_key: str) -> CellRecords:
+        files = data.files.cell(cell_key)
+        return CellRecords(censored_job_times(pd.read_parquet(files.jobs)), pd.read_parquet(files.requests))
+
+    table, per_policy = verdicts(data.summary, records_of, load_policy_errors())
+    report.heading("Verdicts")
+    report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie)",
+                  plots.verdict_map(table))  # fmt: skip
+    trials = int(table.n_trials.max()) if len(table) else 0
+    report.paragraph(
+        "A winner beats every other policy by at least 1% at the lower end of a 95% interval; otherwise the "
+        "policies are tied. Timed-out jobs count at the time they were cut. "
+        + ("One trial per cell: the intervals are over its jobs and cannot show run-to-run spread (use --trials)."
+           if trials <= 1 else f"Up to {trials} trials per cell: intervals over trials (Student t).")
+    )  # fmt: skip
+    provenance = data.provenance(data.done)
+    report.table(Path(VERDICTS_FILE).stem, "Winner per GPU, DRAM budget and load, with its margin over the closest "
+                 "rival (%)", table, provenance)  # fmt: skip
+    changes = flips(table)
+    if len(changes):
+        report.table("flips", "Where the verdict changes between adjacent loads", changes, provenance)
+    report.table("policy_stats", "Per policy: mean job time (timed-out jobs at their cut) with its 95% interval, its "
+                 "tail, completion, timeouts, errors, preemptions and TTFT",
+                 per_policy.drop(columns=_turn_columns(per_policy)), provenance)  # fmt: skip
+    return per_policy
+
+
+def _turn_columns(frame: pd.DataFrame) -> list[str]:
+    return [column for column in frame.columns if re.fullmatch(r"T\d+ (mean|p90)", str(column))]
 
 
 def _overview(report: ReportBuilder, data: SweepData) -> None:
@@ -101,7 +142,7 @@ def _overview(report: ReportBuilder, data: SweepData) -> None:
                      tables.cross_gpu_summary(data.summary), data.provenance(data.done))  # fmt: skip
 
 
-def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str) -> None:
+def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: pd.DataFrame) -> None:
     cells = data.summary[data.summary.gpu == gpu]
     done = cells[cells.status == CellStatus.DONE.value]
     provenance = data.provenance(done) if len(done) else "no cell of this GPU type has run yet"
@@ -113,9 +154,14 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str) -> None:
     if not len(done):
         return
     policies = list(dict.fromkeys(cells.policy))
-    report.figure(f"{gpu}: mean JCT against load", plots.jct_vs_jps(jct, policies, f"{gpu}: mean JCT"))
+    of_gpu = per_policy[per_policy.gpu == gpu]
+    report.figure(f"{gpu}: mean job time against load, timed-out jobs at their cut (bars: 95% interval)",
+                  plots.jct_vs_jps(of_gpu, policies, f"{gpu}: mean job time"))  # fmt: skip
+    turn_tails = of_gpu[["policy", "dram_gb", "jps", *_turn_columns(of_gpu)]]
+    report.table(f"turn_tails_{slug}", f"{gpu}: latency per turn (s), mean and p90", turn_tails, provenance)
     latency = tables.per_turn_latency(data.summary, data.turns, gpu)
-    report.table(f"per_turn_latency_{slug}", f"{gpu}: mean latency per turn (s) and the last turn's over the first's", latency, provenance)
+    report.table(f"per_turn_latency_{slug}", f"{gpu}: mean latency per turn (s) and the last turn's over the first's",
+                 latency, provenance)  # fmt: skip
     report.figure(f"{gpu}: per-turn latency", plots.per_turn_curves(latency, f"{gpu}: latency per turn"))
     cached = tables.cached_per_turn(data.summary, data.turns, gpu)
     report.table(f"cached_per_turn_{slug}", f"{gpu}: prefix-cache hit per turn (cached_) and theoretical best (best_)",
@@ -160,6 +206,13 @@ def _comparison(report: ReportBuilder, a: SweepData, b: SweepData) -> None:
         merged = merged.rename(columns={c: f"{c} ({a.name})" for c in left.columns if c not in keys and c not in right})
         report.table(f"compare_jct_{_slug(gpu)}", f"{gpu}: mean JCT (s), {a.name} beside {b.name}", merged,
                      f"{a.name}: {a.provenance()}; {b.name}: {b.provenance()}")  # fmt: skip
+
+
+def _plain_number(value: float) -> str:
+    """Three significant digits, without exponents: 1630 s reads as 1,630, not 1.63e+03."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) >= 0.001 or value == 0 else f"{value:.1e}"
 
 
 def _slug(text: str) -> str:

@@ -112,6 +112,7 @@ class CellConfig:
     engine: dict | None = None
     engine_facts: EngineFacts | None = None
     tier_counters: TierCounters = field(default_factory=TierCounters)
+    num_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
     stack: NodeStack | None = None  # real vLLM cells only
     # How the cell got its replica: reused after a proven reset, or started in ``replica_start_s``.
     replica_reused: bool = False

@@ -6,7 +6,8 @@
         summary.json                       the cell's summary row and per-turn statistics
         cell.json                          what the cell asked for and what took effect (``records.cell``)
         server.log, scheduler_trace.jsonl  the replica's log and the trace (``records.trace``)
-    DIR/<sweep>/report/                    the HTML report and its tables
+    DIR/<sweep>/report/                    the HTML report, and its tables/ (verdicts.csv among them)
+    DIR/<sweep>/crossover.csv              the loads where a verdict changes (sweeps/crossover.py)
 
 Writers (the driver, the worker's replica) and readers (analysis) take their paths from here.
 """
@@ -19,6 +20,9 @@ from pathlib import Path
 SUMMARY_FILE = "summary.parquet"
 CELLS_DIR = "cells"
 REPORT_DIR = "report"
+REPORT_TABLES_DIR = "tables"
+VERDICTS_FILE = "verdicts.csv"
+CROSSOVER_FILE = "crossover.csv"
 STAGING_DIR = ".staging"
 LOCK_FILE = ".lock"
 
@@ -78,6 +82,14 @@ class SweepFiles:
     @property
     def report(self) -> Path:
         return self.directory / REPORT_DIR
+
+    @property
+    def verdicts(self) -> Path:
+        return self.report / REPORT_TABLES_DIR / VERDICTS_FILE
+
+    @property
+    def crossover(self) -> Path:
+        return self.directory / CROSSOVER_FILE
 
     @property
     def staging(self) -> Path:

@@ -59,6 +59,10 @@ class SummaryRow:
     tool_time_s: float | None = None
     n_errors: int | None = None
     t_last_over_t1: float | None = None
+    jct_censored_mean_s: float | None = None
+    jct_censored_lo_s: float | None = None
+    jct_censored_hi_s: float | None = None
+    completion_pct: float | None = None
     dispatch_lag_p50_ms: float | None = None
     dispatch_lag_p99_ms: float | None = None
     dispatch_lag_max_ms: float | None = None
@@ -76,6 +80,7 @@ class SummaryRow:
     replica_reused: bool | None = None
     replica_replaced: str | None = None  # why a reusable replica was not reused
     replica_start_s: float | None = None
+    n_preemptions: int | None = None
     kv_offload_store_bytes: float | None = None
     kv_offload_load_bytes: float | None = None
     external_prefix_cache_queries: float | None = None
@@ -130,6 +135,7 @@ def attempt_columns(attempt: Attempt) -> dict:
         "replica_reused": config.replica_reused,
         "replica_replaced": config.replica_replaced,
         "replica_start_s": config.replica_start_s,
+        "n_preemptions": config.num_preemptions,
         **asdict(config.tier_counters or TierCounters()),
         **{f"stack_{name}": value for name, value in asdict(stack).items()},
     }

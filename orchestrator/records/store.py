@@ -31,6 +31,10 @@ def atomic_write_parquet(frame: pd.DataFrame, path: Path) -> None:
     _atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
 
 
+def atomic_write_csv(frame: pd.DataFrame, path: Path) -> None:
+    _atomic_write(path, lambda handle: handle.write(frame.to_csv(index=False).encode()))
+
+
 def atomic_write_json(payload, path: Path) -> None:
     text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
     _atomic_write(path, lambda handle: handle.write(text.encode()))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
 
 
@@ -40,6 +41,12 @@ class CellSummary:
     jct_p50_s: float | None
     jct_p90_s: float | None
     jct_p99_s: float | None
+    # Every job, a timed-out one at the time it was cut (a lower bound on the true mean), with the 95%
+    # interval over the cell's jobs (records.intervals); and the share of jobs that completed.
+    jct_censored_mean_s: float | None
+    jct_censored_lo_s: float | None
+    jct_censored_hi_s: float | None
+    completion_pct: float | None
     dispatch_lag_p50_ms: float | None
     dispatch_lag_p99_ms: float | None
     dispatch_lag_max_ms: float | None
@@ -60,6 +67,7 @@ class CellSummary:
 def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> CellSummary:
     jcts = [job.jct_s for job in jobs if job.jct_s is not None]
     lags_ms = [record.dispatch_lag_s * 1000 for record in requests]
+    censored = _censored_mean(jobs)
     turns = tuple(_turn_summary(turn, requests) for turn in sorted({record.turn for record in requests}))
     t1 = turns[0].latency_mean_s if turns and turns[0].turn == 1 else None
     t_last = turns[-1].latency_mean_s if turns else None
@@ -72,6 +80,10 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> C
         jct_p50_s=_percentile(jcts, 50),
         jct_p90_s=_percentile(jcts, 90),
         jct_p99_s=_percentile(jcts, 99),
+        jct_censored_mean_s=censored.estimate if censored else None,
+        jct_censored_lo_s=censored.lo if censored else None,
+        jct_censored_hi_s=censored.hi if censored else None,
+        completion_pct=100 * sum(job.status.is_completed for job in jobs) / len(jobs) if jobs else None,
         dispatch_lag_p50_ms=_percentile(lags_ms, 50),
         dispatch_lag_p99_ms=_percentile(lags_ms, 99),
         dispatch_lag_max_ms=max(lags_ms) if lags_ms else None,
@@ -81,6 +93,14 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> C
         t_last_over_t1=t_last / t1 if t1 and t_last else None,
         turns=turns,
     )
+
+
+def _censored_mean(jobs: Sequence[JobRecord]) -> Interval | None:
+    if not jobs:
+        return None
+    arrival = np.array([job.arrival_at for job in jobs])
+    finished = np.array([np.nan if job.finished_at is None else job.finished_at for job in jobs])
+    return interval([(censored_times(arrival, finished),)], mean_time)
 
 
 def _span(jobs: Sequence[JobRecord]) -> float | None:

@@ -34,6 +34,7 @@ def parse_cache_config(metrics_text: str) -> dict[str, str]:
 WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"  # prompt tokens a KV connector's tier served
 # What a CPU KV tier moved and served: GPU->CPU and CPU->GPU bytes, external prefix-cache lookups.
+PREEMPTIONS = "vllm:num_preemptions_total"  # running requests preempted (recomputed later) for want of blocks
 TIER_COUNTERS = (
     "vllm:kv_offload_store_bytes_total",
     "vllm:kv_offload_load_bytes_total",

@@ -139,6 +139,37 @@ def write_calibration(calibration: Calibration, rms_log_error: float, path: Path
     tmp.replace(path)
 
 
+# The simulator's own error per policy, as data the report's verdicts use (see analysis/verdicts.py).
+SIM_ERROR_FILE = Path(__file__).parent / "sim_error.toml"
+
+
+def policy_errors(cells: list[MeasuredCell], jcts: list[float]) -> dict[str, float]:
+    """Per policy: the root mean square of the relative error of mean JCT over its calibration cells."""
+    squares: dict[str, list[float]] = {}
+    for cell, jct in zip(cells, jcts):
+        squares.setdefault(cell.policy, []).append(((jct - cell.avg_jct_s) / cell.avg_jct_s) ** 2)
+    return {policy: math.sqrt(statistics.fmean(values)) for policy, values in squares.items()}
+
+
+def write_policy_errors(errors: dict[str, float], path: Path = SIM_ERROR_FILE) -> None:
+    lines = [
+        "# The simulator's relative error of mean JCT per policy: RMS over the H200 calibration cells, written by",
+        "# `python -m orchestrator.sim.calibrate --write-errors`. Verdicts between simulated policies must clear the",
+        "# two policies' errors combined; policies not measured here take the largest. See analysis/verdicts.py.",
+        "[relative_error]",
+    ]
+    lines += [f'"{policy}" = {error:.4f}' for policy, error in sorted(errors.items())]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def load_policy_errors(path: Path = SIM_ERROR_FILE) -> dict[str, float]:
+    import tomllib
+
+    return tomllib.loads(path.read_text())["relative_error"]
+
+
 TIE = 0.01  # policies within 1% of each other: the simulator calls no winner
 
 
@@ -179,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="refit and rewrite calibration.toml")
     parser.add_argument("--max-evaluations", type=int, default=150, help="Nelder-Mead budget (each simulates every cell)")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--write-errors", action="store_true", help=f"rewrite {SIM_ERROR_FILE.name}, the error per policy")
     args = parser.parse_args(argv)
     cells = measured_cells()
     calibration = Calibration.load()
@@ -189,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         write_calibration(calibration, math.sqrt(log_error(jcts, cells)))
         print(f"wrote {CALIBRATION_FILE}")
+    if args.write_errors:
+        write_policy_errors(policy_errors(cells, jcts))
+        print(f"wrote {SIM_ERROR_FILE}")
     print("\n".join(f"{name} = {value:.6g}" for name, value in asdict(calibration).items()))
     print(report(cells, jcts))
     return 0

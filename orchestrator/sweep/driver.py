@@ -28,6 +28,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from orchestrator.records.cell import CellOutcome, CellStatus
 from orchestrator.sim.config import check_simulable
 from orchestrator.sweep.autoscaler import read_launchable_types
@@ -322,6 +324,9 @@ class _Sweep:
             print(f"[{self.spec.name}] report not built: {type(error).__name__}: {error}", flush=True)
             return
         self.ledger.tracker.log_parent_artifacts(path.parent, "report")
+        verdicts_path = self.ledger.results.files.verdicts
+        if verdicts_path.exists():
+            self.ledger.tracker.log_verdicts(pd.read_csv(verdicts_path, keep_default_na=False, na_values=[""]).to_dict("records"))
         print(f"[{self.spec.name}] report: {path}", flush=True)
 
     def _finish(self) -> int:

@@ -81,6 +81,11 @@ class CellRun:
     attempt: int
 
 
+# MLflow 3 opens an experiment without this tag on its GenAI overview (traces, empty for us); marked as
+# model development, the UI opens a sweep on its runs.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
 class SweepTracker:
     def __init__(self, client, experiment_id: str, parent_run_id: str | None, sweep: str):
         self._client = client
@@ -97,9 +102,11 @@ class SweepTracker:
         experiment = client.get_experiment_by_name(sweep)
         if experiment is None:
             location = (artifact_root / sweep).absolute().as_uri() if artifact_root else None
-            experiment_id = client.create_experiment(sweep, artifact_location=location)
+            experiment_id = client.create_experiment(sweep, artifact_location=location, tags=EXPERIMENT_TAGS)
         else:
             experiment_id = experiment.experiment_id
+            for key, value in EXPERIMENT_TAGS.items():  # experiments made by an older version lack them
+                client.set_experiment_tag(experiment_id, key, value)
         tracker = cls(client, experiment_id, None, sweep)
         tracker._parent_run_id = tracker._find_parent() or tracker._create_parent(sweep_params)
         client.update_run(tracker._parent_run_id, status="RUNNING")
@@ -171,6 +178,20 @@ class SweepTracker:
         self._client.set_tag(run_id, "status", status.value)
         if status is not CellStatus.RUNNING:
             self._client.set_terminated(run_id, _RUN_STATUS[status])
+
+    def log_verdicts(self, verdicts: list[dict]) -> None:
+        """Each verdict on the sweep's parent run: the winner (or the tie) as a tag, the margin over the
+        closest rival and its interval as metrics, keyed ``<gpu>/<dram>GiB/<jps>jps``."""
+        from mlflow.entities import Metric, RunTag
+
+        now, metrics, tags = int(time.time() * 1000), [], []
+        for row in verdicts:
+            where = f"{row['gpu']}/{row['dram_gb']:g}GiB/{row['jps']:g}jps"
+            outcome = row["winner"] if row["significant"] else f"tie: {row['tied_with']}"
+            tags.append(RunTag(f"verdict/{where}", str(outcome)))
+            metrics += [Metric(f"{name}/{where}", float(row[name]), now, 0)
+                        for name in ("margin_pct", "margin_lo_pct", "margin_hi_pct") if row[name] == row[name]]  # fmt: skip
+        self._client.log_batch(self._parent_run_id, metrics=metrics, tags=tags)
 
     def log_parent_artifacts(self, directory: Path, artifact_path: str) -> None:
         self._client.log_artifacts(self._parent_run_id, str(directory), artifact_path)

@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.records.cell import CellConfig, CellOutcome, CellStatus, EngineFacts, NodeStack, ResetProof, TierCounters
 from orchestrator.replica.config import EngineConfig
-from orchestrator.replica.probe import TIER_COUNTERS, read_counters, work_done
+from orchestrator.replica.probe import PREEMPTIONS, TIER_COUNTERS, read_counters, work_done
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
@@ -121,6 +121,7 @@ class CellWorker:
             engine=served.engine.model_dump(mode="json"),
             engine_facts=replica.info.facts,
             tier_counters=TierCounters.from_counts(tier_counts),
+            num_preemptions=_counted(PREEMPTIONS, counters_before, counters_after),
             stack=stack,
             replica_reused=reuse.reused,
             replica_start_s=reuse.start_s,
@@ -169,6 +170,7 @@ class CellWorker:
                                      kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,
                                      device_name=f"simulated {cell.gpu}"),  # fmt: skip
             tier_counters=TierCounters.from_counts(result.stats.tier_counters),
+            num_preemptions=result.stats.preemptions,
             simulation=stats,
         )
         summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
@@ -257,6 +259,11 @@ def worker_actor_class():
     import ray
 
     return ray.remote(max_concurrency=2, max_restarts=0)(CellWorker)
+
+
+def _counted(counter: str, before: dict[str, float], after: dict[str, float]) -> int | None:
+    """How much ``counter`` grew during the cell; None where the engine does not export it."""
+    return int(after[counter] - before.get(counter, 0.0)) if counter in after else None
 
 
 def _current_node_id() -> str:

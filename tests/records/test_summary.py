@@ -43,6 +43,14 @@ def test_jct_counts_only_completed_jobs_and_timeouts_are_counted(records):
     assert summary.jct_p50_s == pytest.approx(4.0)
 
 
+def test_the_censored_mean_keeps_the_timed_out_job_at_its_cut_with_an_interval_over_the_jobs(records):
+    summary = summarize(*records)
+    assert summary.jct_censored_mean_s == pytest.approx((2.0 + 6.0 + 7.0) / 3)  # j2 ran 7 s before it was cut
+    assert summary.jct_censored_lo_s <= summary.jct_censored_mean_s <= summary.jct_censored_hi_s
+    assert summary.jct_censored_lo_s >= 2.0 and summary.jct_censored_hi_s <= 7.0  # within the jobs' own range
+    assert summary.completion_pct == pytest.approx(200 / 3)
+
+
 def test_turn_latency_is_from_the_scheduled_time_and_cache_fractions_are_token_weighted(records):
     summary = summarize(*records)
     assert summary.turn(1).latency_mean_s == pytest.approx((1.0 + 3.0) / 2)  # the timed-out one is excluded

@@ -37,6 +37,21 @@ def test_the_sweep_ends_with_its_report_also_on_the_parent_mlflow_run(partial_sw
     client = MlflowClient(default_tracking_uri(partial_sweep.parent))
     logged = {artifact.path for artifact in client.list_artifacts(tracker.parent_run_id, "report")}
     assert "report/report.html" in logged
+    parent = client.get_run(tracker.parent_run_id).data
+    assert {key for key in parent.tags if key.startswith("verdict/")} == {
+        f"verdict/{gpu}/1GiB/{jps}jps" for gpu in ("H100", "A100") for jps in (2, 4)}
+    assert any(key.startswith("margin_pct/H100/") for key in parent.metrics)
+
+
+def test_the_report_writes_a_verdict_per_gpu_and_load_with_the_contract_columns(partial_sweep):
+    table = pd.read_csv(partial_sweep / "report" / "tables" / "verdicts.csv")
+    assert list(table.columns)[:11] == ["gpu", "dram_gb", "jps", "engine", "winner", "significant", "tied_with",
+                                        "margin_pct", "margin_lo_pct", "margin_hi_pct", "n_trials"]  # fmt: skip
+    assert sorted(zip(table.gpu, table.jps)) == [("A100", 2), ("A100", 4), ("H100", 2), ("H100", 4)]
+    assert (table.n_trials == 1).all() and set(table.engine) == {"fake"}
+    assert (table.winner.isin(["tie", "fcfs", "continuum", "lmcache"])).all()
+    page = (partial_sweep / "report" / "report.html").read_text()
+    assert "Verdicts" in page and "cannot show run-to-run spread" in page
 
 
 def test_the_jct_tables_match_job_completion_times_recomputed_from_the_raw_records(partial_sweep):

@@ -38,6 +38,8 @@ def test_every_cell_is_simulated_done_and_tagged_sim_even_for_gpu_types_the_clus
     from mlflow import MlflowClient
 
     client = MlflowClient(default_tracking_uri(simulated))
+    # The UI opens the sweep on its runs, not on MLflow 3's GenAI overview.
+    assert client.get_experiment_by_name("simulated").tags["mlflow.experimentKind"] == "custom_model_development"
     for row in rows.itertuples():
         run = client.get_run(row.run_id)
         assert run.data.tags["engine"] == "sim" and run.data.tags["status"] == "done"

@@ -1,0 +1,209 @@
+"""Which policy wins, per (GPU, DRAM budget, load, engine), and only when it wins beyond the uncertainty
+(pure functions of frames; no I/O).
+
+Job times. A job that timed out or failed has no completion time, but it has a lower bound: it ran at
+least from its arrival to the moment it was cut. It is kept in every comparison at that censored value,
+so a policy that times jobs out is never flattered by averaging only the jobs it finished; the mean
+over censored values (a lower bound on the true mean) is what is compared, with the completion rate
+beside it, and a policy that completed fewer jobs than a rival beyond the uncertainty is never named the
+winner.
+
+Intervals (95%). Every policy of a comparison sees the identical schedule (the seed fixes arrivals and
+tool texts), so policies are compared job by job on the same jobs, which removes the spread between jobs
+from the comparison. With one trial the interval comes from resampling the jobs (a paired percentile
+bootstrap): it shows how much the verdict depends on which jobs arrived, and it cannot show run-to-run
+spread, which the report says. With several trials (seeds) the trial is the unit: the statistic is
+computed per trial and a Student-t interval is put around its mean over trials, which captures
+run-to-run spread (in the source study the same policy on the same GPU differed by up to 17% between two
+runs).
+
+A winner must beat every rival by at least ``MIN_EFFECT_PCT`` at the interval's lower end; otherwise the
+verdict is a tie naming the tied policies. Simulated cells carry the simulator's own error
+(``sim/sim_error.toml``): a simulated margin that does not clear the combined error of the two policies is
+"too close to call in simulation", and the verdict names the cells whose measurement would settle it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.records.cell import CellStatus
+from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
+
+# The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
+# uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
+MIN_EFFECT_PCT = 1.0
+GROUP = ["gpu", "dram_gb", "jps", "engine"]
+VERDICT_COLUMNS = ["gpu", "dram_gb", "jps", "engine", "winner", "significant", "tied_with", "margin_pct",
+                   "margin_lo_pct", "margin_hi_pct", "n_trials", "note"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CellRecords:
+    """What the verdicts read of one done cell: its jobs (``censored_job_times``) and its request rows."""
+
+    jobs: pd.DataFrame
+    requests: pd.DataFrame
+
+
+def censored_job_times(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Per job (by ``job_index``): its time in seconds, completed or censored where it was cut
+    (``records.intervals.censored_times``), and whether it completed."""
+    spans = censored_times(jobs.arrival_at.to_numpy(), jobs.finished_at.to_numpy(dtype=float))
+    completed = jobs.status == "completed"
+    return pd.DataFrame({"job_index": jobs.job_index, "time_s": spans, "completed": completed}).set_index("job_index")
+
+
+def margin_pct(leader: np.ndarray, rival: np.ndarray) -> np.ndarray:
+    """How much lower the leader's mean job time is than the rival's, in percent of the rival's."""
+    return (rival.mean(axis=-1) - leader.mean(axis=-1)) / rival.mean(axis=-1) * 100
+
+
+def completion_gap_pct(leader: np.ndarray, rival: np.ndarray) -> np.ndarray:
+    """The leader's completion rate minus the rival's, in percentage points."""
+    return (leader.mean(axis=-1) - rival.mean(axis=-1)) * 100
+
+
+@dataclass(frozen=True)
+class PolicyRuns:
+    """One policy's jobs in one comparison: per trial (seed, in the comparison's order), job times and
+    completion flags aligned on the same jobs as every other policy's."""
+
+    policy: str
+    times: list[np.ndarray]
+    completed: list[np.ndarray]
+
+
+def policy_runs(cells: pd.DataFrame, records_of: Callable[[str], CellRecords]) -> list[PolicyRuns]:
+    """The policies of one comparison's done cells, on the seeds every policy has and the jobs every
+    policy's cell of a seed has."""
+    seeds = sorted(set.intersection(*(set(group.seed) for _, group in cells.groupby("policy"))))
+    frames = {(row.policy, row.seed): records_of(row.cell_key).jobs for row in cells.itertuples() if row.seed in seeds}
+    runs = []
+    for policy in dict.fromkeys(cells.policy):
+        times, completed = [], []
+        for seed in seeds:
+            common = sorted(set.intersection(*(set(frames[(p, seed)].index) for p in dict.fromkeys(cells.policy))))
+            frame = frames[(policy, seed)].loc[common]
+            times.append(frame.time_s.to_numpy(dtype=float))
+            completed.append(frame.completed.to_numpy(dtype=float))
+        runs.append(PolicyRuns(policy, times, completed))
+    return runs
+
+
+def policy_stats(runs: PolicyRuns) -> dict:
+    """Mean job time (censored) with its interval, its tail, and the completion rate, of one policy."""
+    jct = interval([(t,) for t in runs.times], mean_time)
+    pooled = np.concatenate(runs.times)
+    p50, p90, p99 = np.percentile(pooled, [50, 90, 99])
+    completion = float(np.mean([c.mean() for c in runs.completed])) * 100
+    return {"policy": runs.policy, "jct_mean_s": jct.estimate, "jct_lo_s": jct.lo, "jct_hi_s": jct.hi,
+            "jct_p50_s": p50, "jct_p90_s": p90, "jct_p99_s": p99, "completion_pct": completion}  # fmt: skip
+
+
+def request_tails(requests: pd.DataFrame) -> dict:
+    """TTFT p99 and worst over a policy's requests, a request that never saw a first token counted at the
+    time it was cut (its TTFT is at least that), and each turn's mean and p90 latency."""
+    ttft = requests.ttft_s.fillna(requests.latency_s).dropna()
+    tails = {"ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
+             "ttft_max_s": float(ttft.max()) if len(ttft) else np.nan}  # fmt: skip
+    for turn, latency in requests.groupby("turn").latency_s:
+        tails[f"T{turn} mean"] = float(latency.mean())
+        tails[f"T{turn} p90"] = float(latency.quantile(0.9))
+    return tails
+
+
+def verdict(runs: list[PolicyRuns], sim_error: dict[str, float] | None = None) -> dict:
+    """The verdict of one comparison. ``sim_error`` (relative error per policy) is given for simulated
+    cells: a margin must then also clear the two policies' combined error."""
+    n_trials = len(runs[0].times) if runs else 0
+    if len(runs) < 2 or n_trials == 0:
+        return {"winner": None, "significant": False, "tied_with": "", "margin_pct": np.nan, "margin_lo_pct": np.nan,
+                "margin_hi_pct": np.nan, "n_trials": n_trials, "note": "fewer than two policies done"}  # fmt: skip
+    by_mean = sorted(runs, key=lambda r: float(np.mean([t.mean() for t in r.times])))
+    completion = {(a.policy, b.policy): _completion_gap(a, b) for a in runs for b in runs if a is not b}
+    # The leader: the fastest policy that no rival out-completes beyond the uncertainty.
+    leader = next((r for r in by_mean if not any(completion[(r.policy, o.policy)].hi < 0 for o in runs if o is not r)),
+                  by_mean[0])  # fmt: skip
+    rivals = [r for r in by_mean if r is not leader]
+    margins = {r.policy: interval(list(zip(leader.times, r.times)), margin_pct) for r in rivals}
+    bands = {r.policy: _sim_band_pct(sim_error, leader.policy, r.policy) for r in rivals}
+    tied = [p for p, m in margins.items() if m.lo <= max(bands[p], MIN_EFFECT_PCT)]
+    out_completed = [p for p in margins if completion[(leader.policy, p)].hi < 0]
+    closest = min(margins, key=lambda p: margins[p].estimate)
+    significant = not tied and not out_completed
+    note = "" if n_trials > 1 else "one trial: intervals over jobs, no run-to-run spread"
+    if sim_error is not None and any(MIN_EFFECT_PCT < margins[p].lo <= bands[p] for p in tied):
+        settle = ", ".join(sorted({leader.policy, *tied}))
+        note = f"too close to call in simulation (within the simulator's error); measure {settle} to settle it"
+    return {
+        "winner": leader.policy if significant else "tie",
+        "significant": significant,
+        "tied_with": ", ".join(sorted({leader.policy, *tied})) if tied else "",
+        "margin_pct": margins[closest].estimate,
+        "margin_lo_pct": margins[closest].lo,
+        "margin_hi_pct": margins[closest].hi,
+        "n_trials": n_trials,
+        "note": note,
+    }
+
+
+def _completion_gap(leader: PolicyRuns, rival: PolicyRuns) -> Interval:
+    """The leader's completion rate minus the rival's, with its interval (exactly 0 when both completed
+    every job, the usual case, without resampling)."""
+    if all(flags.all() for flags in leader.completed + rival.completed):
+        return Interval(0.0, 0.0, 0.0)
+    return interval(list(zip(leader.completed, rival.completed)), completion_gap_pct)
+
+
+def _sim_band_pct(sim_error: dict[str, float] | None, a: str, b: str) -> float:
+    """The margin a simulated comparison must clear: the two policies' relative errors combined as
+    independent (root sum of squares), in percent; 0 for measured cells."""
+    if sim_error is None:
+        return 0.0
+    fallback = max(sim_error.values(), default=0.0)
+    return math.hypot(sim_error.get(a, fallback), sim_error.get(b, fallback)) * 100
+
+
+def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
+             sim_error: dict[str, float]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """``verdicts.csv`` (one row per comparison), and per policy of each comparison the statistics behind
+    it with its tails, timeouts, errors and preemptions, from the done rows of ``summary``."""
+    done = summary[summary.status == CellStatus.DONE.value]
+    rows, policy_rows = [], []
+    for key, cells in done.groupby(GROUP, sort=True):
+        runs = policy_runs(cells, records_of)
+        simulated = key[GROUP.index("engine")] == "sim"
+        rows.append(dict(zip(GROUP, key)) | verdict(runs, sim_error if simulated else None))
+        for run in runs:
+            of_policy = cells[cells.policy == run.policy]
+            requests = pd.concat([records_of(cell_key).requests for cell_key in of_policy.cell_key])
+            counts = {name: of_policy[name].sum(min_count=1) if name in of_policy else np.nan
+                      for name in ("n_timeouts", "n_errors", "n_preemptions")}  # fmt: skip
+            policy_rows.append(dict(zip(GROUP, key)) | {"n_trials": len(run.times)} | policy_stats(run) | counts
+                               | request_tails(requests))  # fmt: skip
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS), pd.DataFrame(policy_rows)
+
+
+def verdict_label(row) -> str:
+    """A verdict in one word: the winner's name, or ``tie``."""
+    return row.winner if row.significant else "tie"
+
+
+def flips(verdicts_table: pd.DataFrame) -> pd.DataFrame:
+    """Where the verdict changes between adjacent loads of one GPU, DRAM budget and engine: the loads that
+    bracket each change, and the verdict on either side."""
+    rows = []
+    for (gpu, dram_gb, engine), group in verdicts_table.groupby(["gpu", "dram_gb", "engine"], sort=True):
+        ordered = list(group.sort_values("jps").itertuples())
+        for below, above in zip(ordered, ordered[1:]):
+            if verdict_label(below) != verdict_label(above):
+                rows.append({"gpu": gpu, "dram_gb": dram_gb, "engine": engine, "jps_below": below.jps,
+                             "jps_above": above.jps, "below": verdict_label(below),
+                             "above": verdict_label(above)})  # fmt: skip
+    return pd.DataFrame(rows, columns=["gpu", "dram_gb", "engine", "jps_below", "jps_above", "below", "above"])

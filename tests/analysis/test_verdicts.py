@@ -1,0 +1,86 @@
+"""Verdicts: intervals that cover the truth about 95% of the time, ties where the margin is inside the
+uncertainty, timed-out jobs kept at their censored time, and no winner that completed fewer jobs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.verdicts import PolicyRuns, censored_job_times, margin_pct, verdict
+from orchestrator.records.intervals import interval
+
+TRUE_MARGIN_PCT = 10.0  # the leader's jobs take 10% less time than the rival's, in expectation
+
+
+def _paired_jobs(rng: np.random.Generator, num_jobs: int, trial_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Heavy-tailed job times of a rival, and the leader's on the same jobs: 10% faster in expectation, with
+    per-job noise of its own (independent of the job's size, so the expected ratio is exact)."""
+    rival = rng.lognormal(mean=3.0, sigma=0.8, size=num_jobs) * trial_factor
+    leader = rival * (1 - TRUE_MARGIN_PCT / 100) * rng.uniform(0.8, 1.2, size=num_jobs)
+    return leader, rival
+
+
+def test_one_trials_job_bootstrap_covers_the_true_margin_about_95_percent_of_the_time():
+    rng = np.random.default_rng(1)
+    num_runs, covered = 300, 0
+    for run in range(num_runs):
+        found = interval([_paired_jobs(rng, 400)], margin_pct, seed=run)
+        covered += found.lo <= TRUE_MARGIN_PCT <= found.hi
+    assert 0.90 <= covered / num_runs <= 0.985
+
+
+def test_trials_t_interval_covers_the_true_margin_about_95_percent_of_the_time():
+    # Run-to-run spread: each trial's rival runs slower or faster as a whole (the leader with it, since it
+    # is paired job by job), and the trials are the unit of the interval.
+    rng = np.random.default_rng(2)
+    num_runs, covered = 400, 0
+    for _ in range(num_runs):
+        trials = [_paired_jobs(rng, 200, trial_factor=rng.uniform(0.7, 1.3)) for _ in range(3)]
+        found = interval(trials, margin_pct)
+        covered += found.lo <= TRUE_MARGIN_PCT <= found.hi
+    assert 0.90 <= covered / num_runs <= 0.99
+
+
+def _runs(policy: str, times: list[np.ndarray], completed: list[np.ndarray] | None = None) -> PolicyRuns:
+    return PolicyRuns(policy, times, completed or [np.ones_like(t) for t in times])
+
+
+def test_a_clear_margin_is_a_significant_winner_and_equal_policies_tie():
+    rng = np.random.default_rng(3)
+    leader, rival = _paired_jobs(rng, 300)
+    clear = verdict([_runs("continuum", [leader]), _runs("fcfs", [rival])])
+    assert clear["winner"] == "continuum" and clear["significant"] and clear["margin_lo_pct"] > 0
+    assert clear["margin_lo_pct"] < TRUE_MARGIN_PCT < clear["margin_hi_pct"] and clear["n_trials"] == 1
+    assert "no run-to-run spread" in clear["note"]
+    same = verdict([_runs("continuum", [rival * 0.999]), _runs("fcfs", [rival * rng.uniform(0.99, 1.01, 300)])])
+    assert same["winner"] == "tie" and not same["significant"] and same["tied_with"] == "continuum, fcfs"
+
+
+def test_a_faster_policy_that_completed_fewer_jobs_beyond_the_uncertainty_is_not_the_winner():
+    rng = np.random.default_rng(4)
+    times = rng.lognormal(3.0, 0.5, 300)
+    completed = np.ones(300)
+    completed[:60] = 0  # 20% of its jobs timed out, censored early at a short cut
+    quick_but_lossy = _runs("continuum", [times * 0.5], [completed])
+    steady = _runs("fcfs", [times])
+    found = verdict([quick_but_lossy, steady])
+    assert found["winner"] != "continuum"
+
+
+def test_a_simulated_margin_inside_the_simulators_error_is_too_close_to_call():
+    rng = np.random.default_rng(5)
+    leader, rival = _paired_jobs(rng, 600)
+    runs = [_runs("continuum", [leader]), _runs("fcfs", [rival])]
+    assert verdict(runs)["significant"]  # measured: 10% beyond the job-level uncertainty
+    simulated = verdict(runs, sim_error={"continuum": 0.19, "fcfs": 0.09})  # a band of 21%
+    assert simulated["winner"] == "tie" and "too close to call in simulation" in simulated["note"]
+    assert "continuum" in simulated["note"] and "fcfs" in simulated["note"]
+    assert verdict(runs, sim_error={"continuum": 0.02, "fcfs": 0.02})["significant"]
+
+
+def test_a_timed_out_job_counts_at_the_time_it_was_cut_never_dropped():
+    jobs = pd.DataFrame({"job_index": [0, 1, 2], "status": ["completed", "timeout", "error"],
+                         "arrival_at": [0.0, 1.0, 2.0], "finished_at": [10.0, 121.0, np.nan]})  # fmt: skip
+    times = censored_job_times(jobs)
+    assert list(times.time_s) == pytest.approx([10.0, 120.0, 120.0]) and list(times.completed) == [True, False, False]
