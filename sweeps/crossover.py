@@ -76,7 +76,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
     skipped) and reads the verdict of each load asked from the sweep's results."""
     from analysis.verdicts import CellRecords, censored_job_times, verdict_label, verdicts
     from orchestrator.sim.calibrate import load_policy_errors
-    from orchestrator.sweep.driver import run_sweep
+    from orchestrator.sweep.driver import EXIT_INTERRUPTED, run_sweep
 
     asked: set[float] = set()
     files = SweepFiles(options.results_dir / spec.name)
@@ -89,7 +89,9 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
         asked.update(loads)
         print(f"[{spec.name}] measuring {engine.value} at {', '.join(f'{jps:g}' for jps in loads)} jobs per second",
               flush=True)  # fmt: skip
-        run_sweep(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}), options)
+        code = run_sweep(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}), options)
+        if code == EXIT_INTERRUPTED:  # stopped by a signal: so is the search; a re-run resumes it
+            raise SystemExit(code)
         summary = pd.read_parquet(files.summary)
         table, _ = verdicts(summary[summary.engine == engine.value], records_of, load_policy_errors())
         by_load = {row.jps: verdict_label(row) for row in table.itertuples()}
