@@ -50,6 +50,20 @@ def replica_processes(prefix: str = sys.prefix) -> list[tuple[int, str]]:
     return found
 
 
+def with_descendants(pids: set[int]) -> set[int]:
+    """``pids`` and every live process below them (children, their children, ...)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError):
+            continue
+    found = set(pids)
+    while grown := {pid for pid, parent in parents.items() if parent in found and pid not in found}:
+        found |= grown
+    return found
+
+
 def vllm_processes() -> list[tuple[int, str]]:
     return processes_matching("vllm")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.replica.replica import SERVER_LOG_FILE
-from tests.processes import processes_matching, replica_processes, vllm_processes
+from tests.processes import processes_matching, replica_processes, vllm_processes, with_descendants
 
 
 def retitled(title: str) -> list[str]:
@@ -64,3 +64,14 @@ def test_a_server_log_written_from_another_environment_is_not_this_checkouts(sta
     pid = start([str(sleep), "60"], SERVER_LOG_FILE)
     assert pid not in {found for found, _ in replica_processes()}
     assert pid in {found for found, _ in replica_processes(prefix=str(sleep.parent))}
+
+
+def test_descendants_are_found_through_every_generation(start):
+    shell = start(["/bin/sh", "-c", "sleep 60 & wait"], "shell.log")
+    deadline = time.monotonic() + 10
+    while len(with_descendants({shell})) < 2:
+        assert time.monotonic() < deadline, "the shell's sleep never appeared"
+        time.sleep(0.05)
+    (child,) = with_descendants({shell}) - {shell}
+    assert "sleep" in Path(f"/proc/{child}/cmdline").read_text()
+    assert with_descendants(set()) == set()

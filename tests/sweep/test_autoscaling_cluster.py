@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from orchestrator.paths import PROJECT_ROOT
-from tests.processes import processes_matching
+from tests.processes import processes_matching, with_descendants
 
 BIN = Path(sys.executable).parent
 # The fake provider's nodes join the head at port 6379, whatever the head uses.
@@ -72,11 +72,19 @@ def autoscaling_head():
     assert started.returncode == 0, started.stdout + started.stderr
     address = next(line.split("'")[1] for line in started.stdout.splitlines() if "ray start --address=" in line)
     yield address
-    for pid, _ in processes_matching(str(temp_dir)):
+    # Its processes name the temp dir; the workers its nodes started (retitled ``ray::...``) do not, but
+    # they descend from them. And `ray start` recorded the address in Ray's own temp dir, where every later
+    # ``ray.init()`` of this test session would find it and try to join a cluster that is gone.
+    for pid in with_descendants({pid for pid, _ in processes_matching(str(temp_dir))}):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    from ray._private.utils import read_ray_address
+    from ray._common.utils import reset_ray_address
+
+    if read_ray_address() == address:
+        reset_ray_address()
 
 
 def sweep(script: str, results: Path, address: str, *flags: str, timeout_s: float = 240) -> subprocess.CompletedProcess:
