@@ -13,6 +13,7 @@ from orchestrator.records.cell import CellStatus
 from orchestrator.sizing.kv import retention_time_s
 from orchestrator.units import GIB
 
+
 def _grid_index(cells: pd.DataFrame) -> list[str]:
     """Rows are load levels, and DRAM budgets too where a GPU was swept over several."""
     return ["dram_gb", "jps"] if cells.dram_gb.nunique() > 1 else ["jps"]

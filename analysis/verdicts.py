@@ -34,6 +34,7 @@ import pandas as pd
 
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
+from orchestrator.records.schema import JobStatus
 
 # The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
 # uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
@@ -55,7 +56,7 @@ def censored_job_times(jobs: pd.DataFrame) -> pd.DataFrame:
     """Per job (by ``job_index``): its time in seconds, completed or censored where it was cut
     (``records.intervals.censored_times``), and whether it completed."""
     spans = censored_times(jobs.arrival_at.to_numpy(), jobs.finished_at.to_numpy(dtype=float))
-    completed = jobs.status == "completed"
+    completed = jobs.status == JobStatus.COMPLETED.value
     return pd.DataFrame({"job_index": jobs.job_index, "time_s": spans, "completed": completed}).set_index("job_index")
 
 
@@ -126,7 +127,12 @@ def verdict(runs: list[PolicyRuns], sim_error: dict[str, float] | None = None) -
         return {"winner": None, "significant": False, "tied_with": "", "margin_pct": np.nan, "margin_lo_pct": np.nan,
                 "margin_hi_pct": np.nan, "n_trials": n_trials, "note": "fewer than two policies done"}  # fmt: skip
     by_mean = sorted(runs, key=lambda r: float(np.mean([t.mean() for t in r.times])))
-    completion = {(a.policy, b.policy): _completion_gap(a, b) for a in runs for b in runs if a is not b}
+    completion = {}
+    for index, a in enumerate(runs):
+        for b in runs[index + 1:]:
+            gap = _completion_gap(a, b)  # b's gap over a is its mirror image: same resamples, negated
+            completion[(a.policy, b.policy)] = gap
+            completion[(b.policy, a.policy)] = Interval(-gap.estimate, -gap.hi, -gap.lo)
     # The leader: the fastest policy that no rival out-completes beyond the uncertainty.
     leader = next((r for r in by_mean if not any(completion[(r.policy, o.policy)].hi < 0 for o in runs if o is not r)),
                   by_mean[0])  # fmt: skip

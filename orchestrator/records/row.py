@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
-from orchestrator.records.cell import CellConfig, CellStatus, NodeStack, TierCounters
+from orchestrator.records.cell import CellConfig, CellStatus, NodeStack
 from orchestrator.records.summary import CellSummary
 
 if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
@@ -136,6 +136,6 @@ def attempt_columns(attempt: Attempt) -> dict:
         "replica_replaced": config.replica_replaced,
         "replica_start_s": config.replica_start_s,
         "n_preemptions": config.num_preemptions,
-        **asdict(config.tier_counters or TierCounters()),
+        **asdict(config.tier_counters),
         **{f"stack_{name}": value for name, value in asdict(stack).items()},
     }
