@@ -7,6 +7,13 @@ import pytest
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.workload.tokenizer import HfTokenCounter
 
+# A local ``ray.init()`` with RAY_AUTH_MODE unset turns token authentication on in this process for good (its
+# C++ config keeps it) and writes RAY_AUTH_MODE=token into os.environ. Once ``restored_environment`` has dropped
+# that variable, the next module's cluster starts without auth while this process still demands a token on every
+# call the cluster makes to it ("Missing authorization header"), so each actor it creates dies at once. Set before
+# any test runs, the mode is the same for this process and every cluster it starts.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
 
 @pytest.fixture(scope="module", autouse=True)
 def restored_environment():

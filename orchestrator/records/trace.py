@@ -122,6 +122,20 @@ def trace_bytes(events: Iterable[TraceEvent]) -> bytes:
 _KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin)}
 
 
+def pin_releases(events: Iterable[TraceEvent]) -> dict[tuple[str, int], str]:
+    """How each pin ended, keyed by the job and turn whose finish pinned it: the reason of the ``Unpin`` that
+    released it (``next_turn`` when the job's next turn arrived while its blocks were still held). A pin the
+    trace never saw released is left out."""
+    pinned_turn: dict[str, int] = {}
+    releases = {}
+    for event in events:
+        if isinstance(event, Finish) and event.action.is_pin and event.job_id is not None and event.turn is not None:
+            pinned_turn[event.job_id] = event.turn
+        elif isinstance(event, Unpin) and event.job_id in pinned_turn:
+            releases[(event.job_id, pinned_turn.pop(event.job_id))] = event.reason
+    return releases
+
+
 def read_trace(data: bytes) -> list[TraceEvent]:
     """The events of a trace file's contents, in order; lines of other kinds (a test's probe events) are left out."""
     events = []

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.records.trace import pin_releases, read_trace
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri
@@ -164,16 +165,24 @@ def _kept_share_of_best_hits(turns: dict[int, dict]) -> float:
 def test_at_saturation_fcfs_loses_most_prefix_hits_and_continuum_keeps_them(sweep):
     fcfs, continuum = sweep.turns("fcfs", 6), sweep.turns("continuum", 6)
     assert _kept_share_of_best_hits(fcfs) < 0.5
-    assert _kept_share_of_best_hits(continuum) >= 0.9
-    # A pin's TTL runs on the wall clock: when the engine is slow or other load starves the server's front
-    # end, some next turns reach the scheduler after it. T3 kept 88% under a competing busy process on the
-    # machine this test was written on, and 69-71% in two fresh-clone runs on a machine where the same
-    # cell runs about 2x slower (1 JPS mean JCT 9.5-10.3 s with this code and the code before it alike),
-    # while turns 3-8 together kept over 90% there too.
-    for turn in LATER_TURNS:
-        assert continuum[turn]["cached_of_best"] >= 0.6, continuum[turn]
+    # A pin's TTL runs on the wall clock, so how many next turns arrive in time depends on the machine: turns
+    # 3-8 kept over 90% where this test was written, 88.5% in a fresh-clone run on a machine where the same
+    # cell runs about 2x slower (there 380 of 1104 later turns came after their pin's TTL and 69 after a pin
+    # released under memory pressure). What does not depend on the machine is the mechanism, checked below.
+    assert _kept_share_of_best_hits(continuum) >= 0.8
     assert sweep.row("continuum", 6)["n_completed"] == sweep.row("continuum", 6)["n_jobs"]
     assert sweep.row("continuum", 6)["jct_mean_s"] < sweep.row("fcfs", 6)["jct_mean_s"]
+
+
+def test_a_turn_that_arrives_while_its_jobs_pin_is_held_finds_its_whole_prefix_cached(sweep):
+    cell = sweep.cell("continuum", 6)
+    releases = pin_releases(read_trace((cell / "scheduler_trace.jsonl").read_bytes()))
+    requests = pd.read_parquet(cell / "requests.parquet")
+    later = requests[requests.turn >= LATER_TURNS.start]
+    ended_by = pd.Series([releases.get((job, turn - 1)) for job, turn in zip(later.job_id, later.turn)], index=later.index)
+    found_pin = later[ended_by == "next_turn"]
+    assert len(found_pin) >= 0.3 * len(later), ended_by.value_counts(dropna=False).to_dict()
+    assert found_pin.cached_tokens.sum() >= 0.95 * found_pin.best_cached_tokens.sum()
 
 
 def test_no_process_of_the_sweeps_servers_is_left_afterwards(sweep):

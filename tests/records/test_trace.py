@@ -8,6 +8,7 @@ from orchestrator.records.trace import (
     Unpin,
     attention_pairs,
     json_line,
+    pin_releases,
     read_trace,
     trace_bytes,
     trace_line,
@@ -75,3 +76,18 @@ def test_a_written_trace_reads_back_as_the_same_events_and_other_kinds_are_left_
     ]  # fmt: skip
     probe = json_line({"kind": "probe_idle", "t": 3.0}).encode()
     assert read_trace(trace_bytes(events) + probe) == events
+
+
+def test_each_pin_is_keyed_by_the_turn_that_made_it_with_the_reason_it_ended():
+    def finish(job, turn, action=FinishAction.PIN):
+        return Finish(t=turn, request_id=f"{job}-t{turn}", job_id=job, turn=turn, is_last=False, action=action,
+                      free_blocks=0)  # fmt: skip
+
+    def unpin(job, reason):
+        return Unpin(t=0.0, job_id=job, reason=reason, num_blocks=1, held_s=0.1, free_blocks=0)
+
+    events = [
+        finish("a", 1), finish("b", 1), unpin("a", "next_turn"), finish("a", 2), unpin("b", "ttl"),
+        unpin("a", "pressure"), finish("c", 1, FinishAction.FREE), unpin("c", "abort"), finish("a", 3), STEP,
+    ]  # fmt: skip
+    assert pin_releases(events) == {("a", 1): "next_turn", ("b", 1): "ttl", ("a", 2): "pressure"}
