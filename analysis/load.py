@@ -7,15 +7,16 @@ and the raw records and scheduler trace are read per cell on demand.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from analysis.verdicts import CellRecords, censored_job_times
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 
-DONE = CellStatus.DONE.value
 
 # What the numbers of an engine are, said on every table of a report.
 PROVENANCE = {
@@ -34,7 +35,7 @@ class SweepData:
 
     @property
     def done(self) -> pd.DataFrame:
-        return self.summary[self.summary.status == DONE]
+        return self.summary[self.summary.status == CellStatus.DONE.value]
 
     @property
     def gpus(self) -> list[str]:
@@ -64,7 +65,7 @@ def load_sweep(directory: Path) -> SweepData:
         raise FileNotFoundError(f"{path} does not exist: is {directory} a sweep's results directory (DIR/<sweep>)?")
     summary = _measured_over_simulated(pd.read_parquet(path))
     turns = []
-    for key in summary[summary.status == DONE].cell_key:
+    for key in summary[summary.status == CellStatus.DONE.value].cell_key:
         try:
             cell_turns = json.loads(files.cell(key).summary.read_text())["turns"]
         except FileNotFoundError:
@@ -76,13 +77,23 @@ def load_sweep(directory: Path) -> SweepData:
     return SweepData(name, directory, summary, turns_frame)
 
 
+def cell_records(files: SweepFiles) -> Callable[[str], CellRecords]:
+    """What the verdicts read of a done cell of the sweep in ``files``, by its key."""
+
+    def records_of(cell_key: str) -> CellRecords:
+        cell = files.cell(cell_key)
+        return CellRecords(censored_job_times(pd.read_parquet(cell.jobs)), pd.read_parquet(cell.requests))
+
+    return records_of
+
+
 def _measured_over_simulated(summary: pd.DataFrame) -> pd.DataFrame:
     """An ``auto`` sweep simulates a GPU type until the cluster has one and then measures it: where a cell
     is done both ways, the report shows the measurement (the simulated cell stays in the results)."""
     axes = [column for column in ("gpu", "policy", "jps", "dram_gb", "seed") if column in summary]
     if "engine" not in summary or not len(summary):
         return summary
-    measured = summary[(summary.engine == "vllm") & (summary.status == DONE)][axes].drop_duplicates()
+    measured = summary[(summary.engine == "vllm") & (summary.status == CellStatus.DONE.value)][axes].drop_duplicates()
     simulated = summary.engine == "sim"
     superseded = summary[simulated].reset_index().merge(measured, on=axes)["index"]
     return summary.drop(index=superseded).reset_index(drop=True)

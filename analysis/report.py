@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import plots, tables
-from analysis.load import SweepData, load_sweep
-from analysis.verdicts import CellRecords, censored_job_times, flips, verdicts
+from analysis.load import SweepData, cell_records, load_sweep
+from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.sim.calibrate import load_policy_errors
@@ -99,12 +99,7 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     statistics behind the verdicts, for the GPU sections."""
     if not len(data.done):
         return pd.DataFrame(columns=["gpu", "policy"])
-
-    def records_of(cell_key: str) -> CellRecords:
-        files = data.files.cell(cell_key)
-        return CellRecords(censored_job_times(pd.read_parquet(files.jobs)), pd.read_parquet(files.requests))
-
-    table, per_policy = verdicts(data.summary, records_of, load_policy_errors())
+    table, per_policy = verdicts(data.summary, cell_records(data.files), load_policy_errors())
     report.heading("Verdicts")
     report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie)",
                   plots.verdict_map(table))  # fmt: skip

@@ -3,8 +3,8 @@
     python benchmarks/sim_vs_cpu.py [--results-dir DIR] [--duration-s 30] [--jps 1,6]
 
 1. Profiles the real engine: one fcfs cell at a light load on a different seed (sweep
-   ``honesty_profile``). Its step times fit the CPU's roofline and its request latencies the API
-   server's per-request time (``orchestrator/sim/profile.py``). That is the simulator's whole
+   ``honesty-profile``, ``orchestrator/sweep/profiling.py``). Its step times fit the CPU's roofline and its
+   request latencies the API server's per-request time (``orchestrator/sim/profile.py``). That is the simulator's whole
    configuration of this machine: nothing is fitted on the cells compared.
 2. Measures fcfs and continuum at a low and a saturating load on the real engine (sweep ``honesty``),
    with the pool the CPU sweep uses (2400 blocks of 32 tokens) so that FCFS loses its prefix hits at the
@@ -29,17 +29,16 @@ if __name__ == "__main__":
 
 import pandas as pd  # noqa: E402
 
-from orchestrator.models.tiny import ensure_tiny_model  # noqa: E402
 from orchestrator.records.layout import SweepFiles  # noqa: E402
 from orchestrator.records.schema import JobStatus, to_row  # noqa: E402
 from orchestrator.sim.engine import SimResult  # noqa: E402
-from orchestrator.sim.profile import CpuProfile, fit_request_overhead, fit_step_costs, simulate_cell, step_samples  # noqa: E402
+from orchestrator.sim.profile import simulate_cell  # noqa: E402
 from orchestrator.sizing.models import load_model  # noqa: E402
 from orchestrator.sweep.driver import SweepOptions, run_sweep  # noqa: E402
+from orchestrator.sweep.profiling import measure_cpu_profile, profile_spec  # noqa: E402
 from orchestrator.sweep.tracking import default_tracking_uri  # noqa: E402
 from sweeps.cpu_tiny import SPEC as CPU_TINY  # noqa: E402
 
-PROFILE_SEED = 7
 LATER_TURNS = range(3, 9)
 
 
@@ -71,30 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     options = SweepOptions(results_dir=results, tracking_uri=default_tracking_uri(results), live=False, progress_interval_s=30)
     workload = CPU_TINY.workload.model_copy(update={"duration_s": args.duration_s})
     jps = tuple(float(level) for level in args.jps.split(","))
-    profile_spec = CPU_TINY.model_copy(update={"name": "honesty_profile", "policies": ("fcfs",), "jps": (2.0,),
-                                              "seeds": (PROFILE_SEED,), "workload": workload})  # fmt: skip
     compared_spec = CPU_TINY.model_copy(update={"name": "honesty", "policies": ("fcfs", "continuum"), "jps": jps,
                                                "workload": workload})  # fmt: skip
-    for spec in (profile_spec, compared_spec):
-        if run_sweep(spec, options) != 0:
-            print(f"error: the real sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
-            return 1
-
-    arch = load_model(str(ensure_tiny_model()))
-    profile_summary = pd.read_parquet(results / "honesty_profile" / "summary.parquet").iloc[0]
-    profile_dir = results / "honesty_profile" / "cells" / profile_summary.cell_key
-    trace = pd.read_json(profile_dir / "scheduler_trace.jsonl", lines=True)
-    facts = json.loads((profile_dir / "cell.json").read_text())["engine_facts"]
-    steps = step_samples(trace)
-    flops, bandwidth, step_s, seq_s = fit_step_costs(steps, arch)
-    profile = CpuProfile(flops, bandwidth, step_s, seq_s, 0.0, int((steps.prefill_tokens + steps.decode_tokens).max()),
-                         facts["num_kv_blocks"] - 1, facts["block_size"])  # vLLM keeps one null block  # fmt: skip
-    profile_requests = pd.read_parquet(profile_dir / "requests.parquet")
-    profile_workload = workload.model_copy(update={"jps": 2.0, "seed": PROFILE_SEED})
-    profile = CpuProfile(**(asdict(profile) | {"request_overhead_s": fit_request_overhead(
-        profile, arch, profile_workload, float(profile_requests.latency_s.mean()))}))  # fmt: skip
-    print(f"CPU profile from {len(steps)} steps of {profile_dir.name}: " +
-          ", ".join(f"{name}={value:.4g}" for name, value in asdict(profile).items()))  # fmt: skip
+    profile = measure_cpu_profile(compared_spec, options)
+    if run_sweep(compared_spec, options) != 0:
+        print(f"error: the real sweep {compared_spec.name} did not finish; see {results / compared_spec.name}", file=sys.stderr)
+        return 1
+    arch = load_model(compared_spec.model)
+    print(f"CPU profile from {profile_spec(compared_spec).name}: {profile.describe()}")
 
     files = SweepFiles(results / "honesty")
     summary = pd.read_parquet(files.summary)

@@ -7,7 +7,9 @@ The search starts from a few loads spread geometrically over [jps-min, jps-max],
 every interval whose two ends got different verdicts (a winner, or a tie: analysis/verdicts.py) until it is
 no wider than the resolution. With ``--engine sim`` or ``auto`` it searches in the simulator; ``--confirm``
 then measures the two loads that bracket each change on real vLLM (cells of a GPU type the cluster lacks
-stay pending, and say so); ``--engine vllm`` searches on real vLLM directly (the CPU engine: ``--gpu cpu``).
+stay pending, and say so); ``--engine vllm`` searches on real vLLM directly. ``--gpu cpu`` is the CPU
+engine: the simulator first measures it on this machine (one fcfs cell at 2 JPS, sweep
+``<sweep>-profile``, ``orchestrator/sweep/profiling.py``), so the search and its confirmation run here.
 
 Every load is an ordinary cell of one sweep (``crossover-<gpu>-<a>-<b>``): tracked, resumable, and a
 re-run after a kill finds the same loads done and runs only the rest. The flips are printed and written
@@ -26,12 +28,15 @@ if __name__ == "__main__":
 
 import pandas as pd  # noqa: E402
 
+from orchestrator.gpus import CPU  # noqa: E402
 from orchestrator.records.layout import SweepFiles  # noqa: E402
 from orchestrator.records.store import atomic_write_csv  # noqa: E402
 from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors  # noqa: E402
+from orchestrator.sweep.profiling import measure_cpu_profile, profile_spec  # noqa: E402
 from orchestrator.sweep.spec import EngineKind, SweepSpec  # noqa: E402
 from orchestrator.validation import InputError  # noqa: E402
 from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
+from sweeps.cpu_tiny import SPEC as CPU_TINY  # noqa: E402
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 START_LOADS = 5
@@ -47,7 +52,16 @@ SPEC = SweepSpec(
     workload=WorkloadSpec(jps=1, duration_s=45),
 )
 
+# --gpu cpu: the CPU engine as sweeps/cpu_tiny.py runs it (the tiny model, its workload and its pool).
+CPU_SPEC = CPU_TINY.model_copy(update={"name": "crossover", "jps": (1.0,)})
+
 Judge = Callable[[list[float]], dict[float, str]]
+
+
+def start_loads(jps_min: float, jps_max: float, num_start: int = START_LOADS) -> list[float]:
+    """The search's first loads: ``num_start`` spread geometrically over the range, both ends included."""
+    ratio = (jps_max / jps_min) ** (1 / (num_start - 1))
+    return [round(jps_min * ratio**i, 3) for i in range(num_start - 1)] + [jps_max]
 
 
 def bisect_flips(judge: Judge, jps_min: float, jps_max: float, resolution: float,
@@ -55,8 +69,7 @@ def bisect_flips(judge: Judge, jps_min: float, jps_max: float, resolution: float
     """Every (load below, load above, verdict below, verdict above) no wider than ``resolution`` where the
     verdict changes. ``judge(loads)`` gives each load's verdict; each round asks it for all the loads the
     round needs at once, and the loads depend only on the verdicts, so a repeated search asks the same."""
-    ratio = (jps_max / jps_min) ** (1 / (num_start - 1))
-    loads = [round(jps_min * ratio**i, 3) for i in range(num_start - 1)] + [jps_max]
+    loads = start_loads(jps_min, jps_max, num_start)
     verdicts = judge(loads)
     brackets = [(a, b) for a, b in zip(loads, loads[1:]) if verdicts[a] != verdicts[b]]
     flips = []
@@ -74,16 +87,13 @@ def bisect_flips(judge: Judge, jps_min: float, jps_max: float, resolution: float
 def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
     """Verdicts from measuring: each call runs the sweep with every load asked so far (those done are
     skipped) and reads the verdict of each load asked from the sweep's results."""
-    from analysis.verdicts import CellRecords, censored_job_times, verdict_label, verdicts
+    from analysis.load import cell_records
+    from analysis.verdicts import verdict_label, verdicts
     from orchestrator.sim.calibrate import load_policy_errors
     from orchestrator.sweep.driver import EXIT_INTERRUPTED, run_sweep
 
     asked: set[float] = set()
     files = SweepFiles(options.results_dir / spec.name)
-
-    def records_of(cell_key: str) -> CellRecords:
-        cell = files.cell(cell_key)
-        return CellRecords(censored_job_times(pd.read_parquet(cell.jobs)), pd.read_parquet(cell.requests))
 
     def judge(loads: list[float]) -> dict[float, str]:
         asked.update(loads)
@@ -93,7 +103,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
         if code == EXIT_INTERRUPTED:  # stopped by a signal: so is the search; a re-run resumes it
             raise SystemExit(code)
         summary = pd.read_parquet(files.summary)
-        table, _ = verdicts(summary[summary.engine == engine.value], records_of, load_policy_errors())
+        table, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_policy_errors())
         by_load = {row.jps: verdict_label(row) for row in table.itertuples()}
         return {jps: by_load.get(jps, "not measured") for jps in loads}
 
@@ -103,7 +113,8 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
 def main(argv: list[str] | None = None) -> int:
     p = parser(SPEC)
     p.description = __doc__.split("\n")[0]
-    p.add_argument("--gpu", help="the GPU type (or cpu) to search on; same as --gpus with one type")
+    p.add_argument("--gpu", help="the GPU type to search on (same as --gpus with one type), or cpu: the CPU engine with "
+                   "sweeps/cpu_tiny.py's model, workload and pool")
     p.add_argument("--jps-min", type=float, default=1.0, help="lowest load searched; default: 1")
     p.add_argument("--jps-max", type=float, default=15.0, help="highest load searched; default: 15")
     p.add_argument("--resolution", type=float, default=0.5, help="width in jobs per second of each bracket found")
@@ -115,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _search(args) -> int:
-    spec, options = prepare(SPEC, args)
+    # --engine picks where the search runs. The CPU engine's sweep is checked as the real one it is: the simulator
+    # can run it only once it is profiled.
+    searched_on, args.engine = args.engine, None
+    spec, options = prepare(CPU_SPEC if args.gpus == [CPU] else SPEC, args)
     if len(spec.gpus) != 1 or len(spec.policies) != 2:
         raise InputError(f"--gpu and --policies: one GPU type and two policies, got {', '.join(spec.gpus)} and "
                          f"{', '.join(spec.policies)}")  # fmt: skip
@@ -124,8 +138,14 @@ def _search(args) -> int:
                          "valid is 0 < jps-min < jps-max and a positive resolution")  # fmt: skip
     if not args.name:
         spec = spec.model_copy(update={"name": f"crossover-{spec.gpus[0]}-{'-'.join(spec.policies)}"})
-    search_engine = EngineKind.VLLM if spec.engine is EngineKind.VLLM else EngineKind.SIM
-    # The search's engine must be able to run the GPU type (the simulator has no CPU-engine model).
+    search_engine = EngineKind.VLLM if searched_on == EngineKind.VLLM.value else EngineKind.SIM
+    needs_profile = search_engine is EngineKind.SIM and spec.gpus == (CPU,)
+    if options.dry_run:
+        return _dry_run(spec, options, search_engine, needs_profile, start_loads(args.jps_min, args.jps_max))
+    if needs_profile:
+        spec = spec.model_copy(update={"cpu_profile": measure_cpu_profile(spec, options)})
+        print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: {spec.cpu_profile.describe()}")
+    # The search's engine must be able to run the GPU type.
     SweepSpec.model_validate(spec.model_copy(update={"engine": search_engine}).model_dump())
     flips = bisect_flips(sweep_judge(spec, options, search_engine), args.jps_min, args.jps_max, args.resolution)
     searched = search_engine.value
@@ -135,12 +155,26 @@ def _search(args) -> int:
         measured = sweep_judge(spec, options, EngineKind.VLLM)(sorted({jps for a, b, *_ in flips for jps in (a, b)}))
         for row in rows:
             row |= {"vllm_below": measured[row["jps_below"]], "vllm_above": measured[row["jps_above"]]}
+            # Confirmed: the measured cells give the same verdicts as the simulated ones on both sides.
+            row["confirmed"] = (row["vllm_below"], row["vllm_above"]) == (row["sim_below"], row["sim_above"])
     table = pd.DataFrame(rows)
     atomic_write_csv(table, SweepFiles(options.results_dir / spec.name).crossover)
     print(f"[{spec.name}] {len(flips)} change(s) of verdict between {args.jps_min:g} and {args.jps_max:g} jobs per "
           "second:")
     print(table.to_string(index=False) if len(table) else "  none: the same verdict at every load searched")
     return 0
+
+
+def _dry_run(spec: SweepSpec, options, engine: EngineKind, needs_profile: bool, loads: list[float]) -> int:
+    """What the search would run first: the profiling cell (the CPU engine in the simulator), or the start
+    loads; the loads after them depend on the verdicts measured there."""
+    from orchestrator.sweep.driver import run_sweep
+
+    first = profile_spec(spec) if needs_profile else spec.model_copy(update={"engine": engine, "jps": tuple(loads)})
+    code = run_sweep(first, options)
+    start = f"the search starts at {', '.join(f'{jps:g}' for jps in loads)} jobs per second and " if needs_profile else ""
+    print(f"[{spec.name}] dry run: then {start}halves every interval whose two ends get different verdicts")
+    return code
 
 
 if __name__ == "__main__":

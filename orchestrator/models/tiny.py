@@ -20,6 +20,7 @@ from pathlib import Path
 
 from orchestrator.workload.text import WORD_POOL
 
+TINY_MODEL = "tiny"  # the name that stands for this model wherever a model name or directory is asked
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 BOS, EOS = "<s>", "</s>"
 # Bumped whenever the generated files change, so a cache directory is never stale.
@@ -112,8 +113,13 @@ def _write_tokenizer(directory: Path) -> None:
 
 
 def _write_config(directory: Path, shape: TinyModelShape) -> None:
+    _write_json(directory / "config.json", tiny_config(shape))
+
+
+def tiny_config(shape: TinyModelShape = TinyModelShape()) -> dict:
+    """The model's ``config.json``: what the sizing code and the simulator read of it, without generating it."""
     tokens = vocabulary()
-    config = {
+    return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": len(tokens),
@@ -134,7 +140,6 @@ def _write_config(directory: Path, shape: TinyModelShape) -> None:
         "pad_token_id": tokens.index("<pad>"),
         "kvsweep_tiny_shape": asdict(shape),
     }
-    _write_json(directory / "config.json", config)
 
 
 def _write_weights(directory: Path, shape: TinyModelShape) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from orchestrator.gpus import GPU_TYPES
+from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.policies import get_policy
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.hardware import Calibration, Device, StepCost, gpu_kv_blocks
@@ -20,10 +20,15 @@ from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.workload.spec import WorkloadSpec
 
 
-def check_simulable(model: str, gpus: Iterable[str]) -> None:
-    """Raises ``ValueError`` (one line) unless every GPU has a profile and the model has a config."""
+def check_simulable(model: str, gpus: Iterable[str], has_cpu_profile: bool = False) -> None:
+    """Raises ``ValueError`` (one line) unless every device has a profile and the model has a config. The CPU
+    engine's profile is measured on the machine that runs it (``sim/profile.py``), so it comes with the sweep."""
     for gpu in gpus:
-        if gpu not in GPU_TYPES:
+        if gpu == CPU and not has_cpu_profile:
+            raise ValueError("the simulator models the cpu device only from a profile measured on this machine: "
+                             "`python sweeps/crossover.py --gpu cpu` measures one first; valid without one: "
+                             f"{', '.join(GPU_TYPES)}")  # fmt: skip
+        if gpu != CPU and gpu not in GPU_TYPES:
             raise ValueError(f"the simulator has no profile for the {gpu!r} device; it simulates GPUs: {', '.join(GPU_TYPES)}")
     load_model(model)
 

@@ -4,25 +4,28 @@ For hardware without datasheet figures, chiefly the CPU build of vLLM that runs 
 trace of one real cell gives each step's duration and its features (tokens, attention pairs, context
 read, batch), and a least-squares fit gives the effective FLOP/s, memory bandwidth and overheads of the
 same roofline the GPUs use (``hardware.StepCost``) with efficiencies of 1. The API server's time per
-request comes from matching the cell's mean request latency. ``benchmarks/sim_vs_cpu.py`` profiles one
+request comes from matching the cell's request latencies. ``benchmarks/sim_vs_cpu.py`` profiles one
 cell this way and compares the simulator with the real engine on others.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.engine import SimResult, simulate
+from orchestrator.sim.engine import SimEngine, SimResult, simulate
 from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sizing.models import ModelArch
 from orchestrator.workload.spec import WorkloadSpec
 
 CPU_MAX_NUM_SEQS = 128  # vLLM's serving default on CPU
+# The profiling cell: fcfs at a light load, on a seed of its own so that no cell it predicts shares its schedule.
+PROFILE_POLICY, PROFILE_JPS, PROFILE_SEED = "fcfs", 2.0, 7
+NULL_BLOCKS = 1  # vLLM keeps one block of the pool it reports (and is asked for) out of use
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,12 @@ class CpuProfile:
     max_num_batched_tokens: int
     num_kv_blocks: int
     block_size: int
+
+    def describe(self) -> str:
+        return (f"{self.peak_flops / 1e9:.3g} GFLOP/s, {self.memory_bytes_s / 1e9:.3g} GB/s, {self.step_overhead_s * 1e3:.3g} ms "
+                f"per step, {self.seq_overhead_s * 1e3:.3g} ms per sequence, {self.request_overhead_s * 1e3:.3g} ms of API time "
+                f"per request, a {self.max_num_batched_tokens:,}-token budget, {self.num_kv_blocks:,} blocks of "
+                f"{self.block_size} tokens")  # fmt: skip
 
     def device(self) -> Device:
         return Device("cpu", self.peak_flops, self.memory_bytes_s, self.memory_bytes_s, self.max_num_batched_tokens,
@@ -79,19 +88,43 @@ def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, 
     return tuple(math.exp(value) for value in fit.x)  # type: ignore[return-value]
 
 
+def cpu_sim_engine(profile: CpuProfile, model: str | ModelArch, policy: str, dram_gb: float, workload: WorkloadSpec,
+                   num_kv_blocks: int | None = None) -> SimEngine:  # fmt: skip
+    """The simulated CPU engine: the measured roofline and token budget, and the measured pool unless the cell
+    fixes its own (``num_kv_blocks``, as vLLM is asked for it)."""
+    usable = profile.num_kv_blocks if num_kv_blocks is None else num_kv_blocks - NULL_BLOCKS
+    return sim_engine(profile.device(), model, policy, dram_gb, workload, calibration=profile.calibration(),
+                      block_size=profile.block_size, num_kv_blocks=usable)  # fmt: skip
+
+
 def simulate_cell(profile: CpuProfile, arch: ModelArch, policy: str, workload: WorkloadSpec) -> SimResult:
-    engine = sim_engine(profile.device(), arch, policy, 0, workload, calibration=profile.calibration(),
-                        block_size=profile.block_size, num_kv_blocks=profile.num_kv_blocks)  # fmt: skip
-    return simulate(workload, engine)
+    return simulate(workload, cpu_sim_engine(profile, arch, policy, 0, workload))
 
 
-def fit_request_overhead(profile: CpuProfile, arch: ModelArch, workload: WorkloadSpec, measured_latency_s: float) -> float:
-    """The API server's per-request time that makes the profiling cell's mean request latency match."""
-    low, high = 0.0, 0.5
-    for _ in range(20):
-        middle = (low + high) / 2
-        candidate = CpuProfile(**(asdict(profile) | {"request_overhead_s": middle}))
-        result = simulate_cell(candidate, arch, "fcfs", workload)
-        latency = statistics.fmean(r.latency_s for r in result.requests if r.latency_s is not None)
-        low, high = (middle, high) if latency < measured_latency_s else (low, middle)
-    return (low + high) / 2
+def profile_from_cell(trace: pd.DataFrame, requests: pd.DataFrame, num_kv_blocks: int, block_size: int,
+                      arch: ModelArch, workload: WorkloadSpec) -> CpuProfile:  # fmt: skip
+    """The profile of the engine that ran one cell (its scheduler trace, its request rows, the pool vLLM
+    reported, its workload): the roofline from its step times, then the API server's time per request from
+    its request latencies."""
+    steps = step_samples(trace)
+    flops, bandwidth, step_s, seq_s = fit_step_costs(steps, arch)
+    budget = int((steps.prefill_tokens + steps.decode_tokens).max())
+    profile = CpuProfile(flops, bandwidth, step_s, seq_s, 0.0, budget, num_kv_blocks - NULL_BLOCKS, block_size)
+    return replace(profile, request_overhead_s=fit_request_overhead(profile, arch, workload, requests))
+
+
+def fit_request_overhead(profile: CpuProfile, arch: ModelArch, workload: WorkloadSpec, requests: pd.DataFrame) -> float:
+    """The API server's time per request: the one whose simulation of the profiling cell best matches the
+    latency of its requests, request by request (mean absolute log ratio), searched on a 5 ms grid up to
+    250 ms and then a 0.5 ms one around the best. The mean latency alone is not monotonic in it (an earlier
+    arrival can change which requests share a batch), so it cannot be bisected."""
+    measured = requests.dropna(subset=["latency_s"]).set_index(["job_id", "turn"]).latency_s
+
+    def mismatch(overhead_s: float) -> float:
+        result = simulate_cell(replace(profile, request_overhead_s=overhead_s), arch, PROFILE_POLICY, workload)
+        simulated = pd.Series({(r.job_id, r.turn): r.latency_s for r in result.requests if r.latency_s is not None})
+        pairs = pd.concat([measured, simulated], axis=1, join="inner").to_numpy(float)
+        return float(np.abs(np.log(pairs[:, 1] / pairs[:, 0])).mean())
+
+    coarse = min(np.arange(0.0, 0.2501, 0.005), key=mismatch)
+    return float(min(np.arange(max(0.0, coarse - 0.005), coarse + 0.0051, 0.0005), key=mismatch))

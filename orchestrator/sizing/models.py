@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.models.tiny import TINY_MODEL, tiny_config
+
 CONFIG_DIR = Path(__file__).parent / "configs"
 # Names the sweeps use for the models whose configs ship with the project.
 ALIASES = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct", "Qwen/Qwen3.6-35B-A3B": "qwen3.6-35b-a3b"}
@@ -35,7 +37,10 @@ def shipped_names() -> list[str]:
 
 
 def load_model(name_or_path: str) -> ModelArch:
-    """A shipped config by name (``llama-3.1-8b-instruct``), a model directory, or a ``config.json``."""
+    """A shipped config by name (``llama-3.1-8b-instruct``), the generated tiny model (``tiny``), a model
+    directory, or a ``config.json``."""
+    if name_or_path == TINY_MODEL:
+        return arch_from_config(tiny_config(), name=TINY_MODEL)
     name = ALIASES.get(name_or_path, name_or_path)
     shipped = CONFIG_DIR / f"{name}.json"
     path = Path(name_or_path)

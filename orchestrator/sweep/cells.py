@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from dataclasses import asdict
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.gpus import CPU
 from orchestrator.policies import get_policy
+from orchestrator.sim.profile import CpuProfile
 from orchestrator.sweep.cluster import SIM
 from orchestrator.sweep.spec import EngineKind, EngineOptions, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
@@ -40,6 +42,7 @@ class CellSpec(BaseModel):
     model: str
     workload: WorkloadSpec  # carries the cell's jps and seed
     engine_options: EngineOptions
+    cpu_profile: CpuProfile | None = None  # a simulated cell of the cpu device: the engine it simulates
 
     @property
     def jps(self) -> float:
@@ -51,7 +54,9 @@ class CellSpec(BaseModel):
 
     @property
     def key(self) -> str:
-        canonical = json.dumps({"v": KEY_VERSION, **self.model_dump(mode="json")}, sort_keys=True)
+        # Without a profile the field is left out, so the keys of every other cell stay what they were.
+        fields = self.model_dump(mode="json", exclude={"cpu_profile"} if self.cpu_profile is None else set())
+        canonical = json.dumps({"v": KEY_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     @property
@@ -98,6 +103,8 @@ class CellSpec(BaseModel):
         for prefix, section in (("workload", self.workload), ("engine_options", self.engine_options)):
             for name, value in section.model_dump(mode="json").items():
                 flat[f"{prefix}.{name}"] = json.dumps(value) if isinstance(value, list) else str(value)
+        if self.cpu_profile is not None:
+            flat |= {f"cpu_profile.{name}": f"{value:.6g}" for name, value in asdict(self.cpu_profile).items()}
         return flat
 
 
@@ -123,6 +130,7 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
                     model=spec.model,
                     workload=spec.workload.model_copy(update={"jps": jps, "seed": seed}),
                     engine_options=spec.engine_options,
+                    cpu_profile=spec.cpu_profile if engine is EngineKind.SIM and gpu == CPU else None,
                 )
             )
     return cells

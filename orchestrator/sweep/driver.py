@@ -75,7 +75,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
     if simulated:
         try:
-            check_simulable(spec.model, simulated)
+            check_simulable(spec.model, simulated, has_cpu_profile=spec.cpu_profile is not None)
         except ValueError as error:
             raise InputError(f"--engine {spec.engine.value} would simulate {', '.join(simulated)}: {error}") from None
     results = SweepResults(options.results_dir / spec.name)

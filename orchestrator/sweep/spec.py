@@ -12,11 +12,12 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.gpus import CPU, known_device_names
+from orchestrator.models.tiny import TINY_MODEL
 from orchestrator.policies import POLICIES
 from orchestrator.sim.config import check_simulable
+from orchestrator.sim.profile import CpuProfile
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
 
-TINY_MODEL = "tiny"
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
 GPU_BLOCK_SIZE = 16
 
@@ -105,6 +106,9 @@ class SweepSpec(BaseModel):
     workload: WorkloadSpec = WorkloadSpec(jps=1.0)
     engine_options: EngineOptions = EngineOptions()
     limits: RunLimits = RunLimits()
+    cpu_profile: CpuProfile | None = Field(
+        None, description="the CPU engine as the simulator sees it, measured on the machine that runs it "
+        "(sim/profile.py); simulated cells of the cpu device need one")  # fmt: skip
 
     @field_validator("gpus")
     @classmethod
@@ -147,7 +151,7 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"dram_gb_by_gpu names {gpu!r}, which is not among the sweep's GPUs {list(self.gpus)}")
         check_jobs_per_cell(max(self.jps), self.workload.duration_s)
         if self.engine is EngineKind.SIM:
-            check_simulable(self.model, self.gpus)
+            check_simulable(self.model, self.gpus, has_cpu_profile=self.cpu_profile is not None)
         if self.engine in (EngineKind.AUTO, EngineKind.VLLM):
             if CPU in self.gpus:
                 self._check_cpu_policies()

@@ -27,6 +27,7 @@ from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import simulate
 from orchestrator.sim.hardware import Device
+from orchestrator.sim.profile import cpu_sim_engine
 from orchestrator.policies import get_policy
 from orchestrator.sweep.cells import CellSpec
 from orchestrator.sweep.serving import served_cell
@@ -151,12 +152,15 @@ class CellWorker:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
         self._status = WorkerStatus(cell.key, "running", 0, 0)
         options, workload = cell.engine_options, cell.workload
-        engine = sim_engine(
-            Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb, workload,
-            block_size=options.block_size_on(cell.gpu), num_kv_blocks=options.num_kv_blocks,
-            gpu_memory_utilization=options.gpu_memory_utilization,
-            max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
-        )  # fmt: skip
+        if cell.cpu_profile is not None:
+            engine = cpu_sim_engine(cell.cpu_profile, cell.model, cell.policy, cell.dram_gb, workload, options.num_kv_blocks)
+        else:
+            engine = sim_engine(
+                Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb, workload,
+                block_size=options.block_size_on(cell.gpu), num_kv_blocks=options.num_kv_blocks,
+                gpu_memory_utilization=options.gpu_memory_utilization,
+                max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
+            )  # fmt: skip
         result = simulate(workload, engine)
         stats = asdict(result.stats)
         scheduler = engine.scheduler

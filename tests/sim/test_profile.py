@@ -1,13 +1,25 @@
-"""Fitting a measured engine's roofline from its step trace recovers the constants that made the steps."""
+"""Fitting a measured engine's roofline from its step trace recovers the constants that made the steps, and a
+profile fitted on one cell predicts the engine on others."""
 
+import io
 import random
+import statistics
 
 import pandas as pd
 import pytest
 
+from orchestrator.records.schema import to_row
 from orchestrator.sim.hardware import Calibration, Device, StepCost
-from orchestrator.sim.profile import fit_step_costs, step_samples
+from orchestrator.sim.profile import (
+    CpuProfile,
+    cpu_sim_engine,
+    fit_step_costs,
+    profile_from_cell,
+    simulate_cell,
+    step_samples,
+)
 from orchestrator.sizing.models import load_model
+from orchestrator.workload.spec import WorkloadSpec
 
 ARCH = load_model("llama-3.1-8b-instruct")
 
@@ -40,3 +52,44 @@ def test_only_steps_followed_by_another_busy_step_are_samples():
     trace = synthetic_trace(4e12, 2e11, 0.004, 0.0002, num_steps=5)
     samples = step_samples(trace)
     assert len(samples) == 4 and (samples.duration_s > 0).all()
+
+
+TINY_WORKLOAD = WorkloadSpec(jps=2, duration_s=15, scale=0.25, seed=7)
+KNOWN = CpuProfile(peak_flops=8e10, memory_bytes_s=2.6e10, step_overhead_s=0.002, seq_overhead_s=1e-4,
+                   request_overhead_s=0.04, max_num_batched_tokens=2048, num_kv_blocks=2399, block_size=32)  # fmt: skip
+
+
+def test_a_profile_fitted_on_a_cell_of_a_known_engine_predicts_that_engine():
+    # The cell as the real engine would leave it: its trace, its request rows, and the pool vLLM reports
+    # (one block more than it gives out: the null block).
+    arch = load_model("tiny")
+    cell = simulate_cell(KNOWN, arch, "fcfs", TINY_WORKLOAD)
+    trace = stamped_at_the_start(pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True), StepCost(arch, KNOWN.device(), KNOWN.calibration()))
+    requests = pd.DataFrame([to_row(record) for record in cell.requests])
+    fitted = profile_from_cell(trace, requests, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch, TINY_WORKLOAD)
+    assert (fitted.num_kv_blocks, fitted.block_size) == (KNOWN.num_kv_blocks, KNOWN.block_size)
+    assert fitted.request_overhead_s == pytest.approx(KNOWN.request_overhead_s, rel=0.2)
+    busier = TINY_WORKLOAD.model_copy(update={"jps": 6, "seed": 42})
+    for policy in ("fcfs", "continuum"):
+        expected, predicted = (_mean_jct(simulate_cell(profile, arch, policy, busier)) for profile in (KNOWN, fitted))
+        assert predicted == pytest.approx(expected, rel=0.1), policy
+
+
+def stamped_at_the_start(trace: pd.DataFrame, cost: StepCost) -> pd.DataFrame:
+    """The simulator stamps a step when it ends, the plugin right after scheduling it; without a CPU tier a
+    simulated step lasts exactly its forward pass."""
+    steps = trace.kind == "step"
+    durations = [cost.forward_s(row.prefill_tokens + row.decode_tokens, row.attention_pairs, row.context_tokens, row.scheduled)
+                 for row in trace[steps].itertuples()]  # fmt: skip
+    return trace.assign(t=trace.t.where(~steps, trace.t[steps] - durations))
+
+
+def _mean_jct(result) -> float:
+    return statistics.fmean(job.jct_s for job in result.jobs if job.jct_s is not None)
+
+
+def test_the_simulated_cpu_engine_has_the_measured_pool_unless_the_cell_fixes_one():
+    arch = load_model("tiny")
+    assert cpu_sim_engine(KNOWN, arch, "fcfs", 0, TINY_WORKLOAD).scheduler.num_blocks == KNOWN.num_kv_blocks
+    # As vLLM is asked for it: the pool it reports includes its null block.
+    assert cpu_sim_engine(KNOWN, arch, "fcfs", 0, TINY_WORKLOAD, num_kv_blocks=1001).scheduler.num_blocks == 1000

@@ -10,6 +10,7 @@ from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec
+from tests.sim.test_profile import KNOWN as CPU_PROFILE
 from tests.sweep.conftest import options, runs_by_key, summary
 
 SPEC = SweepSpec(
@@ -70,3 +71,16 @@ def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing(simulated):
 def test_the_report_labels_every_table_as_simulated(simulated):
     page = (simulated / "simulated" / "report" / "report.html").read_text()
     assert "simulated" in page and "measured on real vLLM" not in page
+
+
+def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(fake_gpu_cluster, tmp_path):
+    spec = SweepSpec(name="cpu-sim", engine=EngineKind.SIM, gpus=("cpu",), policies=("fcfs", "continuum"), jps=(2,),
+                     workload=WorkloadSpec(jps=1, duration_s=10, scale=0.25), cpu_profile=CPU_PROFILE)  # fmt: skip
+    assert run_sweep(spec, options(tmp_path)) == 0
+    rows = summary(tmp_path, "cpu-sim")
+    assert set(rows.status) == {"done"} and set(rows.engine) == {"sim"} and (rows.n_completed == rows.n_jobs).all()
+    for key in rows.cell_key:
+        config = CellConfig.from_json(json.loads((tmp_path / "cpu-sim" / "cells" / key / "cell.json").read_text()))
+        assert config.engine_facts.num_kv_blocks == CPU_PROFILE.num_kv_blocks
+        assert config.engine["scheduler"]["block_size"] == CPU_PROFILE.block_size
+        assert config.engine["calibration"]["request_overhead_s"] == CPU_PROFILE.request_overhead_s

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 from pydantic import ValidationError
 
@@ -6,6 +8,7 @@ from orchestrator.sweep.cli import apply_flags, parser
 from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.validation import one_line
 from orchestrator.workload.spec import WorkloadSpec
+from tests.sim.test_profile import KNOWN as PROFILE
 
 
 def spec(**overrides) -> SweepSpec:
@@ -68,7 +71,7 @@ def test_run_limits_are_not_part_of_the_key():
         ({"dram_gb": (-1,)}, "a DRAM budget must be 0 or more GiB, got -1"),
         ({"gpus": ("cpu",), "policies": ("fcfs", "lmcache")}, "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu"),
         ({"engine": EngineKind.SIM, "gpus": ("H100", "cpu"), "model": "llama-3.1-8b-instruct"},
-         "the simulator has no profile for the 'cpu' device; it simulates GPUs: B200, H200"),
+         "the simulator models the cpu device only from a profile measured on this machine"),
         ({"engine": EngineKind.SIM, "model": "no/such-model"}, "unknown model 'no/such-model'"),
         ({"gpus": ("cpu",), "engine_options": EngineOptions(num_kv_blocks=400)},
          "num_kv_blocks 400 x block size 32 = 12800 tokens cannot hold one max_model_len (16384) sequence; use at least 512"),
@@ -103,3 +106,14 @@ def test_trials_are_cells_of_their_own_with_seeds_fixed_by_the_base_seed_and_tri
     with pytest.raises(ValidationError) as error:
         apply_flags(spec(), parser(spec()).parse_args(["--trials", "0"]))
     assert "trials" in one_line(error.value)
+
+
+def test_a_simulated_cell_of_the_cpu_engine_carries_the_measured_profile_in_its_key_and_a_measured_one_does_not():
+    cpu = {"gpus": ("cpu",), "policies": ("fcfs",), "jps": (1,), "dram_gb": (0,)}
+    (simulated,) = expand(spec(engine=EngineKind.SIM, cpu_profile=PROFILE, **cpu))
+    (measured,) = expand(spec(engine=EngineKind.VLLM, cpu_profile=PROFILE, **cpu))
+    (unprofiled,) = expand(spec(engine=EngineKind.VLLM, **cpu))
+    assert simulated.cpu_profile == PROFILE and measured.cpu_profile is None and measured.key == unprofiled.key
+    (reprofiled,) = expand(spec(engine=EngineKind.SIM, cpu_profile=replace(PROFILE, step_overhead_s=0.003), **cpu))
+    assert reprofiled.key != simulated.key
+    assert simulated.params()["cpu_profile.step_overhead_s"] == "0.002" and "cpu_profile.block_size" not in measured.params()

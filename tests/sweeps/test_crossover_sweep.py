@@ -60,3 +60,13 @@ def test_the_search_brackets_the_change_and_resumes_after_a_kill_with_the_same_a
     assert pd.read_csv(resumed / SWEEP / "crossover.csv").equals(flips)
     done_per_cell = [sum(run.status is CellStatus.DONE for run in runs) for runs in runs_by_key(resumed, SWEEP).values()]
     assert done_per_cell and all(count == 1 for count in done_per_cell)
+
+
+def test_a_dry_run_of_the_cpu_engines_search_shows_its_profiling_cell_and_runs_nothing(tmp_path):
+    command = [sys.executable, str(PROJECT_ROOT / "sweeps" / "crossover.py"), "--results-dir", str(tmp_path),
+               "--gpu", "cpu", "--policies", "fcfs,continuum", "--jps-max", "6", "--dry-run"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env={**os.environ, "RAY_ADDRESS": ""})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "cpu fcfs jps=2 dram=0 seed=7" in result.stdout  # the profiling cell, on a seed of its own
+    assert "then the search starts at 1, 1.565, 2.449, 3.834, 6 jobs per second" in result.stdout
+    assert not any(tmp_path.rglob("summary.parquet"))

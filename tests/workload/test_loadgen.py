@@ -65,10 +65,14 @@ def test_a_slow_server_times_requests_out_and_the_jobs_are_recorded_as_timeouts(
 
 
 def test_the_job_deadline_cuts_a_job_short(instant_server, tiny_counter):
-    instant_server.state.token_delay_s = 0.01  # 0.2 s per turn: 8 turns cannot finish in 1 s
-    plan = _plan(tiny_counter, duration_s=1, job_timeout_s=1.0)
+    # 0.2 s per turn and 0.05 s per tool call: 8 turns take at least 1.95 s and cannot finish in 1.5 s.
+    instant_server.state.token_delay_s = 0.01
+    plan = _plan(tiny_counter, duration_s=1, job_timeout_s=1.5)
     result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
-    assert all(job.status is JobStatus.TIMEOUT and 0 < job.num_turns_completed < 8 for job in result.jobs)
+    assert all(job.status is JobStatus.TIMEOUT and job.num_turns_completed < 8 for job in result.jobs)
+    # Cut short, not refused: turns finished before the deadline (on a busy machine a job's first turn
+    # alone once took over a second, so this is asked of the jobs together rather than of each).
+    assert sum(job.num_turns_completed for job in result.jobs) >= 2 * len(result.jobs)
 
 
 def test_http_errors_mark_the_request_and_job_as_errors(instant_server, tiny_counter):
