@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                                                "workload": workload})  # fmt: skip
     profile = measure_cpu_profile(compared_spec, options)
     if run_sweep(compared_spec, options) != 0:
-        print(f"error: the real sweep {compared_spec.name} did not finish; see {results / compared_spec.name}", file=sys.stderr)
+        print(f"error: the real sweep {compared_spec.name} did not finish; see {results / compared_spec.name}",
+              file=sys.stderr)  # fmt: skip
         return 1
     arch = load_model(compared_spec.model)
     print(f"CPU profile from {profile_spec(compared_spec).name}: {profile.describe()}")

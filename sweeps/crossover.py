@@ -113,8 +113,8 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
 def main(argv: list[str] | None = None) -> int:
     p = parser(SPEC)
     p.description = __doc__.split("\n")[0]
-    p.add_argument("--gpu", help="the GPU type to search on (same as --gpus with one type), or cpu: the CPU engine with "
-                   "sweeps/cpu_tiny.py's model, workload and pool")
+    p.add_argument("--gpu", help="the GPU type to search on (same as --gpus with one type), or cpu: the CPU engine "
+                   "with sweeps/cpu_tiny.py's model, workload and pool")
     p.add_argument("--jps-min", type=float, default=1.0, help="lowest load searched; default: 1")
     p.add_argument("--jps-max", type=float, default=15.0, help="highest load searched; default: 15")
     p.add_argument("--resolution", type=float, default=0.5, help="width in jobs per second of each bracket found")
@@ -144,7 +144,8 @@ def _search(args) -> int:
         return _dry_run(spec, options, search_engine, needs_profile, start_loads(args.jps_min, args.jps_max))
     if needs_profile:
         spec = spec.model_copy(update={"cpu_profile": measure_cpu_profile(spec, options)})
-        print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: {spec.cpu_profile.describe()}")
+        print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: "
+              f"{spec.cpu_profile.describe()}")  # fmt: skip
     # The search's engine must be able to run the GPU type.
     SweepSpec.model_validate(spec.model_copy(update={"engine": search_engine}).model_dump())
     flips = bisect_flips(sweep_judge(spec, options, search_engine), args.jps_min, args.jps_max, args.resolution)
@@ -172,7 +173,8 @@ def _dry_run(spec: SweepSpec, options, engine: EngineKind, needs_profile: bool, 
 
     first = profile_spec(spec) if needs_profile else spec.model_copy(update={"engine": engine, "jps": tuple(loads)})
     code = run_sweep(first, options)
-    start = f"the search starts at {', '.join(f'{jps:g}' for jps in loads)} jobs per second and " if needs_profile else ""
+    listed = ", ".join(f"{jps:g}" for jps in loads)
+    start = f"the search starts at {listed} jobs per second and " if needs_profile else ""
     print(f"[{spec.name}] dry run: then {start}halves every interval whose two ends get different verdicts")
     return code
 

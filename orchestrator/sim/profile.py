@@ -42,9 +42,10 @@ class CpuProfile:
     block_size: int
 
     def describe(self) -> str:
-        return (f"{self.peak_flops / 1e9:.3g} GFLOP/s, {self.memory_bytes_s / 1e9:.3g} GB/s, {self.step_overhead_s * 1e3:.3g} ms "
-                f"per step, {self.seq_overhead_s * 1e3:.3g} ms per sequence, {self.request_overhead_s * 1e3:.3g} ms of API time "
-                f"per request, a {self.max_num_batched_tokens:,}-token budget, {self.num_kv_blocks:,} blocks of "
+        return (f"{self.peak_flops / 1e9:.3g} GFLOP/s, {self.memory_bytes_s / 1e9:.3g} GB/s, "
+                f"{self.step_overhead_s * 1e3:.3g} ms per step, {self.seq_overhead_s * 1e3:.3g} ms per sequence, "
+                f"{self.request_overhead_s * 1e3:.3g} ms of API time per request, "
+                f"a {self.max_num_batched_tokens:,}-token budget, {self.num_kv_blocks:,} blocks of "
                 f"{self.block_size} tokens")  # fmt: skip
 
     def device(self) -> Device:

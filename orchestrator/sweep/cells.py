@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 
 from pydantic import BaseModel, ConfigDict
 

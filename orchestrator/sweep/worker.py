@@ -153,7 +153,8 @@ class CellWorker:
         self._status = WorkerStatus(cell.key, "running", 0, 0)
         options, workload = cell.engine_options, cell.workload
         if cell.cpu_profile is not None:
-            engine = cpu_sim_engine(cell.cpu_profile, cell.model, cell.policy, cell.dram_gb, workload, options.num_kv_blocks)
+            engine = cpu_sim_engine(cell.cpu_profile, cell.model, cell.policy, cell.dram_gb, workload,
+                                    options.num_kv_blocks)  # fmt: skip
         else:
             engine = sim_engine(
                 Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb, workload,

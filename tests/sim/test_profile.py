@@ -64,7 +64,8 @@ def test_a_profile_fitted_on_a_cell_of_a_known_engine_predicts_that_engine():
     # (one block more than it gives out: the null block).
     arch = load_model("tiny")
     cell = simulate_cell(KNOWN, arch, "fcfs", TINY_WORKLOAD)
-    trace = stamped_at_the_start(pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True), StepCost(arch, KNOWN.device(), KNOWN.calibration()))
+    cost = StepCost(arch, KNOWN.device(), KNOWN.calibration())
+    trace = stamped_at_the_start(pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True), cost)
     requests = pd.DataFrame([to_row(record) for record in cell.requests])
     fitted = profile_from_cell(trace, requests, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch, TINY_WORKLOAD)
     assert (fitted.num_kv_blocks, fitted.block_size) == (KNOWN.num_kv_blocks, KNOWN.block_size)
@@ -79,8 +80,8 @@ def stamped_at_the_start(trace: pd.DataFrame, cost: StepCost) -> pd.DataFrame:
     """The simulator stamps a step when it ends, the plugin right after scheduling it; without a CPU tier a
     simulated step lasts exactly its forward pass."""
     steps = trace.kind == "step"
-    durations = [cost.forward_s(row.prefill_tokens + row.decode_tokens, row.attention_pairs, row.context_tokens, row.scheduled)
-                 for row in trace[steps].itertuples()]  # fmt: skip
+    durations = [cost.forward_s(row.prefill_tokens + row.decode_tokens, row.attention_pairs, row.context_tokens,
+                                row.scheduled) for row in trace[steps].itertuples()]  # fmt: skip
     return trace.assign(t=trace.t.where(~steps, trace.t[steps] - durations))
 
 

@@ -116,4 +116,5 @@ def test_a_simulated_cell_of_the_cpu_engine_carries_the_measured_profile_in_its_
     assert simulated.cpu_profile == PROFILE and measured.cpu_profile is None and measured.key == unprofiled.key
     (reprofiled,) = expand(spec(engine=EngineKind.SIM, cpu_profile=replace(PROFILE, step_overhead_s=0.003), **cpu))
     assert reprofiled.key != simulated.key
-    assert simulated.params()["cpu_profile.step_overhead_s"] == "0.002" and "cpu_profile.block_size" not in measured.params()
+    assert simulated.params()["cpu_profile.step_overhead_s"] == "0.002"
+    assert "cpu_profile.block_size" not in measured.params()
