@@ -5,8 +5,11 @@ behaviour.
 
 At 6 JPS (scale 0.25) the 2400 x 32-token pool cannot hold every job in flight: FCFS's LRU prefix cache
 loses most hits and latency spirals, while Continuum's pins keep each admitted job's context. At 1 JPS
-everything fits and the two policies measure the same. Three trials of 10 s windows cost about what one
-30 s window did, and give the verdicts their run-to-run intervals.
+everything fits: neither policy loses a prefix hit, and the gap between them is a fraction of the gap at
+saturation. How small a fraction depends on the machine: where turns queue for the CPU, Continuum's order
+(a pinned job's turn first, then jobs by arrival) still shortens jobs, so on a machine that runs these cells
+2x slower Continuum led at 1 JPS by 17% [3, 31] while here it ties (+9% [-32, 50]). Three trials of 10 s
+windows cost about what one 30 s window did, and give the verdicts their run-to-run intervals.
 """
 
 from __future__ import annotations
@@ -183,9 +186,10 @@ def test_three_trials_give_each_load_a_verdict_with_its_interval_over_the_trials
     assert (stats.jct_mean_s < stats.jct_hi_s).all() and stats.n_preemptions.notna().all()
 
 
-def test_at_low_load_the_policies_measure_the_same(sweep):
-    low = sweep.verdict(1)
-    assert abs(low.margin_pct) < 15, low.to_dict()
+def test_at_low_load_no_policy_loses_a_prefix_hit_and_the_gap_is_a_fraction_of_the_gap_at_saturation(sweep):
+    low, heavy = sweep.verdict(1), sweep.verdict(6)
+    assert low.winner in ("tie", "continuum"), low.to_dict()
+    assert low.margin_pct < 0.5 * heavy.margin_pct, (low.to_dict(), heavy.to_dict())
     for policy in SPEC.policies:
         requests = sweep.requests(policy, 1)
         for turn in LATER_TURNS:
