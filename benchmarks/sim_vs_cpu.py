@@ -1,19 +1,22 @@
-"""The simulator against the real engine on hardware we have: the CPU build of vLLM and the tiny model.
+"""The simulator against the real engine under memory pressure: the CPU build of vLLM and the tiny model.
 
-    python benchmarks/sim_vs_cpu.py [--results-dir DIR] [--duration-s 30] [--jps 1,6]
+    python benchmarks/sim_vs_cpu.py [--results-dir DIR] [--pools 9600,2400,1200] [--jps 1,2.5,4]
+        [--policies fcfs,continuum,continuum-prototype,job-fcfs] [--duration-s 10] [any sweep flag]
 
-1. Profiles the real engine: one fcfs cell at a light load on a different seed (sweep
-   ``honesty-profile``, ``orchestrator/sweep/profiling.py``). Its step times fit the CPU's roofline and its
-   request latencies the API server's per-request time (``orchestrator/sim/profile.py``). That is the simulator's whole
-   configuration of this machine: nothing is fitted on the cells compared.
-2. Measures fcfs and continuum at a low and a saturating load on the real engine (sweep ``honesty``),
-   with the pool the CPU sweep uses (2400 blocks of 32 tokens) so that FCFS loses its prefix hits at the
-   saturating load.
-3. Simulates the same cells (same schedule and pool, the token budget the real engine used) and prints
-   the error of each metric per cell; ``honesty.json`` in the results directory has it all. The last
-   line is one JSON object.
+1. Profiles the real engine once, on a cell of its own: fcfs at 2 JPS on seed 7 with a 2400-block pool
+   (sweep ``pressure-profile``, ``orchestrator/sweep/profiling.py``). Its step times fit the CPU's roofline
+   and its request latencies the API server's time per request (``orchestrator/sim/profile.py``). That is
+   the simulator's whole configuration of this machine: nothing is fitted on the cells compared.
+2. For each KV pool size, from one that holds every job in flight to one far too small, measures every
+   policy at every load on the real engine (sweep ``pressure-<blocks>``) and simulates the same cells from
+   the profile (``pressure-<blocks>-sim``: same schedules, same pool).
+3. Compares each cell's shape (``analysis/fidelity.py``): mean JCT, the turn where latency spikes, the level
+   of turns 3+, the prefix share turns 3+ found, preemptions; and per (pool, load) the
+   measured verdict against the simulated one. Prints the tables; ``pressure.json`` in the
+   results directory has it all, and the last line is one JSON object.
 
-Both sweeps are ordinary sweeps: re-running fills only what is missing.
+All sweeps are ordinary sweeps: re-running fills only what is missing. The CPU engine's speed depends on the
+machine, so measure the profile and the cells in one go on a quiet machine.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 if __name__ == "__main__":
@@ -29,78 +31,136 @@ if __name__ == "__main__":
 
 import pandas as pd  # noqa: E402
 
+from analysis.fidelity import CellShape, cell_shape, error_by_policy, shape_row  # noqa: E402
+from analysis.load import cell_records  # noqa: E402
+from analysis.verdicts import verdicts  # noqa: E402
+from orchestrator.records.cell import CellStatus  # noqa: E402
 from orchestrator.records.layout import SweepFiles  # noqa: E402
-from orchestrator.records.schema import JobStatus, to_row  # noqa: E402
-from orchestrator.sim.engine import SimResult  # noqa: E402
-from orchestrator.sim.profile import simulate_cell  # noqa: E402
-from orchestrator.sizing.models import load_model  # noqa: E402
-from orchestrator.sweep.driver import SweepOptions, run_sweep  # noqa: E402
+from orchestrator.records.trace import read_trace  # noqa: E402
+from orchestrator.sim.profile import CpuProfile  # noqa: E402
+from orchestrator.sweep.cli import parse_list, parser, prepare, run_with_one_line_errors  # noqa: E402
+from orchestrator.sweep.driver import run_sweep  # noqa: E402
 from orchestrator.sweep.profiling import measure_cpu_profile, profile_spec  # noqa: E402
-from orchestrator.sweep.tracking import default_tracking_uri  # noqa: E402
+from orchestrator.sweep.spec import EngineKind, SweepSpec  # noqa: E402
+from orchestrator.validation import InputError  # noqa: E402
 from sweeps.cpu_tiny import SPEC as CPU_TINY  # noqa: E402
 
-LATER_TURNS = range(3, 9)
+JCT_TARGET = 0.20  # the simulator's mean JCT within 20% of the measurement in every cell
+PRESSURE = CPU_TINY.model_copy(update={
+    "name": "pressure", "policies": ("fcfs", "continuum", "continuum-prototype", "job-fcfs"), "jps": (1.0, 2.5, 4.0),
+    "workload": CPU_TINY.workload.model_copy(update={"duration_s": 10.0}),
+})  # fmt: skip
 
 
-def cell_metrics(requests: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, float]:
-    done = jobs[jobs.status == JobStatus.COMPLETED.value]
-    ok = requests[requests.status == "ok"]
-    later = ok[ok.turn.isin(LATER_TURNS)]
-    return {
-        "jct_mean_s": float((done.finished_at - done.arrival_at).mean()),
-        "jct_p90_s": float((done.finished_at - done.arrival_at).quantile(0.9)),
-        "t1_mean_s": float(ok[ok.turn == 1].latency_s.mean()),
-        "t_last_mean_s": float(ok[ok.turn == ok.turn.max()].latency_s.mean()),
-        "cached_of_best": float(later.cached_tokens.sum() / later.best_cached_tokens.sum()),
-        "completed": float(len(done)),
-    }
+def pool_spec(base: SweepSpec, num_kv_blocks: int) -> SweepSpec:
+    """The measured sweep of one pool size."""
+    options = base.engine_options.model_copy(update={"num_kv_blocks": num_kv_blocks})
+    return base.model_copy(update={"name": f"{base.name}-{num_kv_blocks}", "engine_options": options})
 
 
-def _frames(result: SimResult) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return pd.DataFrame([to_row(r) for r in result.requests]), pd.DataFrame([to_row(j) for j in result.jobs])
+def simulated_twin(measured: SweepSpec, profile: CpuProfile) -> SweepSpec:
+    """The same cells in the simulator, the CPU engine simulated from ``profile``."""
+    return measured.model_copy(update={"name": f"{measured.name}-sim", "engine": EngineKind.SIM, "cpu_profile": profile})
+
+
+def done_shapes(files: SweepFiles) -> dict[tuple[str, float], CellShape]:
+    """The shape of every done cell of a sweep, by (policy, JPS)."""
+    summary = pd.read_parquet(files.summary)
+    shapes = {}
+    for row in summary[summary.status == CellStatus.DONE.value].itertuples():
+        cell = files.cell(row.cell_key)
+        shapes[(row.policy, float(row.jps))] = cell_shape(pd.read_parquet(cell.requests), pd.read_parquet(cell.jobs),
+                                                          read_trace(cell.scheduler_trace.read_bytes()))  # fmt: skip
+    return shapes
+
+
+def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles) -> tuple[list[dict], list[dict]]:
+    """Cell rows and verdict rows of one pool size, for the cells done on both sides. The simulator's verdicts
+    here carry no error band: they are what it predicts, judged against the measurement."""
+    real, sim = done_shapes(measured), done_shapes(simulated)
+    cells = [{"kv_blocks": num_kv_blocks, "policy": policy, "jps": jps} | shape_row(real[(policy, jps)], sim[(policy, jps)])
+             for policy, jps in real if (policy, jps) in sim]  # fmt: skip
+    predicted = verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0].set_index("jps")
+    rows = []
+    for row in pd.read_csv(measured.verdicts).itertuples():
+        if row.jps not in predicted.index or row.winner != row.winner:
+            continue
+        sim_winner = predicted.loc[row.jps].winner
+        rows.append({"kv_blocks": num_kv_blocks, "jps": float(row.jps), "measured": row.winner,
+                     "significant": bool(row.significant), "margin_pct": row.margin_pct,
+                     "margin_lo_pct": row.margin_lo_pct, "margin_hi_pct": row.margin_hi_pct,
+                     "simulated": sim_winner, "agree": sim_winner == row.winner if row.significant else None})  # fmt: skip
+    return cells, rows
+
+
+def print_tables(cells: pd.DataFrame, verdicts: pd.DataFrame) -> None:
+    print("| pool (blocks) | JPS | policy | mean JCT real / sim | error | spike turn real / sim | turns 3+ real / sim "
+          "| cached of best 3+ real / sim | preemptions real / sim |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in cells.sort_values(["kv_blocks", "jps", "policy"], ascending=[False, True, True]).itertuples():
+        print(f"| {row.kv_blocks:,} | {row.jps:g} | {row.policy} | {row.jct_mean_s_real:.1f} / {row.jct_mean_s_sim:.1f} s "
+              f"| {row.jct_error:+.0%} | {row.spike_turn_real} / {row.spike_turn_sim} "
+              f"| {row.later_mean_s_real:.2f} / {row.later_mean_s_sim:.2f} s "
+              f"| {row.cached_of_best_real:.0%} / {row.cached_of_best_sim:.0%} "
+              f"| {row.preemptions_real} / {row.preemptions_sim} |")  # fmt: skip
+    print("\n| pool (blocks) | JPS | measured verdict | margin [95% interval] | simulated verdict | agree |")
+    print("|---|---|---|---|---|---|")
+    for row in verdicts.itertuples():
+        agree = "n/a (measured tie)" if row.agree is None else ("yes" if row.agree else "NO")
+        print(f"| {row.kv_blocks:,} | {row.jps:g} | {row.measured} | {row.margin_pct:+.1f}% "
+              f"[{row.margin_lo_pct:+.1f}, {row.margin_hi_pct:+.1f}] | {row.simulated} | {agree} |")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results-dir", type=Path, default=Path("results").absolute())
-    parser.add_argument("--duration-s", type=float, default=30.0)
-    parser.add_argument("--jps", default="1,6", help="the low and the saturating load (jobs per second)")
-    args = parser.parse_args(argv)
-    results = args.results_dir.absolute()
-    options = SweepOptions(results_dir=results, tracking_uri=default_tracking_uri(results), live=False, progress_interval_s=30)
-    workload = CPU_TINY.workload.model_copy(update={"duration_s": args.duration_s})
-    jps = tuple(float(level) for level in args.jps.split(","))
-    compared_spec = CPU_TINY.model_copy(update={"name": "honesty", "policies": ("fcfs", "continuum"), "jps": jps,
-                                               "workload": workload})  # fmt: skip
-    profile = measure_cpu_profile(compared_spec, options)
-    if run_sweep(compared_spec, options) != 0:
-        print(f"error: the real sweep {compared_spec.name} did not finish; see {results / compared_spec.name}",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    arch = load_model(compared_spec.model)
-    print(f"CPU profile from {profile_spec(compared_spec).name}: {profile.describe()}")
+    p = parser(PRESSURE)
+    p.description = __doc__.split("\n\n")[0]
+    p.add_argument("--pools", nargs="+", default=["9600,2400,1200"],
+                   help="KV pool sizes in blocks of 32 tokens, one sweep each; default: 9600,2400,1200")
+    args = p.parse_args(argv)
+    return run_with_one_line_errors(lambda: compare(args))
 
-    files = SweepFiles(results / "honesty")
-    summary = pd.read_parquet(files.summary)
-    rows = []
-    for cell in summary.itertuples():
-        cell_files = files.cell(cell.cell_key)
-        real = cell_metrics(pd.read_parquet(cell_files.requests), pd.read_parquet(cell_files.jobs))
-        simulated = cell_metrics(*_frames(simulate_cell(profile, arch, cell.policy, workload.model_copy(update={"jps": cell.jps}))))
-        rows.append({"policy": cell.policy, "jps": cell.jps, "real": real, "sim": simulated,
-                     "error": {name: (simulated[name] - real[name]) / real[name] for name in real if real[name]}})  # fmt: skip
-    print("| policy | JPS | metric | real | simulated | error |\n|---|---|---|---|---|---|")
-    for row in rows:
-        for name in row["real"]:
-            error = row["error"].get(name)
-            print(f"| {row['policy']} | {row['jps']:g} | {name} | {row['real'][name]:.3f} | {row['sim'][name]:.3f} | "
-                  f"{'' if error is None else f'{error:+.0%}'} |")  # fmt: skip
-    worst = max(abs(row["error"]["jct_mean_s"]) for row in rows)
-    print(f"\nworst average-JCT error {worst:.0%} (target: within 25% in every cell)")
-    (results / "honesty.json").write_text(json.dumps({"profile": asdict(profile), "cells": rows}, indent=2))
-    print(f"wrote {results / 'honesty.json'}")
-    print(json.dumps({"worst_jct_error": round(worst, 3), "cells": [
-        {"policy": row["policy"], "jps": row["jps"], "jct_error": round(row["error"]["jct_mean_s"], 3)} for row in rows]}))
+
+def compare(args) -> int:
+    base, options = prepare(PRESSURE, args)
+    pools = parse_list(args.pools, int, "pools")
+    if min(pools) < 2:
+        raise InputError(f"--pools {' '.join(args.pools)}: every pool needs at least 2 blocks (vLLM keeps one out of use)")
+    results = options.results_dir
+    if options.dry_run:  # the simulated twins need the profile, which only a real run measures
+        return max(run_sweep(spec, options) for spec in [profile_spec(base), *(pool_spec(base, b) for b in pools)])
+    profile = measure_cpu_profile(base, options)
+    print(f"CPU profile from {base.name}-profile: {profile.describe()}")
+
+    all_cells, all_verdicts = [], []
+    for blocks in pools:
+        measured = pool_spec(base, blocks)
+        simulated = simulated_twin(measured, profile)
+        for spec in (measured, simulated):
+            if run_sweep(spec, options) != 0:
+                print(f"error: the sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
+                return 1
+        cells, verdicts = compare_pool(blocks, SweepFiles(results / measured.name), SweepFiles(results / simulated.name))
+        all_cells += cells
+        all_verdicts += verdicts
+    cells, verdicts = pd.DataFrame(all_cells), pd.DataFrame(all_verdicts)
+    print_tables(cells, verdicts)
+
+    judged = verdicts[verdicts.agree.notna()]
+    summary = {
+        "worst_jct_error": round(float(cells.jct_error.abs().max()), 3),
+        "cells_within_target": f"{int((cells.jct_error.abs() <= JCT_TARGET).sum())}/{len(cells)}",
+        "spike_same": f"{int(cells.spike_same.sum())}/{len(cells)}",
+        "winner_same_where_measured_significant": f"{int(judged.agree.sum())}/{len(judged)}",
+        "jct_error_by_policy": {policy: round(error, 3) for policy, error in error_by_policy(cells).items()},
+    }
+    print(f"\nworst mean-JCT error {summary['worst_jct_error']:.0%} (target: within {JCT_TARGET:.0%} in every cell); "
+          f"within target {summary['cells_within_target']}; spike on the same turn {summary['spike_same']}; "
+          f"winner the same where the measured one is significant {summary['winner_same_where_measured_significant']}")  # fmt: skip
+    report = {"profile": profile.__dict__, "summary": summary, "cells": cells.to_dict("records"),
+              "verdicts": verdicts.to_dict("records")}  # fmt: skip
+    (results / "pressure.json").write_text(json.dumps(report, indent=2, default=str))
+    print(f"wrote {results / 'pressure.json'}")
+    print(json.dumps(summary))
     return 0
 
 

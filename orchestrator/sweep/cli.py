@@ -68,9 +68,9 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         ("gpus", "gpus", str), ("policies", "policies", str), ("jps", "jps", float), ("seeds", "seeds", int),
     ):  # fmt: skip
         if getattr(args, flag) is not None:
-            data[field] = _list(getattr(args, flag), convert, flag)
+            data[field] = parse_list(getattr(args, flag), convert, flag)
     if args.dram_gb is not None:
-        data["dram_gb"] = _list(args.dram_gb, float, "dram-gb")
+        data["dram_gb"] = parse_list(args.dram_gb, float, "dram-gb")
         data["dram_gb_by_gpu"] = {}
     data["dram_gb_by_gpu"] = {gpu: budgets for gpu, budgets in data["dram_gb_by_gpu"].items() if gpu in data["gpus"]}
     for flag, section, field in (
@@ -147,7 +147,7 @@ def run_with_one_line_errors(run) -> int:
     return 2
 
 
-def _list(values: list[str], convert, flag: str) -> list:
+def parse_list(values: list[str], convert, flag: str) -> list:
     items = [item for value in values for item in value.split(",") if item]
     try:
         return [convert(item) for item in items]

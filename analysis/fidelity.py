@@ -1,0 +1,75 @@
+"""How close a simulated cell is to the measured one on the same schedule (pure).
+
+A mean job time can agree for the wrong reasons, so a cell is compared on the shape that the policies
+differ in: where the per-turn latency spikes and the level of the later turns, the share of the reachable
+prefix the later turns found cached, and preemptions. Both sides come from the same records and scheduler
+trace, written by the real engine or by the simulator. Admission waits are not compared yet: a real cell's
+trace runs on the Unix clock and its records on the load's own epoch, which the cell does not record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.records.intervals import censored_times
+from orchestrator.records.schema import JobStatus
+from orchestrator.records.trace import Step, TraceEvent
+
+FIRST_LATER_TURN = 3  # turns 1-2 fill the cache; from turn 3 on a turn's prefix hit is the policy's doing
+
+
+@dataclass(frozen=True)
+class CellShape:
+    """What one cell measured, in the terms the simulator is judged on."""
+
+    jct_mean_s: float  # censored: a job that did not complete counts the time it ran
+    completed_pct: float
+    turn_mean_s: dict[int, float]  # mean latency per turn index
+    spike_turn: int  # the turn with the highest mean latency
+    later_mean_s: float  # mean latency of the requests from turn 3 on
+    cached_of_best: float  # of the prefix turns 3+ could have found (their job's previous turn), the share found
+    preemptions: int
+
+
+def cell_shape(requests: pd.DataFrame, jobs: pd.DataFrame, trace: list[TraceEvent]) -> CellShape:
+    """The shape of one cell from its request rows, job rows and scheduler trace."""
+    times = censored_times(jobs.arrival_at.to_numpy(), jobs.finished_at.to_numpy(dtype=float))
+    ok = requests.dropna(subset=["latency_s"])
+    turn_mean = ok.groupby("turn").latency_s.mean()
+    later = ok[ok.turn >= FIRST_LATER_TURN]
+    best = later.best_cached_tokens.sum()
+    return CellShape(
+        jct_mean_s=float(times.mean()),
+        completed_pct=float((jobs.status == JobStatus.COMPLETED.value).mean() * 100),
+        turn_mean_s={int(turn): float(latency) for turn, latency in turn_mean.items()},
+        spike_turn=int(turn_mean.idxmax()),
+        later_mean_s=float(later.latency_s.mean()),
+        cached_of_best=float(later.cached_tokens.sum() / best) if best else float("nan"),
+        preemptions=sum(event.preempted for event in trace if isinstance(event, Step)),
+    )
+
+
+def relative_error(simulated: float, measured: float) -> float:
+    """(simulated - measured) / measured; NaN where the measurement is 0 or missing."""
+    return (simulated - measured) / measured if measured and measured == measured else float("nan")
+
+
+def shape_row(measured: CellShape, simulated: CellShape) -> dict:
+    """One comparison row: each scalar of both shapes side by side, the mean JCT's relative error, and
+    whether the spike falls on the same turn."""
+    row = {}
+    for name, value in asdict(measured).items():
+        if name != "turn_mean_s":
+            row[f"{name}_real"], row[f"{name}_sim"] = value, getattr(simulated, name)
+    row["jct_error"] = relative_error(simulated.jct_mean_s, measured.jct_mean_s)
+    row["spike_same"] = measured.spike_turn == simulated.spike_turn
+    return row
+
+
+def error_by_policy(rows: pd.DataFrame) -> dict[str, float]:
+    """Per policy, the root-mean-square relative error of the simulated mean JCT over its cells: the
+    simulator's error band for that policy, as ``sim_error.toml`` holds it."""
+    return {str(policy): float(np.sqrt((group.jct_error**2).mean())) for policy, group in rows.groupby("policy")}
