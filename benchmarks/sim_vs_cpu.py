@@ -60,7 +60,8 @@ def pool_spec(base: SweepSpec, num_kv_blocks: int) -> SweepSpec:
 
 def simulated_twin(measured: SweepSpec, profile: CpuProfile) -> SweepSpec:
     """The same cells in the simulator, the CPU engine simulated from ``profile``."""
-    return measured.model_copy(update={"name": f"{measured.name}-sim", "engine": EngineKind.SIM, "cpu_profile": profile})
+    return measured.model_copy(update={"name": f"{measured.name}-sim", "engine": EngineKind.SIM,
+                                       "cpu_profile": profile})  # fmt: skip
 
 
 def done_shapes(files: SweepFiles) -> dict[tuple[str, float], CellShape]:
@@ -79,7 +80,7 @@ def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles
     here carry no error band: they are what it predicts, judged against the measurement."""
     real, sim = done_shapes(measured), done_shapes(simulated)
     cells = [{"kv_blocks": num_kv_blocks, "policy": policy, "jps": jps} | shape_row(real[(policy, jps)], sim[(policy, jps)])
-             for policy, jps in real if (policy, jps) in sim]  # fmt: skip
+             for policy, jps in sorted(real.keys() & sim.keys())]  # fmt: skip
     predicted = verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0].set_index("jps")
     rows = []
     for row in pd.read_csv(measured.verdicts).itertuples():
@@ -93,19 +94,20 @@ def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles
     return cells, rows
 
 
-def print_tables(cells: pd.DataFrame, verdicts: pd.DataFrame) -> None:
+def print_tables(cells: pd.DataFrame, judgements: pd.DataFrame) -> None:
     print("| pool (blocks) | JPS | policy | mean JCT real / sim | error | spike turn real / sim | turns 3+ real / sim "
           "| cached of best 3+ real / sim | preemptions real / sim |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
     for row in cells.sort_values(["kv_blocks", "jps", "policy"], ascending=[False, True, True]).itertuples():
-        print(f"| {row.kv_blocks:,} | {row.jps:g} | {row.policy} | {row.jct_mean_s_real:.1f} / {row.jct_mean_s_sim:.1f} s "
+        print(f"| {row.kv_blocks:,} | {row.jps:g} | {row.policy} "
+              f"| {row.jct_mean_s_real:.1f} / {row.jct_mean_s_sim:.1f} s "
               f"| {row.jct_error:+.0%} | {row.spike_turn_real} / {row.spike_turn_sim} "
               f"| {row.later_mean_s_real:.2f} / {row.later_mean_s_sim:.2f} s "
               f"| {row.cached_of_best_real:.0%} / {row.cached_of_best_sim:.0%} "
               f"| {row.preemptions_real} / {row.preemptions_sim} |")  # fmt: skip
     print("\n| pool (blocks) | JPS | measured verdict | margin [95% interval] | simulated verdict | agree |")
     print("|---|---|---|---|---|---|")
-    for row in verdicts.itertuples():
+    for row in judgements.itertuples():
         agree = "n/a (measured tie)" if row.agree is None else ("yes" if row.agree else "NO")
         print(f"| {row.kv_blocks:,} | {row.jps:g} | {row.measured} | {row.margin_pct:+.1f}% "
               f"[{row.margin_lo_pct:+.1f}, {row.margin_hi_pct:+.1f}] | {row.simulated} | {agree} |")  # fmt: skip
@@ -124,7 +126,8 @@ def compare(args) -> int:
     base, options = prepare(PRESSURE, args)
     pools = parse_list(args.pools, int, "pools")
     if min(pools) < 2:
-        raise InputError(f"--pools {' '.join(args.pools)}: every pool needs at least 2 blocks (vLLM keeps one out of use)")
+        raise InputError(f"--pools {' '.join(args.pools)}: every pool needs at least 2 blocks "
+                         "(vLLM keeps one out of use)")
     results = options.results_dir
     if options.dry_run:  # the simulated twins need the profile, which only a real run measures
         return max(run_sweep(spec, options) for spec in [profile_spec(base), *(pool_spec(base, b) for b in pools)])
@@ -139,13 +142,14 @@ def compare(args) -> int:
             if run_sweep(spec, options) != 0:
                 print(f"error: the sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
                 return 1
-        cells, verdicts = compare_pool(blocks, SweepFiles(results / measured.name), SweepFiles(results / simulated.name))
-        all_cells += cells
-        all_verdicts += verdicts
-    cells, verdicts = pd.DataFrame(all_cells), pd.DataFrame(all_verdicts)
-    print_tables(cells, verdicts)
+        pool_cells, pool_verdicts = compare_pool(blocks, SweepFiles(results / measured.name),
+                                                 SweepFiles(results / simulated.name))  # fmt: skip
+        all_cells += pool_cells
+        all_verdicts += pool_verdicts
+    cells, judgements = pd.DataFrame(all_cells), pd.DataFrame(all_verdicts)
+    print_tables(cells, judgements)
 
-    judged = verdicts[verdicts.agree.notna()]
+    judged = judgements[judgements.agree.notna()]
     summary = {
         "worst_jct_error": round(float(cells.jct_error.abs().max()), 3),
         "cells_within_target": f"{int((cells.jct_error.abs() <= JCT_TARGET).sum())}/{len(cells)}",
@@ -157,7 +161,7 @@ def compare(args) -> int:
           f"within target {summary['cells_within_target']}; spike on the same turn {summary['spike_same']}; "
           f"winner the same where the measured one is significant {summary['winner_same_where_measured_significant']}")  # fmt: skip
     report = {"profile": profile.__dict__, "summary": summary, "cells": cells.to_dict("records"),
-              "verdicts": verdicts.to_dict("records")}  # fmt: skip
+              "verdicts": judgements.to_dict("records")}  # fmt: skip
     (results / "pressure.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"wrote {results / 'pressure.json'}")
     print(json.dumps(summary))
