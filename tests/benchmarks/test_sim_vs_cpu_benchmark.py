@@ -1,0 +1,40 @@
+"""The pressure benchmark's machinery, on simulated sweeps standing in for the measured ones (the real CPU
+engine's grid takes about an hour): cells matched by policy and load, the verdicts read from both sides."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from benchmarks.sim_vs_cpu import PRESSURE, compare_pool, pool_spec, simulated_twin
+from orchestrator.records.layout import SweepFiles
+from orchestrator.sweep.driver import run_sweep
+from orchestrator.sweep.spec import EngineKind
+from tests.sim.test_profile import KNOWN
+from tests.sweep.conftest import options
+
+POOL = 1200
+
+
+def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(local_ray, tmp_path):
+    base = PRESSURE.model_copy(update={"engine": EngineKind.SIM, "policies": ("fcfs", "continuum"), "jps": (1.0, 6.0),
+                                       "cpu_profile": KNOWN})  # fmt: skip
+    stand_in = pool_spec(base, POOL)  # the measured side, simulated from the known engine
+    same, slower = simulated_twin(stand_in, KNOWN), simulated_twin(stand_in, replace(KNOWN, peak_flops=KNOWN.peak_flops / 2))
+    slower = slower.model_copy(update={"name": "slower"})
+    for spec in (stand_in, same, slower):
+        assert run_sweep(spec, options(tmp_path)) == 0
+    files = {spec.name: SweepFiles(tmp_path / spec.name) for spec in (stand_in, same, slower)}
+
+    cells, verdicts = compare_pool(POOL, files[stand_in.name], files[same.name])
+    assert sorted((row["policy"], row["jps"]) for row in cells) == [("continuum", 1.0), ("continuum", 6.0),
+                                                                     ("fcfs", 1.0), ("fcfs", 6.0)]  # fmt: skip
+    assert all(row["jct_error"] == 0 and row["spike_same"] and row["kv_blocks"] == POOL for row in cells)
+    assert [row["jps"] for row in verdicts] == [1.0, 6.0]
+    assert all(row["agree"] is (True if row["significant"] else None) for row in verdicts)
+    # At 6 JPS the 1200-block pool is far too small for FCFS. The stand-in's own verdict is a simulated
+    # sweep's, inside the simulator's error band (a tie, so nothing to agree with); the prediction compared
+    # with a measurement carries no band and names Continuum.
+    assert (verdicts[1]["measured"], verdicts[1]["agree"], verdicts[1]["simulated"]) == ("tie", None, "continuum")
+
+    cells, _ = compare_pool(POOL, files[stand_in.name], files[slower.name])
+    assert all(row["jct_error"] > 0 for row in cells), cells  # half the FLOP/s: every simulated job slower
