@@ -19,8 +19,9 @@ def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(local_
     base = PRESSURE.model_copy(update={"engine": EngineKind.SIM, "policies": ("fcfs", "continuum"), "jps": (1.0, 6.0),
                                        "cpu_profile": KNOWN})  # fmt: skip
     stand_in = pool_spec(base, POOL)  # the measured side, simulated from the known engine
-    same, slower = simulated_twin(stand_in, KNOWN), simulated_twin(stand_in, replace(KNOWN, peak_flops=KNOWN.peak_flops / 2))
-    slower = slower.model_copy(update={"name": "slower"})
+    same = simulated_twin(stand_in, KNOWN)
+    half_flops = replace(KNOWN, peak_flops=KNOWN.peak_flops / 2)
+    slower = simulated_twin(stand_in, half_flops).model_copy(update={"name": "slower"})
     for spec in (stand_in, same, slower):
         assert run_sweep(spec, options(tmp_path)) == 0
     files = {spec.name: SweepFiles(tmp_path / spec.name) for spec in (stand_in, same, slower)}
