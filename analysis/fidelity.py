@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from orchestrator.records.intervals import censored_times
-from orchestrator.records.schema import JobStatus
+from analysis.verdicts import censored_job_times
 from orchestrator.records.trace import Step, TraceEvent
 
 FIRST_LATER_TURN = 3  # turns 1-2 fill the cache; from turn 3 on a turn's prefix hit is the policy's doing
@@ -36,14 +35,14 @@ class CellShape:
 
 def cell_shape(requests: pd.DataFrame, jobs: pd.DataFrame, trace: list[TraceEvent]) -> CellShape:
     """The shape of one cell from its request rows, job rows and scheduler trace."""
-    times = censored_times(jobs.arrival_at.to_numpy(), jobs.finished_at.to_numpy(dtype=float))
+    times = censored_job_times(jobs)
     ok = requests.dropna(subset=["latency_s"])
     turn_mean = ok.groupby("turn").latency_s.mean()
     later = ok[ok.turn >= FIRST_LATER_TURN]
     best = later.best_cached_tokens.sum()
     return CellShape(
-        jct_mean_s=float(times.mean()),
-        completed_pct=float((jobs.status == JobStatus.COMPLETED.value).mean() * 100),
+        jct_mean_s=float(times.time_s.mean()),
+        completed_pct=float(times.completed.mean() * 100),
         turn_mean_s={int(turn): float(latency) for turn, latency in turn_mean.items()},
         spike_turn=int(turn_mean.idxmax()),
         later_mean_s=float(later.latency_s.mean()),

@@ -21,9 +21,9 @@ machine, so measure the profile and the cells in one go on a quiet machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 if __name__ == "__main__":
@@ -84,7 +84,7 @@ def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles
     predicted = verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0].set_index("jps")
     rows = []
     for row in pd.read_csv(measured.verdicts).itertuples():
-        if row.jps not in predicted.index or row.winner != row.winner:
+        if row.jps not in predicted.index or pd.isna(row.winner):
             continue
         sim_winner = predicted.loc[row.jps].winner
         rows.append({"kv_blocks": num_kv_blocks, "jps": float(row.jps), "measured": row.winner,
@@ -160,7 +160,7 @@ def compare(args) -> int:
     print(f"\nworst mean-JCT error {summary['worst_jct_error']:.0%} (target: within {JCT_TARGET:.0%} in every cell); "
           f"within target {summary['cells_within_target']}; spike on the same turn {summary['spike_same']}; "
           f"winner the same where the measured one is significant {summary['winner_same_where_measured_significant']}")  # fmt: skip
-    report = {"profile": profile.__dict__, "summary": summary, "cells": cells.to_dict("records"),
+    report = {"profile": asdict(profile), "summary": summary, "cells": cells.to_dict("records"),
               "verdicts": judgements.to_dict("records")}  # fmt: skip
     (results / "pressure.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"wrote {results / 'pressure.json'}")
