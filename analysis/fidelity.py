@@ -2,9 +2,11 @@
 
 A mean job time can agree for the wrong reasons, so a cell is compared on the shape that the policies
 differ in: where the per-turn latency spikes and the level of the later turns, the share of the reachable
-prefix the later turns found cached, and preemptions. Both sides come from the same records and scheduler
-trace, written by the real engine or by the simulator. Admission waits are not compared yet: a real cell's
-trace runs on the Unix clock and its records on the load's own epoch, which the cell does not record.
+prefix the later turns found cached, preemptions, and where a request's time went: waiting to be admitted or
+in the engine. Both sides come from the same records and scheduler trace, written by the real engine or by
+the simulator. A real cell's trace runs on the Unix clock and its records on the load's own epoch, so the
+split uses differences on one clock only: a request's time in the engine is from its first admission to its
+finish in the trace, and the rest of its latency (the client's clock) is its wait, the API server included.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.verdicts import censored_job_times
-from orchestrator.records.trace import Step, TraceEvent
+from orchestrator.records.trace import Admit, Finish, Step, TraceEvent
 
 FIRST_LATER_TURN = 3  # turns 1-2 fill the cache; from turn 3 on a turn's prefix hit is the policy's doing
 
@@ -31,6 +33,22 @@ class CellShape:
     later_mean_s: float  # mean latency of the requests from turn 3 on
     cached_of_best: float  # of the prefix turns 3+ could have found (their job's previous turn), the share found
     preemptions: int
+    engine_mean_s: float  # per request, from its first admission to its finish
+    wait_mean_s: float  # per request, its latency less its time in the engine: the API server and the queue
+
+
+def time_in_engine(trace: list[TraceEvent]) -> pd.Series:
+    """Seconds from each request's first admission to its finish, by (job, turn); preempted requests count
+    the time they spent waiting to be readmitted, as their clients do."""
+    admitted, finished = {}, {}
+    for event in trace:
+        if isinstance(event, Admit) and event.job_id is not None:
+            admitted.setdefault((event.job_id, event.turn), event.t)
+        elif isinstance(event, Finish) and event.job_id is not None:
+            finished[(event.job_id, event.turn)] = event.t
+    keys = sorted(admitted.keys() & finished.keys())
+    index = pd.MultiIndex.from_tuples(keys, names=["job_id", "turn"]) if keys else None
+    return pd.Series([finished[key] - admitted[key] for key in keys], index=index, dtype=float)
 
 
 def cell_shape(requests: pd.DataFrame, jobs: pd.DataFrame, trace: list[TraceEvent]) -> CellShape:
@@ -40,6 +58,8 @@ def cell_shape(requests: pd.DataFrame, jobs: pd.DataFrame, trace: list[TraceEven
     turn_mean = ok.groupby("turn").latency_s.mean()
     later = ok[ok.turn >= FIRST_LATER_TURN]
     best = later.best_cached_tokens.sum()
+    split = ok.set_index(["job_id", "turn"]).latency_s.to_frame().join(time_in_engine(trace).rename("engine_s"),
+                                                                      how="inner")  # fmt: skip
     return CellShape(
         jct_mean_s=float(times.time_s.mean()),
         completed_pct=float(times.completed.mean() * 100),
@@ -48,6 +68,8 @@ def cell_shape(requests: pd.DataFrame, jobs: pd.DataFrame, trace: list[TraceEven
         later_mean_s=float(later.latency_s.mean()),
         cached_of_best=float(later.cached_tokens.sum() / best) if best else float("nan"),
         preemptions=sum(event.preempted for event in trace if isinstance(event, Step)),
+        engine_mean_s=float(split.engine_s.mean()),
+        wait_mean_s=float((split.latency_s - split.engine_s).mean()),
     )
 
 

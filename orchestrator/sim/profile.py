@@ -1,16 +1,17 @@
 """A measured engine as the simulator sees it: a roofline fitted to a real engine's step times (pure).
 
 For hardware without datasheet figures, chiefly the CPU build of vLLM that runs here: the scheduler
-trace of one real cell gives each step's duration and its features (tokens, attention pairs, context
-read, batch), and a least-squares fit gives the effective FLOP/s, memory bandwidth and overheads of the
-same roofline the GPUs use (``hardware.StepCost``) with efficiencies of 1. The API server's time per
-request comes from matching the cell's request latencies. ``benchmarks/sim_vs_cpu.py`` profiles one
-cell this way and compares the simulator with the real engine on others.
+traces of the profiling cells (three trials of one light cell) give each step's duration and its features
+(tokens, attention pairs, context read, batch), and a least-squares fit gives the effective FLOP/s, memory
+bandwidth and overheads of the same roofline the GPUs use (``hardware.StepCost``) with efficiencies of 1.
+The API server's time per request comes from matching the cells' request latencies.
+``benchmarks/sim_vs_cpu.py`` profiles the engine this way and compares the simulator with it on others.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,8 +24,10 @@ from orchestrator.sizing.models import ModelArch
 from orchestrator.workload.spec import WorkloadSpec
 
 CPU_MAX_NUM_SEQS = 128  # vLLM's serving default on CPU
-# The profiling cell: fcfs at a light load, on a seed of its own so that no cell it predicts shares its schedule.
-PROFILE_POLICY, PROFILE_JPS, PROFILE_SEED = "fcfs", 2.0, 7
+# The profiling cells: fcfs at a light load, on a seed of its own so that no cell they predict shares its
+# schedule, in three trials: on the 2 cores here the cells of the first pressure grid stepped up to 42% slower
+# than the roofline of its one profiling cell predicted, scattered with no trend in load or policy.
+PROFILE_POLICY, PROFILE_JPS, PROFILE_SEED, PROFILE_TRIALS = "fcfs", 2.0, 7, 3
 NULL_BLOCKS = 1  # vLLM keeps one block of the pool it reports (and is asked for) out of use
 
 
@@ -82,10 +85,11 @@ def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, 
     def residuals(x):
         return (predicted(x) - measured) / 0.005
 
+    # Plain least squares, no robust loss: requests wait for the sum of the step times, so a step slowed by
+    # something outside the roofline (the API server or the OS on the same cores) is time to keep. A soft_l1
+    # fit of the first pressure grid's profiling cell made that cell's engine 10% faster than it ran.
     start = [math.log(1e12), math.log(1e11), math.log(0.005), math.log(1e-4)]
-    rough = least_squares(residuals, start, x_scale=1.0)
-    # Then soft_l1: a step that waited on something else (a late admission, the OS) does not pull the fit.
-    fit = least_squares(residuals, rough.x, loss="soft_l1", x_scale=1.0)
+    fit = least_squares(residuals, start, x_scale=1.0)
     return tuple(math.exp(value) for value in fit.x)  # type: ignore[return-value]
 
 
@@ -102,28 +106,40 @@ def simulate_cell(profile: CpuProfile, arch: ModelArch, policy: str, workload: W
     return simulate(workload, cpu_sim_engine(profile, arch, policy, 0, workload))
 
 
-def profile_from_cell(trace: pd.DataFrame, requests: pd.DataFrame, num_kv_blocks: int, block_size: int,
-                      arch: ModelArch, workload: WorkloadSpec) -> CpuProfile:  # fmt: skip
-    """The profile of the engine that ran one cell (its scheduler trace, its request rows, the pool vLLM
-    reported, its workload): the roofline from its step times, then the API server's time per request from
-    its request latencies."""
-    steps = step_samples(trace)
+@dataclass(frozen=True)
+class ProfilingCell:
+    """What one profiling cell left: its scheduler trace, its request rows and the workload it ran."""
+
+    trace: pd.DataFrame
+    requests: pd.DataFrame
+    workload: WorkloadSpec
+
+
+def profile_from_cells(cells: Sequence[ProfilingCell], num_kv_blocks: int, block_size: int,
+                       arch: ModelArch) -> CpuProfile:  # fmt: skip
+    """The profile of the engine that ran the profiling cells (``num_kv_blocks``: the pool vLLM reported): the
+    roofline from all their step times together, then the API server's time per request from their request
+    latencies. Several cells average over how fast the machine happened to be while each ran."""
+    steps = pd.concat([step_samples(cell.trace) for cell in cells], ignore_index=True)
     flops, bandwidth, step_s, seq_s = fit_step_costs(steps, arch)
     budget = int((steps.prefill_tokens + steps.decode_tokens).max())
     profile = CpuProfile(flops, bandwidth, step_s, seq_s, 0.0, budget, num_kv_blocks - NULL_BLOCKS, block_size)
-    return replace(profile, request_overhead_s=fit_request_overhead(profile, arch, workload, requests))
+    return replace(profile, request_overhead_s=fit_request_overhead(profile, arch, cells))
 
 
-def fit_request_overhead(profile: CpuProfile, arch: ModelArch, workload: WorkloadSpec, requests: pd.DataFrame) -> float:
-    """The API server's time per request: the one whose simulation of the profiling cell best matches the
-    latency of its requests, request by request (mean absolute log ratio), searched on a 5 ms grid up to
+def fit_request_overhead(profile: CpuProfile, arch: ModelArch, cells: Sequence[ProfilingCell]) -> float:
+    """The API server's time per request: the one whose simulation of the profiling cells best matches the
+    latency of their requests, request by request (mean absolute log ratio), searched on a 5 ms grid up to
     250 ms and then a 0.5 ms one around the best. The mean latency alone is not monotonic in it (an earlier
     arrival can change which requests share a batch), so it cannot be bisected."""
-    measured = requests.dropna(subset=["latency_s"]).set_index(["job_id", "turn"]).latency_s
+    measured = pd.concat([cell.requests for cell in cells]).dropna(subset=["latency_s"])
+    measured = measured.set_index(["job_id", "turn"]).latency_s  # job ids carry their seed: no two cells share one
 
     def mismatch(overhead_s: float) -> float:
-        result = simulate_cell(replace(profile, request_overhead_s=overhead_s), arch, PROFILE_POLICY, workload)
-        simulated = pd.Series({(r.job_id, r.turn): r.latency_s for r in result.requests if r.latency_s is not None})
+        overheads = replace(profile, request_overhead_s=overhead_s)
+        simulated = pd.Series({(r.job_id, r.turn): r.latency_s for cell in cells
+                               for r in simulate_cell(overheads, arch, PROFILE_POLICY, cell.workload).requests
+                               if r.latency_s is not None})  # fmt: skip
         pairs = pd.concat([measured, simulated], axis=1, join="inner").to_numpy(float)
         return float(np.abs(np.log(pairs[:, 1] / pairs[:, 0])).mean())
 

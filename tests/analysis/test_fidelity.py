@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis.fidelity import cell_shape, error_by_policy, shape_row
-from orchestrator.records.trace import Admit, Step
+from orchestrator.records.trace import Admit, Finish, FinishAction, Step
 
 
 def _requests(rows: list[tuple[str, int, float, float, int, int]]) -> pd.DataFrame:
@@ -24,14 +24,19 @@ def _admit(t: float, job: str, turn: int) -> Admit:
     return Admit(t, f"{job}-{turn}", job, turn, 100, 0, 100)
 
 
+def _finish(t: float, job: str, turn: int) -> Finish:
+    return Finish(t, f"{job}-{turn}", job, turn, False, FinishAction.FREE, 100)
+
+
 REQUESTS = _requests([
     ("a", 1, 0.0, 1.0, 0, 0), ("a", 2, 2.0, 4.0, 90, 100), ("a", 3, 7.0, 0.5, 150, 200),
     ("b", 1, 1.0, 2.0, 0, 0), ("b", 2, 4.0, 2.0, 100, 100), ("b", 3, 7.0, 1.5, 50, 200),
 ])  # fmt: skip
 JOBS = pd.DataFrame({"job_index": [0, 1], "arrival_at": [0.0, 1.0], "finished_at": [7.5, math.nan],
                      "status": ["completed", "timeout"]})  # fmt: skip
-TRACE = [_admit(0.5, "a", 1), _step(0.6, 0), _admit(1.0, "b", 1), _step(1.2, 2), _admit(3.0, "a", 2),
-         _step(5.0, 1), _admit(4.0, "b", 2), _admit(7.25, "a", 3), _admit(8.0, "b", 3)]  # fmt: skip
+TRACE = [_admit(0.5, "a", 1), _step(0.6, 0), _finish(0.9, "a", 1), _admit(1.0, "b", 1), _step(1.2, 2),
+         _admit(1.5, "b", 1), _finish(2.0, "b", 1), _admit(3.0, "a", 2), _step(5.0, 1), _admit(4.0, "b", 2),
+         _admit(7.25, "a", 3), _admit(8.0, "b", 3), _finish(8.5, "c", 1)]  # fmt: skip
 
 
 def test_the_shape_of_a_cell_from_its_records_and_trace():
@@ -42,6 +47,9 @@ def test_the_shape_of_a_cell_from_its_records_and_trace():
     assert shape.later_mean_s == pytest.approx(1.0)
     assert shape.cached_of_best == pytest.approx(200 / 400)
     assert shape.preemptions == 3
+    # Only a1 and b1 were both admitted and finished in the trace; b1's readmission does not restart its clock.
+    assert shape.engine_mean_s == pytest.approx((0.4 + 1.0) / 2)
+    assert shape.wait_mean_s == pytest.approx((0.6 + 1.0) / 2)
 
 
 def test_a_row_sets_both_shapes_side_by_side_with_the_error_and_the_spike_check():

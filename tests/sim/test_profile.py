@@ -1,5 +1,5 @@
 """Fitting a measured engine's roofline from its step trace recovers the constants that made the steps, and a
-profile fitted on one cell predicts the engine on others."""
+profile fitted on a few cells predicts the engine on others."""
 
 import io
 import random
@@ -12,9 +12,10 @@ from orchestrator.records.schema import to_row
 from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.profile import (
     CpuProfile,
+    ProfilingCell,
     cpu_sim_engine,
     fit_step_costs,
-    profile_from_cell,
+    profile_from_cells,
     simulate_cell,
     step_samples,
 )
@@ -59,15 +60,17 @@ KNOWN = CpuProfile(peak_flops=8e10, memory_bytes_s=2.6e10, step_overhead_s=0.002
                    request_overhead_s=0.04, max_num_batched_tokens=2048, num_kv_blocks=2399, block_size=32)  # fmt: skip
 
 
-def test_a_profile_fitted_on_a_cell_of_a_known_engine_predicts_that_engine():
-    # The cell as the real engine would leave it: its trace, its request rows, and the pool vLLM reports
-    # (one block more than it gives out: the null block).
+def test_a_profile_fitted_on_cells_of_a_known_engine_predicts_that_engine():
+    # The cells as the real engine would leave them: their traces, their request rows, and the pool vLLM
+    # reports (one block more than it gives out: the null block); two trials, as the profile runs them.
     arch = load_model("tiny")
-    cell = simulate_cell(KNOWN, arch, "fcfs", TINY_WORKLOAD)
     cost = StepCost(arch, KNOWN.device(), KNOWN.calibration())
-    trace = stamped_at_the_start(pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True), cost)
-    requests = pd.DataFrame([to_row(record) for record in cell.requests])
-    fitted = profile_from_cell(trace, requests, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch, TINY_WORKLOAD)
+    cells = []
+    for workload in (TINY_WORKLOAD, TINY_WORKLOAD.model_copy(update={"seed": 8})):
+        cell = simulate_cell(KNOWN, arch, "fcfs", workload)
+        trace = stamped_at_the_start(pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True), cost)
+        cells.append(ProfilingCell(trace, pd.DataFrame([to_row(record) for record in cell.requests]), workload))
+    fitted = profile_from_cells(cells, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch)
     assert (fitted.num_kv_blocks, fitted.block_size) == (KNOWN.num_kv_blocks, KNOWN.block_size)
     assert fitted.request_overhead_s == pytest.approx(KNOWN.request_overhead_s, rel=0.2)
     busier = TINY_WORKLOAD.model_copy(update={"jps": 6, "seed": 42})
