@@ -35,8 +35,8 @@ def profile_spec(spec: SweepSpec) -> SweepSpec:
     """The sweep of the profiling cells: ``spec``'s model, workload and engine options on the CPU engine."""
     return spec.model_copy(update={
         "name": f"{spec.name}-profile", "engine": EngineKind.VLLM, "gpus": (CPU,), "policies": (PROFILE_POLICY,),
-        "jps": (PROFILE_JPS,), "dram_gb": (0.0,), "dram_gb_by_gpu": {}, "seeds": (PROFILE_SEED,), "trials": PROFILE_TRIALS,
-        "cpu_profile": None,
+        "jps": (PROFILE_JPS,), "dram_gb": (0.0,), "dram_gb_by_gpu": {}, "seeds": (PROFILE_SEED,),
+        "trials": PROFILE_TRIALS, "cpu_profile": None,
     })  # fmt: skip
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fidelity import cell_shape, error_by_policy, shape_row
+from analysis.fidelity import cell_shape, error_by_policy, peak_turns, shape_row
 from orchestrator.records.trace import Admit, Finish, FinishAction, Step
 
 
@@ -54,12 +55,17 @@ def test_the_shape_of_a_cell_from_its_records_and_trace():
 
 def test_a_row_sets_both_shapes_side_by_side_with_the_error_and_the_spike_check():
     measured = cell_shape(REQUESTS, JOBS, TRACE)
-    faster = REQUESTS.assign(latency_s=REQUESTS.latency_s.where(REQUESTS.turn != 2, 0.1))
-    simulated = cell_shape(faster, JOBS.assign(finished_at=[6.0, 7.0], status="completed"), TRACE)
+    # With two jobs the measurement cannot tell turn 1 from its peak at turn 2 (b's two turns took as long),
+    # but it can tell turn 3 (faster in both jobs).
+    assert measured.spike_turns == (1, 2)
+    late_spike = REQUESTS.assign(latency_s=REQUESTS.latency_s.where(REQUESTS.turn != 3, 5.0))
+    simulated = cell_shape(late_spike, JOBS.assign(finished_at=[6.0, 7.0], status="completed"), TRACE)
     row = shape_row(measured, simulated)
     assert row["jct_mean_s_real"] == pytest.approx(7.5) and row["jct_mean_s_sim"] == pytest.approx(6.0)
     assert row["jct_error"] == pytest.approx(-0.2)
-    assert not row["spike_same"] and (row["spike_turn_real"], row["spike_turn_sim"]) == (2, 1)
+    assert not row["spike_same"] and (row["spike_turn_real"], row["spike_turn_sim"]) == (2, 3)
+    early_spike = REQUESTS.assign(latency_s=REQUESTS.latency_s.where(REQUESTS.turn != 2, 0.1))
+    assert shape_row(measured, cell_shape(early_spike, JOBS, TRACE))["spike_same"]
     assert shape_row(measured, measured)["jct_error"] == 0 and shape_row(measured, measured)["spike_same"]
 
 
@@ -67,3 +73,17 @@ def test_the_error_band_of_a_policy_is_the_rms_of_its_cells_errors():
     rows = pd.DataFrame({"policy": ["fcfs", "fcfs", "continuum"], "jct_error": [0.3, -0.4, 0.1]})
     bands = error_by_policy(rows)
     assert bands["fcfs"] == pytest.approx(math.sqrt((0.09 + 0.16) / 2)) and bands["continuum"] == pytest.approx(0.1)
+
+
+def test_the_peak_holds_the_turns_the_measurement_cannot_tell_from_it():
+    rng = np.random.default_rng(1)
+    jobs = [f"j{i}" for i in range(40)]
+    peak = 2.0 + rng.normal(0, 0.3, len(jobs))
+    rows = [(job, 1, 1.0 + noise) for job, noise in zip(jobs, rng.normal(0, 0.3, len(jobs)))]
+    rows += [(job, 2, latency) for job, latency in zip(jobs, peak)]
+    # Turn 3 takes what turn 2 did, give or take 1%: a tie. Turn 4 takes 10% less in every job: not one.
+    rows += [(job, 3, latency * (1.01 if i % 2 else 0.99)) for i, (job, latency) in enumerate(zip(jobs, peak))]
+    rows += [(job, 4, latency * 0.9) for job, latency in zip(jobs, peak)]
+    requests = pd.DataFrame(rows, columns=["job_id", "turn", "latency_s"])
+    assert set(peak_turns(requests)) == {2, 3}
+    assert peak_turns(requests[requests.turn != 3]) == (2,)
