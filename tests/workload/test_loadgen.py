@@ -70,9 +70,11 @@ def test_the_job_deadline_cuts_a_job_short(instant_server, tiny_counter):
     plan = _plan(tiny_counter, duration_s=1, job_timeout_s=1.5)
     result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
     assert all(job.status is JobStatus.TIMEOUT and job.num_turns_completed < 8 for job in result.jobs)
-    # Cut short, not refused: turns finished before the deadline (on a busy machine a job's first turn
-    # alone once took over a second, so this is asked of the jobs together rather than of each).
-    assert sum(job.num_turns_completed for job in result.jobs) >= 2 * len(result.jobs)
+    # Cut short at the deadline, not refused: each job ran until its 1.5 s were up, and turns finished in
+    # them. How many depends on the machine (a CI run beside other work finished 9 turns in 5 jobs, a
+    # quiet one about 3 per job), so the count is asked of the jobs together and only to be some.
+    assert all(1.45 < job.finished_at - job.arrival_at < 2.5 for job in result.jobs)
+    assert sum(job.num_turns_completed for job in result.jobs) >= len(result.jobs)
 
 
 def test_http_errors_mark_the_request_and_job_as_errors(instant_server, tiny_counter):
