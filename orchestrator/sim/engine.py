@@ -364,10 +364,13 @@ class _Engine:
         self.stats.steps += 1
         self.stats.busy_s += end - start
         self._trace_admissions(plan.admitted, start)
+        at_schedule = len(self.trace)
         finished, num_prefill = self._emit_tokens(plan, end)
         scheduler = self.scheduler
-        self.trace.append(Step(
-            t=end, step=self.stats.steps, running=len(scheduler.running), waiting=len(scheduler.waiting),
+        # Stamped and placed where the plugin writes a real step, when it is scheduled (before the finishes it
+        # causes): the time to the next step is then its cost on both engines.
+        self.trace.insert(at_schedule, Step(
+            t=start, step=self.stats.steps, running=len(scheduler.running), waiting=len(scheduler.waiting),
             scheduled=len(plan.scheduled), prefill_tokens=num_prefill, decode_tokens=num_tokens - num_prefill,
             context_tokens=context, attention_pairs=pairs, free_blocks=scheduler.pool.num_free,
             pinned_blocks=scheduler.num_pinned_blocks, preempted=plan.preempted,

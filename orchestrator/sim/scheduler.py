@@ -8,7 +8,8 @@ The structure follows ``vllm/v1/core/sched/scheduler.py``:
    are freed (they stay cached) and it goes back to the front of the waiting queue.
 2. Only if nothing was preempted, waiting requests are admitted from the head of the queue while budget
    and ``max_num_seqs`` allow: their cached prefix is hit, blocks are allocated for the rest (chunked
-   under the budget), and the first request that cannot get blocks stops admission (head of line).
+   under the budget), and the first request that cannot get blocks stops admission (head of line). A
+   request is admitted only when its whole prompt would fit (``reserve_full_prompt``, vLLM 0.32's default).
 
 Policies hook in where they do in the real engine: Continuum (``pins``) pins a finished turn's blocks,
 releases pins on TTL, next turn and memory pressure, orders pinned jobs first and holds new jobs back for the
@@ -55,6 +56,10 @@ class SchedulerConfig:
     pins: ContinuumConfig | None = None
     tier: TierKind | None = None
     tier_tokens: int = 0
+    # vLLM 0.32's ``scheduler_reserve_full_isl`` (on by default): a waiting request is admitted only when its
+    # whole prompt fits in the free blocks, though it is given blocks one chunk at a time. Without it a long
+    # prompt admitted on its first chunk runs the pool dry mid-prefill and preemptions follow.
+    reserve_full_prompt: bool = True
 
 
 @dataclass(eq=False)
@@ -239,18 +244,19 @@ class SimScheduler:
             num_new = min(request.num_tokens - computed, budget)
             hit_blocks = max(0, hit_tokens // block - self.config.num_shared_blocks)
             needed = self._blocks_for(computed + num_new) - hit_blocks
+            must_fit = self._blocks_for(request.num_tokens) - hit_blocks if self.config.reserve_full_prompt else needed
             # Cached blocks sitting in the free queue count as free: hitting them uses them up.
             hit_from_free = 0 if from_pin else hit_blocks
             if self._must_wait_for_reserve(request):
                 break
-            if not self._make_room(request, needed + hit_from_free, plan):
+            if not self._make_room(request, must_fit + hit_from_free, plan):
                 break
             if from_pin and request.job_id not in self.pins:
                 # Its own pin gave way (the idle rule takes the latest pin, whoever's): its blocks are free
                 # and still cached, so the hit now comes out of the free queue, as in vLLM, where
                 # ``allocate_slots`` takes the hit blocks back after the pin released them.
                 from_pin = False
-                if not self._make_room(request, needed + hit_blocks, plan):
+                if not self._make_room(request, must_fit + hit_blocks, plan):
                     break
             self.waiting.pop()
             self._take_hit(request, hit_blocks, from_pin, plan)

@@ -64,11 +64,10 @@ def test_a_profile_fitted_on_cells_of_a_known_engine_predicts_that_engine():
     # The cells as the real engine would leave them: their traces, their request rows, and the pool vLLM
     # reports (one block more than it gives out: the null block); two trials, as the profile runs them.
     arch = load_model("tiny")
-    cost = StepCost(arch, KNOWN.device(), KNOWN.calibration())
     cells = []
     for workload in (TINY_WORKLOAD, TINY_WORKLOAD.model_copy(update={"seed": 8})):
         cell = simulate_cell(KNOWN, arch, "fcfs", workload)
-        trace = stamped_at_the_start(pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True), cost)
+        trace = pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True)
         cells.append(ProfilingCell(trace, pd.DataFrame([to_row(record) for record in cell.requests]), workload))
     fitted = profile_from_cells(cells, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch)
     assert (fitted.num_kv_blocks, fitted.block_size) == (KNOWN.num_kv_blocks, KNOWN.block_size)
@@ -77,15 +76,6 @@ def test_a_profile_fitted_on_cells_of_a_known_engine_predicts_that_engine():
     for policy in ("fcfs", "continuum"):
         expected, predicted = (_mean_jct(simulate_cell(profile, arch, policy, busier)) for profile in (KNOWN, fitted))
         assert predicted == pytest.approx(expected, rel=0.1), policy
-
-
-def stamped_at_the_start(trace: pd.DataFrame, cost: StepCost) -> pd.DataFrame:
-    """The simulator stamps a step when it ends, the plugin right after scheduling it; without a CPU tier a
-    simulated step lasts exactly its forward pass."""
-    steps = trace.kind == "step"
-    durations = [cost.forward_s(row.prefill_tokens + row.decode_tokens, row.attention_pairs, row.context_tokens,
-                                row.scheduled) for row in trace[steps].itertuples()]  # fmt: skip
-    return trace.assign(t=trace.t.where(~steps, trace.t[steps] - durations))
 
 
 def _mean_jct(result) -> float:

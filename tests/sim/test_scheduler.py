@@ -87,6 +87,25 @@ def test_prefill_is_chunked_under_the_token_budget_and_the_rest_of_a_step_admits
     assert long.num_output == 1 and short.num_output == 0 and long.num_blocks == 7 and short.num_blocks == 2
 
 
+def test_a_long_prompt_waits_until_all_of_it_fits_though_it_is_given_blocks_a_chunk_at_a_time():
+    # vLLM 0.32 (scheduler_reserve_full_isl): 10 blocks, "a" holds 4; "b" needs 7 for its 100 tokens.
+    for reserve_full_prompt in (True, False):
+        scheduler = _scheduler(num_blocks=10, budget=32, output_tokens=40, reserve_full_prompt=reserve_full_prompt)
+        running, long = _turn("a", 0, 1, 64), _turn("b", 1, 1, 100)
+        scheduler.add(running)
+        _step(scheduler)
+        _step(scheduler)
+        scheduler.add(long)
+        plan = _step(scheduler)
+        if reserve_full_prompt:
+            assert plan.admitted == [] and scheduler.waiting.peek() is long
+            assert all(_step(scheduler).preempted == 0 for _ in range(40))
+        else:
+            # Admitted on its first chunk (2 blocks), it runs the pool dry mid-prefill: someone is preempted.
+            assert plan.admitted == [long] and long.num_blocks == 2
+            assert sum(_step(scheduler).preempted for _ in range(40)) > 0
+
+
 def test_a_later_turn_hits_the_full_blocks_its_previous_turn_computed():
     scheduler = _scheduler(num_blocks=64)
     first = _turn("a", 0, 1, 100)
