@@ -23,7 +23,7 @@ from analysis.load import SweepData, cell_records, load_sweep
 from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
-from orchestrator.sim.calibrate import load_policy_errors
+from orchestrator.sim.error_bands import load_policy_errors
 
 REPORT_FILE = "report.html"
 STYLE = """

@@ -89,7 +89,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
     skipped) and reads the verdict of each load asked from the sweep's results."""
     from analysis.load import cell_records
     from analysis.verdicts import verdict_label, verdicts
-    from orchestrator.sim.calibrate import load_policy_errors
+    from orchestrator.sim.error_bands import load_policy_errors
     from orchestrator.sweep.driver import EXIT_INTERRUPTED, run_sweep
 
     asked: set[float] = set()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import simulate
+from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
 from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -41,13 +42,13 @@ FITTED: dict[str, tuple[float, float]] = {
 
 
 # The source study's names for what it ran, in this project's policies. Its Continuum is the public
-# prototype, which admits a new job whenever blocks are free (no reserve for pinned jobs): run as
-# `continuum-no-reserve`, whose per-turn shape (a T1 spike at 6 JPS, a T2 spike at 10 JPS, flat later
-# turns) is the measured one. `continuum-prototype` adds the prototype's other rules as read from its
-# code (pins give way only when nothing else runs; an expired pin holds while its job waits); it fits
-# worse (worst cell 38% against 31%) and the study's workload may not have triggered them (the
-# prototype pins only turns whose output it parses as a tool call), so it is not the mapping.
-SOURCE_POLICIES = {"continuum": "continuum-no-reserve"}
+# prototype (Weili-0234/vllm-continuum), which pins a finished turn only when it parses the turn's output as
+# exactly one fenced bash block. The study's outputs were 20 forced tokens (ignore_eos), which never parse
+# so: the prototype pinned nothing, and what remained of it is its order (jobs by arrival, the youngest
+# job's request preempted first), our `job-fcfs`. The calibration set agrees: with the constants fitted under
+# the earlier mapping (`continuum-no-reserve`, RMS log error 0.144), `job-fcfs` gives 0.129, and its T8 at 6,
+# 10 and 15 JPS (4.7, 4.9, 5.2 s) is the measured 4.9, 5.2, 5.2 s. See docs/simulator.md.
+SOURCE_POLICIES = {"continuum": "job-fcfs"}
 
 
 @dataclass(frozen=True)
@@ -139,35 +140,14 @@ def write_calibration(calibration: Calibration, rms_log_error: float, path: Path
     tmp.replace(path)
 
 
-# The simulator's own error per policy, as data the report's verdicts use (see analysis/verdicts.py).
-SIM_ERROR_FILE = Path(__file__).parent / "sim_error.toml"
-
-
 def policy_errors(cells: list[MeasuredCell], jcts: list[float]) -> dict[str, float]:
-    """Per policy: the root mean square of the relative error of mean JCT over its calibration cells."""
+    """Per policy: the root mean square of the relative error of mean JCT over its calibration cells, under
+    the name of the policy the simulator ran for them (``SOURCE_POLICIES``)."""
     squares: dict[str, list[float]] = {}
     for cell, jct in zip(cells, jcts):
-        squares.setdefault(cell.policy, []).append(((jct - cell.avg_jct_s) / cell.avg_jct_s) ** 2)
+        policy = SOURCE_POLICIES.get(cell.policy, cell.policy)
+        squares.setdefault(policy, []).append(((jct - cell.avg_jct_s) / cell.avg_jct_s) ** 2)
     return {policy: math.sqrt(statistics.fmean(values)) for policy, values in squares.items()}
-
-
-def write_policy_errors(errors: dict[str, float], path: Path = SIM_ERROR_FILE) -> None:
-    lines = [
-        "# The simulator's relative error of mean JCT per policy: RMS over the H200 calibration cells, written by",
-        "# `python -m orchestrator.sim.calibrate --write-errors`. Verdicts between simulated policies must clear the",
-        "# two policies' errors combined; policies not measured here take the largest. See analysis/verdicts.py.",
-        "[relative_error]",
-    ]
-    lines += [f'"{policy}" = {error:.4f}' for policy, error in sorted(errors.items())]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
-
-
-def load_policy_errors(path: Path = SIM_ERROR_FILE) -> dict[str, float]:
-    import tomllib
-
-    return tomllib.loads(path.read_text())["relative_error"]
 
 
 TIE = 0.01  # policies within 1% of each other: the simulator calls no winner
@@ -210,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="refit and rewrite calibration.toml")
     parser.add_argument("--max-evaluations", type=int, default=150, help="Nelder-Mead budget (each simulates every cell)")
     parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--write-errors", action="store_true", help=f"rewrite {SIM_ERROR_FILE.name}, the error per policy")
+    parser.add_argument("--write-errors", action="store_true",
+                        help=f"rewrite the calibration's table in {SIM_ERROR_FILE.name}, the error per policy")  # fmt: skip
     args = parser.parse_args(argv)
     cells = measured_cells()
     calibration = Calibration.load()
@@ -222,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         write_calibration(calibration, math.sqrt(log_error(jcts, cells)))
         print(f"wrote {CALIBRATION_FILE}")
     if args.write_errors:
-        write_policy_errors(policy_errors(cells, jcts))
+        write_errors("calibration", policy_errors(cells, jcts))
         print(f"wrote {SIM_ERROR_FILE}")
     print("\n".join(f"{name} = {value:.6g}" for name, value in asdict(calibration).items()))
     print(report(cells, jcts))

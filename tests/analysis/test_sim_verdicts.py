@@ -11,7 +11,7 @@ from analysis.verdicts import CellRecords, censored_job_times, verdicts
 from orchestrator.records.row import Attempt, SummaryRow
 from orchestrator.records.summary import summarize
 from orchestrator.records.store import records_frame
-from orchestrator.sim.calibrate import load_policy_errors
+from orchestrator.sim.error_bands import load_policy_errors
 from orchestrator.sweep.cells import expand
 from orchestrator.sweep.spec import EngineKind, RunLimits
 from orchestrator.sweep.worker import CellWorker
