@@ -1,19 +1,23 @@
 """The simulator against the real engine under memory pressure: the CPU build of vLLM and the tiny model.
 
     python benchmarks/sim_vs_cpu.py [--results-dir DIR] [--pools 9600,2400,1200] [--jps 1,2.5,4]
-        [--policies fcfs,continuum,continuum-prototype,job-fcfs] [--duration-s 10] [any sweep flag]
+        [--policies fcfs,continuum,continuum-prototype,job-fcfs] [--duration-s 10] [--trials 3]
+        [--write-errors] [any sweep flag]
 
-1. Profiles the real engine once, on a cell of its own: fcfs at 2 JPS on seed 7 with a 2400-block pool
-   (sweep ``pressure-profile``, ``orchestrator/sweep/profiling.py``). Its step times fit the CPU's roofline
-   and its request latencies the API server's time per request (``orchestrator/sim/profile.py``). That is
-   the simulator's whole configuration of this machine: nothing is fitted on the cells compared.
+1. Profiles the real engine once, on cells of their own: three trials of fcfs at 2 JPS on seed 7 with a
+   2400-block pool (sweep ``pressure-profile``, ``orchestrator/sweep/profiling.py``). Their step times fit
+   the CPU's roofline and their request latencies the API server's time per request
+   (``orchestrator/sim/profile.py``). That is the simulator's whole configuration of this machine: nothing
+   is fitted on the cells compared.
 2. For each KV pool size, from one that holds every job in flight to one far too small, measures every
    policy at every load on the real engine (sweep ``pressure-<blocks>``) and simulates the same cells from
    the profile (``pressure-<blocks>-sim``: same schedules, same pool).
-3. Compares each cell's shape (``analysis/fidelity.py``): mean JCT, the turn where latency spikes, the level
-   of turns 3+, the prefix share turns 3+ found, preemptions; and per (pool, load) the
-   measured verdict against the simulated one. Prints the tables; ``pressure.json`` in the
-   results directory has it all, and the last line is one JSON object.
+3. Compares each (pool, policy, load), its trials together (``analysis/fidelity.py``): mean JCT, the turn
+   where latency spikes (or one the measurement cannot tell from it), the level of turns 3+, a request's
+   time in the engine and before it, the prefix share turns 3+ found, preemptions; and per (pool, load) the
+   measured verdict against the simulated one. Prints the tables; ``pressure.json`` in the results
+   directory has it all, and the last line is one JSON object. ``--write-errors`` stores the RMS error per
+   policy as the simulator's ``cpu_pressure`` error band (``orchestrator/sim/error_bands.py``).
 
 All sweeps are ordinary sweeps: re-running fills only what is missing. The CPU engine's speed depends on the
 machine, so measure the profile and the cells in one go on a quiet machine.
@@ -37,7 +41,9 @@ from analysis.verdicts import verdicts  # noqa: E402
 from orchestrator.records.cell import CellStatus  # noqa: E402
 from orchestrator.records.layout import SweepFiles  # noqa: E402
 from orchestrator.records.trace import read_trace  # noqa: E402
-from orchestrator.sim.profile import CpuProfile  # noqa: E402
+from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors  # noqa: E402
+from orchestrator.sim.profile import CpuProfile, step_pace  # noqa: E402
+from orchestrator.sizing.models import ModelArch, load_model  # noqa: E402
 from orchestrator.sweep.cli import parse_list, parser, prepare, run_with_one_line_errors  # noqa: E402
 from orchestrator.sweep.driver import run_sweep  # noqa: E402
 from orchestrator.sweep.profiling import measure_cpu_profile, profile_spec  # noqa: E402
@@ -79,12 +85,24 @@ def done_shapes(files: SweepFiles) -> dict[tuple[str, float], CellShape]:
     return shapes
 
 
-def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles) -> tuple[list[dict], list[dict]]:
+def step_paces(files: SweepFiles, profile: CpuProfile, arch: ModelArch) -> dict[tuple[str, float], float]:
+    """Per (policy, JPS) of a measured sweep, the mean over its done trials of how slowly the engine stepped
+    against the profile (``sim/profile.py`` ``step_pace``): the machine's speed while the cells ran."""
+    summary = pd.read_parquet(files.summary)
+    paces = {}
+    for (policy, jps), rows in summary[summary.status == CellStatus.DONE.value].groupby(["policy", "jps"]):
+        traces = [pd.read_json(files.cell(key).scheduler_trace, lines=True) for key in rows.cell_key]
+        paces[(policy, float(jps))] = sum(step_pace(profile, arch, trace) for trace in traces) / len(traces)
+    return paces
+
+
+def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles,
+                 profile: CpuProfile, arch: ModelArch) -> tuple[list[dict], list[dict]]:  # fmt: skip
     """Cell rows and verdict rows of one pool size, for the cells done on both sides. The simulator's verdicts
     here carry no error band: they are what it predicts, judged against the measurement."""
-    real, sim = done_shapes(measured), done_shapes(simulated)
-    cells = [{"kv_blocks": num_kv_blocks, "policy": policy, "jps": jps} | shape_row(real[(policy, jps)], sim[(policy, jps)])
-             for policy, jps in sorted(real.keys() & sim.keys())]  # fmt: skip
+    real, sim, paces = done_shapes(measured), done_shapes(simulated), step_paces(measured, profile, arch)
+    cells = [{"kv_blocks": num_kv_blocks, "policy": key[0], "jps": key[1], "step_pace": paces[key]}
+             | shape_row(real[key], sim[key]) for key in sorted(real.keys() & sim.keys())]  # fmt: skip
     predicted = verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0].set_index("jps")
     rows = []
     for row in pd.read_csv(measured.verdicts).itertuples():
@@ -112,8 +130,8 @@ def spike_label(peak: int, ties: tuple[int, ...]) -> str:
 def print_tables(cells: pd.DataFrame, judgements: pd.DataFrame) -> None:
     print("| pool (blocks) | JPS | policy | mean JCT real / sim | error | spike turn real (or tied) / sim "
           "| turns 3+ real / sim | in engine + waiting per request real / sim | cached of best 3+ real / sim "
-          "| preemptions real / sim |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| preemptions real / sim | real steps vs profile |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in cells.sort_values(["kv_blocks", "jps", "policy"], ascending=[False, True, True]).itertuples():
         print(f"| {row.kv_blocks:,} | {row.jps:g} | {row.policy} "
               f"| {row.jct_mean_s_real:.1f} / {row.jct_mean_s_sim:.1f} s "
@@ -123,7 +141,7 @@ def print_tables(cells: pd.DataFrame, judgements: pd.DataFrame) -> None:
               f"| {row.engine_mean_s_real:.2f} + {row.wait_mean_s_real:.2f} / "
               f"{row.engine_mean_s_sim:.2f} + {row.wait_mean_s_sim:.2f} s "
               f"| {row.cached_of_best_real:.0%} / {row.cached_of_best_sim:.0%} "
-              f"| {row.preemptions_real} / {row.preemptions_sim} |")  # fmt: skip
+              f"| {row.preemptions_real} / {row.preemptions_sim} | {row.step_pace:.2f}x |")  # fmt: skip
     print("\n| pool (blocks) | JPS | measured verdict | margin [95% interval] | simulated verdict | agree |")
     print("|---|---|---|---|---|---|")
     for row in judgements.itertuples():
@@ -137,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     p.description = __doc__.split("\n\n")[0]
     p.add_argument("--pools", nargs="+", default=["9600,2400,1200"],
                    help="KV pool sizes in blocks of 32 tokens, one sweep each; default: 9600,2400,1200")
+    p.add_argument("--write-errors", action="store_true",
+                   help="write the RMS error per policy as the cpu_pressure table of orchestrator/sim/sim_error.toml, "
+                        "the simulator's error bands")  # fmt: skip
     args = p.parse_args(argv)
     return run_with_one_line_errors(lambda: compare(args))
 
@@ -162,7 +183,8 @@ def compare(args) -> int:
                 print(f"error: the sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
                 return 1
         pool_cells, pool_verdicts = compare_pool(blocks, SweepFiles(results / measured.name),
-                                                 SweepFiles(results / simulated.name))  # fmt: skip
+                                                 SweepFiles(results / simulated.name), profile,
+                                                 load_model(base.model))  # fmt: skip
         all_cells += pool_cells
         all_verdicts += pool_verdicts
     cells, judgements = pd.DataFrame(all_cells), pd.DataFrame(all_verdicts)
@@ -177,16 +199,21 @@ def compare(args) -> int:
         "jct_error_by_policy": {policy: round(error, 3) for policy, error in error_by_policy(cells).items()},
         "median_error_in_engine": median_error(cells, "engine_mean_s"),
         "median_error_waiting": median_error(cells, "wait_mean_s"),
+        "median_step_pace": round(float(cells.step_pace.median()), 3),
     }
     print(f"\nworst mean-JCT error {summary['worst_jct_error']:.0%} (target: within {JCT_TARGET:.0%} in every cell); "
           f"within target {summary['cells_within_target']}; spike on the same turn {summary['spike_same']}; "
           f"winner the same where the measured one is significant {summary['winner_same_where_measured_significant']}; "
           f"median error of the time in the engine {summary['median_error_in_engine']:+.0%}, "
-          f"of the wait {summary['median_error_waiting']:+.0%}")  # fmt: skip
+          f"of the wait {summary['median_error_waiting']:+.0%}; the real engine stepped "
+          f"{summary['median_step_pace']:.2f}x as long as profiled (median)")  # fmt: skip
     report = {"profile": asdict(profile), "summary": summary, "cells": cells.to_dict("records"),
               "verdicts": judgements.to_dict("records")}  # fmt: skip
     (results / "pressure.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"wrote {results / 'pressure.json'}")
+    if args.write_errors:
+        write_errors("cpu_pressure", error_by_policy(cells))
+        print(f"wrote the cpu_pressure table of {SIM_ERROR_FILE}")
     print(json.dumps(summary))
     return 0
 

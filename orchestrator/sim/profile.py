@@ -68,6 +68,19 @@ def step_samples(trace: pd.DataFrame) -> pd.DataFrame:
     return steps[busy]
 
 
+def step_pace(profile: CpuProfile, arch: ModelArch, trace: pd.DataFrame) -> float:
+    """How long a real engine's steps took against what ``profile`` predicts for the same steps: measured over
+    predicted time, each step weighted by the requests it served (they all waited for it). 1.0 is the
+    machine as profiled; 1.2 a machine 20% slower while the trace ran."""
+    steps = step_samples(trace)
+    cost = StepCost(arch, profile.device(), profile.calibration())
+    predicted = np.array([cost.forward_s(prefill + decode, pairs, context, seqs) for prefill, decode, pairs, context, seqs
+                          in zip(steps.prefill_tokens, steps.decode_tokens, steps.attention_pairs, steps.context_tokens,
+                                 steps.scheduled)])  # fmt: skip
+    weights = steps.scheduled.to_numpy(float)
+    return float((steps.duration_s.to_numpy(float) * weights).sum() / (predicted * weights).sum())
+
+
 def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, float, float]:
     """(FLOP/s, bytes/s, per-step s, per-request s) of the CPU roofline that best explains ``steps``."""
     from scipy.optimize import least_squares

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from benchmarks.sim_vs_cpu import PRESSURE, compare_pool, pool_spec, simulated_twin
 from orchestrator.records.layout import SweepFiles
+from orchestrator.sizing.models import load_model
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind
 from tests.sim.test_profile import KNOWN
@@ -26,10 +29,13 @@ def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(local_
         assert run_sweep(spec, options(tmp_path)) == 0
     files = {spec.name: SweepFiles(tmp_path / spec.name) for spec in (stand_in, same, slower)}
 
-    cells, verdicts = compare_pool(POOL, files[stand_in.name], files[same.name])
+    arch = load_model(base.model)
+    cells, verdicts = compare_pool(POOL, files[stand_in.name], files[same.name], KNOWN, arch)
     assert sorted((row["policy"], row["jps"]) for row in cells) == [("continuum", 1.0), ("continuum", 6.0),
                                                                      ("fcfs", 1.0), ("fcfs", 6.0)]  # fmt: skip
     assert all(row["jct_error"] == 0 and row["spike_same"] and row["kv_blocks"] == POOL for row in cells)
+    # The stand-in's steps took what the known engine's roofline says.
+    assert all(row["step_pace"] == pytest.approx(1.0, abs=0.01) for row in cells), cells
     assert [row["jps"] for row in verdicts] == [1.0, 6.0]
     assert all(row["agree"] is (True if row["significant"] else None) for row in verdicts)
     # At 6 JPS the 1200-block pool is far too small for FCFS. The stand-in's own verdict is a simulated
@@ -37,5 +43,6 @@ def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(local_
     # with a measurement carries no band and names Continuum.
     assert (verdicts[1]["measured"], verdicts[1]["agree"], verdicts[1]["simulated"]) == ("tie", None, "continuum")
 
-    cells, _ = compare_pool(POOL, files[stand_in.name], files[slower.name])
+    cells, _ = compare_pool(POOL, files[stand_in.name], files[slower.name], half_flops, arch)
     assert all(row["jct_error"] > 0 for row in cells), cells  # half the FLOP/s: every simulated job slower
+    assert all(row["step_pace"] < 0.9 for row in cells), cells  # and the stand-in stepped faster than that profile
