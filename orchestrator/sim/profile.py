@@ -68,15 +68,19 @@ def step_samples(trace: pd.DataFrame) -> pd.DataFrame:
     return steps[busy]
 
 
+def predicted_step_s(cost: StepCost, steps: pd.DataFrame) -> np.ndarray:
+    """What ``cost`` predicts for each of ``steps`` (``step_samples`` rows), in seconds."""
+    return np.array([cost.forward_s(prefill + decode, pairs, context, seqs) for prefill, decode, pairs, context, seqs
+                     in zip(steps.prefill_tokens, steps.decode_tokens, steps.attention_pairs, steps.context_tokens,
+                            steps.scheduled)])  # fmt: skip
+
+
 def step_pace(profile: CpuProfile, arch: ModelArch, trace: pd.DataFrame) -> float:
     """How long a real engine's steps took against what ``profile`` predicts for the same steps: measured over
     predicted time, each step weighted by the requests it served (they all waited for it). 1.0 is the
     machine as profiled; 1.2 a machine 20% slower while the trace ran."""
     steps = step_samples(trace)
-    cost = StepCost(arch, profile.device(), profile.calibration())
-    predicted = np.array([cost.forward_s(prefill + decode, pairs, context, seqs) for prefill, decode, pairs, context, seqs
-                          in zip(steps.prefill_tokens, steps.decode_tokens, steps.attention_pairs, steps.context_tokens,
-                                 steps.scheduled)])  # fmt: skip
+    predicted = predicted_step_s(StepCost(arch, profile.device(), profile.calibration()), steps)
     weights = steps.scheduled.to_numpy(float)
     return float((steps.duration_s.to_numpy(float) * weights).sum() / (predicted * weights).sum())
 
@@ -85,18 +89,12 @@ def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, 
     """(FLOP/s, bytes/s, per-step s, per-request s) of the CPU roofline that best explains ``steps``."""
     from scipy.optimize import least_squares
 
-    tokens = (steps.prefill_tokens + steps.decode_tokens).to_numpy(float)
-    pairs, context = steps.attention_pairs.to_numpy(float), steps.context_tokens.to_numpy(float)
-    seqs, measured = steps.scheduled.to_numpy(float), steps.duration_s.to_numpy(float)
-
-    def predicted(x):
-        device = Device("cpu", math.exp(x[0]), math.exp(x[1]), 1.0, 2048, 128)
-        overheads = Calibration(1.0, 1.0, step_overhead_s=math.exp(x[2]), seq_overhead_s=math.exp(x[3]))
-        cost = StepCost(arch, device, overheads)
-        return [cost.forward_s(n, p, c, s) for n, p, c, s in zip(tokens, pairs, context, seqs)]
+    measured = steps.duration_s.to_numpy(float)
 
     def residuals(x):
-        return (predicted(x) - measured) / 0.005
+        device = Device("cpu", math.exp(x[0]), math.exp(x[1]), 1.0, 2048, 128)
+        overheads = Calibration(1.0, 1.0, step_overhead_s=math.exp(x[2]), seq_overhead_s=math.exp(x[3]))
+        return (predicted_step_s(StepCost(arch, device, overheads), steps) - measured) / 0.005
 
     # Plain least squares, no robust loss: requests wait for the sum of the step times, so a step slowed by
     # something outside the roofline (the API server or the OS on the same cores) is time to keep. A soft_l1
