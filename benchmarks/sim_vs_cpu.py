@@ -26,6 +26,7 @@ machine, so measure the profile and the cells in one go on a quiet machine.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -39,7 +40,7 @@ from analysis.fidelity import CellShape, cell_shape, error_by_policy, shape_row 
 from analysis.load import cell_records  # noqa: E402
 from analysis.verdicts import verdicts  # noqa: E402
 from orchestrator.records.cell import CellStatus  # noqa: E402
-from orchestrator.records.layout import SweepFiles  # noqa: E402
+from orchestrator.records.layout import CellFiles, SweepFiles  # noqa: E402
 from orchestrator.records.trace import read_trace  # noqa: E402
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors  # noqa: E402
 from orchestrator.sim.profile import CpuProfile, step_pace  # noqa: E402
@@ -70,30 +71,29 @@ def simulated_twin(measured: SweepSpec, profile: CpuProfile) -> SweepSpec:
                                        "cpu_profile": profile})  # fmt: skip
 
 
+def done_trials(files: SweepFiles) -> dict[tuple[str, float], list[CellFiles]]:
+    """The done cells of a sweep by (policy, JPS): every trial of each."""
+    summary = pd.read_parquet(files.summary)
+    return {(policy, float(jps)): [files.cell(key) for key in rows.cell_key]
+            for (policy, jps), rows in summary[summary.status == CellStatus.DONE.value].groupby(["policy", "jps"])}
+
+
 def done_shapes(files: SweepFiles) -> dict[tuple[str, float], CellShape]:
     """The shape of every (policy, JPS) of a sweep, over the done cells of all its trials together (a job with no
     end at all, which a cell that waits out its jobs' timeouts does not leave, would be censored at the longest
     any job of those trials ran)."""
-    summary = pd.read_parquet(files.summary)
-    shapes = {}
-    for (policy, jps), rows in summary[summary.status == CellStatus.DONE.value].groupby(["policy", "jps"]):
-        cells = [files.cell(key) for key in rows.cell_key]
-        shapes[(policy, float(jps))] = cell_shape(
-            pd.concat([pd.read_parquet(cell.requests) for cell in cells], ignore_index=True),
-            pd.concat([pd.read_parquet(cell.jobs) for cell in cells], ignore_index=True),
-            [event for cell in cells for event in read_trace(cell.scheduler_trace.read_bytes())])
-    return shapes
+    return {group: cell_shape(pd.concat([pd.read_parquet(cell.requests) for cell in cells], ignore_index=True),
+                              pd.concat([pd.read_parquet(cell.jobs) for cell in cells], ignore_index=True),
+                              [event for cell in cells for event in read_trace(cell.scheduler_trace.read_bytes())])
+            for group, cells in done_trials(files).items()}  # fmt: skip
 
 
 def step_paces(files: SweepFiles, profile: CpuProfile, arch: ModelArch) -> dict[tuple[str, float], float]:
     """Per (policy, JPS) of a measured sweep, the mean over its done trials of how slowly the engine stepped
     against the profile (``sim/profile.py`` ``step_pace``): the machine's speed while the cells ran."""
-    summary = pd.read_parquet(files.summary)
-    paces = {}
-    for (policy, jps), rows in summary[summary.status == CellStatus.DONE.value].groupby(["policy", "jps"]):
-        traces = [pd.read_json(files.cell(key).scheduler_trace, lines=True) for key in rows.cell_key]
-        paces[(policy, float(jps))] = sum(step_pace(profile, arch, trace) for trace in traces) / len(traces)
-    return paces
+    return {group: statistics.fmean(step_pace(profile, arch, pd.read_json(cell.scheduler_trace, lines=True))
+                                    for cell in cells)
+            for group, cells in done_trials(files).items()}  # fmt: skip
 
 
 def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles,
