@@ -14,14 +14,15 @@ GB = 10**9
 
 
 def fake_spec(name: str, **overrides) -> SweepSpec:
-    """A sweep on the fake engine (no model): fast, so the orchestration is what is under test."""
+    """A sweep on the fake engine (no model) with short tool times: fast, so the orchestration is what is under
+    test."""
     fields = dict(
         name=name,
         engine=EngineKind.FAKE,
         gpus=("cpu",),
         policies=("fcfs",),
         jps=(2,),
-        workload=WorkloadSpec(jps=1, duration_s=2, scale=0.05),
+        workload=WorkloadSpec(jps=1, duration_s=2, scale=0.05, tool_time_s=0.1),
         limits=RunLimits(health_timeout_s=60, hang_timeout_s=20, poll_s=0.2),
     )
     return SweepSpec(**(fields | overrides))

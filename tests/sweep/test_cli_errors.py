@@ -25,6 +25,7 @@ def run_script(tmp_path, *flags):
         (["--policies", "lmcache"], "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu device"),
         (["--engine", "sim"], "the simulator models the cpu device only from a profile measured on this machine"),
         (["--scale", "0"], "workload.scale: Input should be greater than 0 (got 0.0)"),
+        (["--tool-time-s", "-1"], "workload.tool_time_s: Input should be greater than or equal to 0 (got -1.0)"),
         (["--jps", "1e9"], "jobs per second 1e+09 over a 30 s arrival window plans about 3e+10 jobs per cell; valid: at most 20000 jobs per cell (jps <= 666.7"),
         (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
     ],

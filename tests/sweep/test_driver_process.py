@@ -18,7 +18,7 @@ SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
 
 def start_driver(results_dir: Path, address: str, *flags: str) -> subprocess.Popen:
     command = [sys.executable, SCRIPT, "--engine", "fake", "--results-dir", str(results_dir), "--ray-address", address,
-               "--scale", "0.05", "--progress-interval-s", "600", *flags]  # fmt: skip
+               "--scale", "0.05", "--tool-time-s", "0.1", "--progress-interval-s", "600", *flags]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
