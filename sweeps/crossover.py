@@ -20,6 +20,7 @@ changes.
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 if __name__ == "__main__":
@@ -99,7 +100,9 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
         asked.update(loads)
         print(f"[{spec.name}] measuring {engine.value} at {', '.join(f'{jps:g}' for jps in loads)} jobs per second",
               flush=True)  # fmt: skip
-        code = run_sweep(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}), options)
+        # No report per round: its plots cost more than a simulated round's cells. The search builds one at the end.
+        code = run_sweep(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}),
+                         replace(options, report=False))  # fmt: skip
         if code == EXIT_INTERRUPTED:  # stopped by a signal: so is the search; a re-run resumes it
             raise SystemExit(code)
         summary = pd.read_parquet(files.summary)
@@ -160,10 +163,21 @@ def _search(args) -> int:
             row["confirmed"] = (row["vllm_below"], row["vllm_above"]) == (row["sim_below"], row["sim_above"])
     table = pd.DataFrame(rows)
     atomic_write_csv(table, SweepFiles(options.results_dir / spec.name).crossover)
+    report_search(spec.name, options)
     print(f"[{spec.name}] {len(flips)} change(s) of verdict between {args.jps_min:g} and {args.jps_max:g} jobs per "
           "second:")
     print(table.to_string(index=False) if len(table) else "  none: the same verdict at every load searched")
     return 0
+
+
+def report_search(sweep: str, options) -> None:
+    """The sweep's report, built once the search is over (its rounds build none): every done cell, the rounds'
+    and any confirmation's alike."""
+    from orchestrator.sweep.driver import publish_report
+    from orchestrator.sweep.results import SweepResults
+    from orchestrator.sweep.tracking import SweepTracker
+
+    publish_report(SweepResults(options.results_dir / sweep), SweepTracker.read_only(options.tracking_uri, sweep))
 
 
 def _dry_run(spec: SweepSpec, options, engine: EngineKind, needs_profile: bool, loads: list[float]) -> int:

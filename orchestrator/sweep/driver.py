@@ -62,6 +62,7 @@ class SweepOptions:
     live: bool | None = None  # None: live display when stdout is a terminal
     scale_up_timeout_s: float = 1800.0  # wait this long for a first node of a launchable type
     autoscaler_config: Path | None = None  # the cluster YAML, where the autoscaler publishes none
+    report: bool = True  # the HTML report at the end; a search running many rounds builds it once, last
 
 
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
@@ -101,6 +102,22 @@ class _InFlight:
     @property
     def cell(self) -> CellSpec:
         return self.started.cell
+
+
+def publish_report(results: SweepResults, tracker: SweepTracker) -> None:
+    """The HTML report of what is done so far, next to the results and on the sweep's parent MLflow run."""
+    from analysis.report import build_report
+
+    name = results.sweep_dir.name
+    try:
+        path = build_report(results.sweep_dir)
+    except Exception as error:  # the results stand without a report; say so and go on
+        print(f"[{name}] report not built: {type(error).__name__}: {error}", flush=True)
+        return
+    tracker.log_parent_artifacts(path.parent, "report")
+    if results.files.verdicts.exists():
+        tracker.log_verdicts(pd.read_csv(results.files.verdicts, keep_default_na=False, na_values=[""]).to_dict("records"))
+    print(f"[{name}] report: {path}", flush=True)
 
 
 class _Sweep:
@@ -314,26 +331,12 @@ class _Sweep:
         print(f"[{self.spec.name}] interrupted by signal {self.stop_signal}; re-run the same command to finish", flush=True)
         return EXIT_INTERRUPTED
 
-    def _report(self) -> None:
-        """The HTML report of what is done so far, next to the results and on the parent MLflow run."""
-        from analysis.report import build_report
-
-        try:
-            path = build_report(self.ledger.results.sweep_dir)
-        except Exception as error:  # the results stand without a report; say so and go on
-            print(f"[{self.spec.name}] report not built: {type(error).__name__}: {error}", flush=True)
-            return
-        self.ledger.tracker.log_parent_artifacts(path.parent, "report")
-        verdicts_path = self.ledger.results.files.verdicts
-        if verdicts_path.exists():
-            self.ledger.tracker.log_verdicts(pd.read_csv(verdicts_path, keep_default_na=False, na_values=[""]).to_dict("records"))
-        print(f"[{self.spec.name}] report: {path}", flush=True)
-
     def _finish(self) -> int:
         self._write_summary()
         self.reporter.update(self._snapshot())
         self.reporter.close()
-        self._report()
+        if self.options.report:
+            publish_report(self.ledger.results, self.ledger.tracker)
         pending = [cell for cell in self.cells
                    if self._pending_reason(cell) and self.ledger.last_status(cell.key) is not CellStatus.DONE]  # fmt: skip
         pending_keys = {cell.key for cell in pending}
