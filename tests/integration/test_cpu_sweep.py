@@ -190,7 +190,7 @@ def test_each_load_gets_a_verdict_with_its_interval_over_the_jobs(sweep):
 
 def test_at_low_load_no_policy_loses_a_prefix_hit_and_the_gap_is_a_fraction_of_the_gap_at_saturation(sweep):
     # Who leads at low load is not asserted: one trial's interval over its jobs leaves out the run-to-run
-    # spread, and the first cell on a fresh replica runs slower (fcfs led by 6% [5, 7] in one run here).
+    # spread (fcfs led by 6% [5, 7] in one run here, where three trials had given a tie).
     low, heavy = sweep.verdict(LOW), sweep.verdict(HEAVY)
     assert low.margin_pct < 0.5 * heavy.margin_pct, (low.to_dict(), heavy.to_dict())
     for policy in SPEC.policies:
