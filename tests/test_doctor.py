@@ -40,8 +40,8 @@ def test_the_table_says_what_was_not_checked():
 def test_the_doctor_runs_here_and_prints_its_table():
     # Continuum alone: its cell shows the most (pins carried, a reset proven clean); an fcfs cell would add
     # a replica start and a minute to the suite and check the same paths.
-    result = subprocess.run([sys.executable, "-m", "orchestrator.doctor", "--policies", "continuum", "--duration-s", "3"],
-                            capture_output=True, text=True, timeout=600, cwd=PROJECT_ROOT,
+    command = [sys.executable, "-m", "orchestrator.doctor", "--policies", "continuum", "--duration-s", "3"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=PROJECT_ROOT,
                             env={**os.environ, "RAY_ADDRESS": ""})  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {tuple(line.split()[:2]): line for line in result.stdout.splitlines() if line.startswith("cpu ")}

@@ -42,7 +42,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
                    f"that show run-to-run spread; default: {spec.trials}")
     p.add_argument("--duration-s", type=float, help=f"arrival window; default: {spec.workload.duration_s:g}")
     p.add_argument("--scale", type=float, help=f"token-count scale; default: {spec.workload.scale:g}")
-    p.add_argument("--tool-time-s", type=float, help=f"client-side tool time between turns; default: {spec.workload.tool_time_s:g}")
+    p.add_argument("--tool-time-s", type=float,
+                   help=f"client-side tool time between turns; default: {spec.workload.tool_time_s:g}")
     p.add_argument("--model", help=f"default: {spec.model}")
     p.add_argument("--kv-blocks", type=int, help="fix the KV pool size in blocks")
     p.add_argument("--max-num-seqs", type=int)
@@ -76,7 +77,8 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
     data["dram_gb_by_gpu"] = {gpu: budgets for gpu, budgets in data["dram_gb_by_gpu"].items() if gpu in data["gpus"]}
     for flag, section, field in (
         ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("trials", None, "trials"),
-        ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"), ("tool_time_s", "workload", "tool_time_s"),
+        ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
+        ("tool_time_s", "workload", "tool_time_s"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
         ("hang_timeout_s", "limits", "hang_timeout_s"), ("client_actors", "limits", "client_actors"),

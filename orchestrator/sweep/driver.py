@@ -116,7 +116,8 @@ def publish_report(results: SweepResults, tracker: SweepTracker) -> None:
         return
     tracker.log_parent_artifacts(path.parent, "report")
     if results.files.verdicts.exists():
-        tracker.log_verdicts(pd.read_csv(results.files.verdicts, keep_default_na=False, na_values=[""]).to_dict("records"))
+        verdicts = pd.read_csv(results.files.verdicts, keep_default_na=False, na_values=[""])
+        tracker.log_verdicts(verdicts.to_dict("records"))
     print(f"[{name}] report: {path}", flush=True)
 
 

@@ -41,8 +41,8 @@ def job_server():
 
 def test_a_submitted_sweep_writes_to_the_absolute_results_directory(job_server, tmp_path):
     submitted = ray_cli("job", "submit", "--address", job_server, "--working-dir", ".", "--", "python",
-                        "sweeps/cpu_tiny.py", "--policies", "fcfs", "--jps", "1", "--duration-s", "4", "--tool-time-s", "0.1",
-                        "--results-dir", str(tmp_path))  # fmt: skip
+                        "sweeps/cpu_tiny.py", "--policies", "fcfs", "--jps", "1", "--duration-s", "4",
+                        "--tool-time-s", "0.1", "--results-dir", str(tmp_path))  # fmt: skip
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     assert "1/1 cells done" in submitted.stdout
     rows = pd.read_parquet(tmp_path / "cpu_tiny" / "summary.parquet")

@@ -19,7 +19,8 @@ from sweeps.large_dram import SPEC as LARGE_DRAM
 
 # The pressure benchmark's profile of this machine, rounded: any fixed profile pins the key's form.
 PROFILE = CpuProfile(peak_flops=15.8e9, memory_bytes_s=17.7e9, step_overhead_s=0.00443, seq_overhead_s=0.000473,
-                     request_overhead_s=0.057, max_num_batched_tokens=2048, num_kv_blocks=2399, block_size=32)  # fmt: skip
+                     request_overhead_s=0.057, max_num_batched_tokens=2048, num_kv_blocks=2399,
+                     block_size=32)  # fmt: skip
 
 # Computed on 2026-11-23. The same derivation finds the profiling cells of the pressure benchmark stored the
 # day before (benchmarks/sim_vs_cpu.py), so results already on disk keep their keys.
