@@ -13,9 +13,10 @@ def one_line(error: ValidationError) -> str:
     """The first problem of a pydantic error as one line: field, message, and the value given."""
     first = error.errors()[0]
     message = first["msg"].removeprefix("Value error, ")
-    if not first["loc"]:  # a check across fields: its message names the values itself
-        return message
-    field = ".".join(str(part) for part in first["loc"])
+    # A union's member is in the location too ("constrained-float", "tuple[int, ...]"): fields are identifiers.
+    field = ".".join(str(part) for part in first["loc"] if isinstance(part, int) or part.isidentifier())
+    if not first["loc"] or isinstance(first.get("input"), dict):  # a check across fields names the values itself
+        return f"{field}: {message}" if field else message
     return f"{field}: {message} (got {first.get('input')!r})"
 
 

@@ -125,6 +125,9 @@ class CellConfig:
     server_argv: tuple[str, ...] = ()
     server_env: dict[str, str] = field(default_factory=dict)
     simulation: dict | None = None  # the simulator's own counts (steps, preemptions, stalls)
+    # Every engine: what the workload's schedule was (two cells compare only on one) and its shape.
+    schedule_fingerprint: str | None = None
+    schedule_stats: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self) | {"tier_counters": self.tier_counters.present()}

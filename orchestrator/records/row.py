@@ -56,7 +56,8 @@ class SummaryRow:
     model: str | None = None
     scale: float | None = None
     duration_s: float | None = None
-    tool_time_s: float | None = None
+    tool_time_s: float | None = None  # the mean, where tool times are drawn
+    workload_source: str | None = None  # source-study or parametric
     n_errors: int | None = None
     t_last_over_t1: float | None = None
     jct_censored_mean_s: float | None = None
@@ -80,6 +81,7 @@ class SummaryRow:
     replica_reused: bool | None = None
     replica_replaced: str | None = None  # why a reusable replica was not reused
     replica_start_s: float | None = None
+    schedule_fingerprint: str | None = None  # cells compare only on one schedule
     n_preemptions: int | None = None
     kv_offload_store_bytes: float | None = None
     kv_offload_load_bytes: float | None = None
@@ -100,7 +102,8 @@ class SummaryRow:
         return cls(
             sweep=sweep, cell_key=cell.key, engine=cell.engine.value, gpu=cell.gpu, policy=cell.policy, jps=cell.jps,
             dram_gb=cell.dram_gb, status=status.value, seed=cell.seed, model=cell.model, scale=workload.scale,
-            duration_s=workload.duration_s, tool_time_s=workload.tool_time_s, reason=reason,
+            duration_s=workload.duration_s, tool_time_s=workload.mean_shape().tool_time_s,
+            workload_source=workload.source, reason=reason,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
         )  # fmt: skip
 
@@ -135,6 +138,7 @@ def attempt_columns(attempt: Attempt) -> dict:
         "replica_reused": config.replica_reused,
         "replica_replaced": config.replica_replaced,
         "replica_start_s": config.replica_start_s,
+        "schedule_fingerprint": config.schedule_fingerprint,
         "n_preemptions": config.num_preemptions,
         **asdict(config.tier_counters),
         **{f"stack_{name}": value for name, value in asdict(stack).items()},

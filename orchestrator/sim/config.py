@@ -56,7 +56,6 @@ def sim_engine(
         num_shared_blocks=workload.scaled_system_prompt_tokens // block_size,
         max_num_batched_tokens=max_num_batched_tokens or device.default_max_num_batched_tokens,
         max_num_seqs=max_num_seqs or device.default_max_num_seqs,
-        output_tokens=workload.output_tokens,
         block_size=block_size,
         job_priority=chosen.job_priority,
         pins=chosen.pins,

@@ -18,7 +18,7 @@ The engine is one thread, as vLLM's engine core is: a step runs to completion (i
 ends, in time order: a request that reached the engine during the step and passed its deadline during it too is
 aborted in the engine, as vLLM aborts a request its client dropped. The clock never goes back. When the engine can
 run nothing, it looks again at the next thing that could change that: an event, a pin's expiry, a load landing. Nothing here reads the wall clock or draws a random
-number: the arrival schedule is the workload plan's, so the same cell always gives the same records.
+number: the schedule is the workload's, drawn before the run, so the same cell always gives the same records.
 
 Output is what a real cell produces: request and job records on the cell's clock (zero = start of the arrival
 window) and a scheduler trace with the same events as the tracing scheduler plugin.
@@ -47,7 +47,7 @@ from orchestrator.records.trace import (
 from orchestrator.replica.schedulers.pins import Pin
 from orchestrator.sim.hardware import StepCost
 from orchestrator.sim.scheduler import SchedulerConfig, SimRequest, SimScheduler, StepPlan, TierKind
-from orchestrator.workload.plan import job_id_for, poisson_arrivals
+from orchestrator.workload.schedule import JobShape, Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 
 LMCACHE_CHUNK_TOKENS = 256
@@ -203,12 +203,18 @@ class EventQueue:
 # The clients.
 @dataclass
 class _Job:
-    job_id: str
-    index: int
-    arrival: float
+    shape: JobShape
     deadline: float
     turn: int = 0
     records: list[RequestRecord] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> str:
+        return self.shape.job_id
+
+    @property
+    def index(self) -> int:
+        return self.shape.index
 
 
 class _Clients:
@@ -218,9 +224,9 @@ class _Clients:
     ``num_on_the_way`` counts the turns decided but not yet in the engine (a tool call running, a request on the wire):
     the ``SendTurn`` and ``ReachEngine`` events pending."""
 
-    def __init__(self, workload: WorkloadSpec, request_overhead_s: float):
+    def __init__(self, workload: WorkloadSpec, schedule: Schedule, request_overhead_s: float):
         self.workload = workload
-        self._targets = workload.target_prompt_tokens()
+        self._schedule = schedule
         self._request_overhead_s = request_overhead_s
         self._job_of: dict[str, _Job] = {}
         self.requests: list[RequestRecord] = []
@@ -228,27 +234,28 @@ class _Clients:
         self.num_on_the_way = 0
 
     def start(self) -> list[SendTurn]:
-        """Every job's first turn, at the plan's arrival times."""
-        spec = self.workload
+        """Every job's first turn, at the schedule's arrival times."""
         sends = []
-        for index, offset in enumerate(poisson_arrivals(spec.jps, spec.duration_s, spec.seed)):
-            job = _Job(job_id_for(spec.seed, index), index, offset, offset + spec.job_timeout_s)
+        for shape in self._schedule.jobs:
+            job = _Job(shape, shape.arrival_s + self.workload.job_timeout_s)
             self._job_of[job.job_id] = job
-            sends.append(SendTurn(offset, job))
+            sends.append(SendTurn(shape.arrival_s, job))
         self.num_on_the_way = len(sends)
         return sends
 
     def send(self, job: _Job, due: float) -> tuple[SimRequest, float]:
         """The job's next turn, sent at ``due``, and its deadline (the request's own, or the job's if sooner)."""
         job.turn += 1
+        turn = job.shape.turns[job.turn - 1]
         request = SimRequest(
             request_id=f"{job.job_id}-t{job.turn}",
             job_id=job.job_id,
             job_index=job.index,
             turn=job.turn,
-            is_last=job.turn == self.workload.num_turns,
-            prompt_tokens=self._targets[job.turn - 1],
+            is_last=turn.is_last,
+            prompt_tokens=turn.prompt_tokens,
             arrival=due + self._request_overhead_s,
+            output_tokens=turn.output_tokens,
             due_at=due,
         )
         return request, min(due + self.workload.request_timeout_s, job.deadline)
@@ -261,7 +268,7 @@ class _Clients:
             self._end_job(job, JobStatus.COMPLETED)
             return []
         self.num_on_the_way += 1
-        return [SendTurn(at + self.workload.tool_time_s, job)]
+        return [SendTurn(at + job.shape.turns[request.turn - 1].tool_time_s, job)]
 
     def on_timed_out(self, request: SimRequest, deadline_at: float) -> None:
         job = self._job_of[request.job_id]
@@ -293,7 +300,7 @@ class _Clients:
 
     def _end_job(self, job: _Job, status: JobStatus) -> None:
         self.jobs.append(JobRecord(
-            job_id=job.job_id, job_index=job.index, status=status, arrival_at=job.arrival,
+            job_id=job.job_id, job_index=job.index, status=status, arrival_at=job.shape.arrival_s,
             finished_at=job.records[-1].finished_at, num_turns_completed=sum(r.status.is_ok for r in job.records),
         ))  # fmt: skip
 
@@ -414,7 +421,7 @@ class _Engine:
                 request.num_output += 1
                 if request.first_token_at is None:
                     request.first_token_at = end
-                if request.num_output >= self.scheduler.config.output_tokens:
+                if request.num_output >= request.output_tokens:
                     self._finish(request, end)
                     finished.append(request)
         return finished, num_prefill
@@ -468,9 +475,10 @@ class Simulation:
     Invariants: ``now`` never decreases (the loop sets it, and a step moves it to the step's end); ``next_schedule``
     is the one ``ScheduleStep`` that will act (others pending are stale)."""
 
-    def __init__(self, workload: WorkloadSpec, engine: SimEngine):
+    def __init__(self, workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None):
         self.now = 0.0
-        self.clients = _Clients(workload, engine.cost.calibration.request_overhead_s)
+        schedule = schedule or schedule_for(workload)
+        self.clients = _Clients(workload, schedule, engine.cost.calibration.request_overhead_s)
         self.engine = _Engine(engine)
         self.next_schedule: ScheduleStep | None = None
         self._queue = EventQueue()
@@ -493,5 +501,6 @@ class Simulation:
         return [self.next_schedule]
 
 
-def simulate(workload: WorkloadSpec, engine: SimEngine) -> SimResult:
-    return Simulation(workload, engine).run()
+def simulate(workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None) -> SimResult:
+    """``workload`` in ``engine``: its ``schedule`` (drawn here when not given) and its timeouts."""
+    return Simulation(workload, engine, schedule).run()

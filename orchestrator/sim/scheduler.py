@@ -50,7 +50,6 @@ class SchedulerConfig:
     num_shared_blocks: int  # the system prompt's full blocks, held for the whole run
     max_num_batched_tokens: int
     max_num_seqs: int
-    output_tokens: int
     block_size: int = 16
     job_priority: bool = False  # vLLM priority scheduling by job arrival index
     pins: ContinuumConfig | None = None
@@ -71,6 +70,7 @@ class SimRequest:
     is_last: bool
     prompt_tokens: int
     arrival: float
+    output_tokens: int  # the completion's exact length (min_tokens = max_tokens on a real engine)
     priority: int = 0
     num_output: int = 0
     num_computed: int = 0

@@ -3,7 +3,7 @@
 A job's context stays needed across its tool gaps, so the reuse corpus is the context of every job in
 flight, and the live set is the context of the jobs inside a turn. Jobs in flight follow Little's law
 from an unqueued job time: a roofline turn (prefill of the turn's new tokens at an assumed 40% of peak
-FLOP/s, 20 decode steps reading the weights at 70% of HBM bandwidth) plus the tool times. When the
+FLOP/s, 20 decode steps reading the weights at 70% of HBM bandwidth) plus the tool times, for the workload's expected job. When the
 offered prefill work exceeds what the GPU does (load >= 1), queues grow for the whole arrival window and
 every job that arrived is taken to be in flight, in a turn. These are estimates for a warning, not a
 model of the run: the simulator is the model.
@@ -31,16 +31,16 @@ class AgentWorkingSets:
 
 
 def agent_working_sets(workload: WorkloadSpec, arch: ModelArch, gpu: GpuType) -> AgentWorkingSets:
-    targets = workload.target_prompt_tokens()
+    job = workload.mean_shape()
     # With every earlier turn cached, a job prefills its final context once over its turns.
-    prefill_per_job = targets[-1] + workload.output_tokens
+    prefill_per_job = job.final_prompt_tokens + job.output_tokens
     prefill_tokens_per_s = gpu.bf16_tflops * 1e12 * ASSUMED_MFU / (2 * arch.num_parameters)
     decode_step_s = arch.num_parameters * arch.weight_dtype_bytes / (gpu.hbm_gb_s * 1e9 * ASSUMED_HBM_EFFICIENCY)
-    turn_time = prefill_per_job / workload.num_turns / prefill_tokens_per_s + workload.output_tokens * decode_step_s
-    busy_s = workload.num_turns * turn_time
-    job_s = busy_s + (workload.num_turns - 1) * workload.tool_time_s
+    turn_time = prefill_per_job / job.turns / prefill_tokens_per_s + job.output_tokens * decode_step_s
+    busy_s = job.turns * turn_time
+    job_s = busy_s + (job.turns - 1) * job.tool_time_s
     load = workload.jps * prefill_per_job / prefill_tokens_per_s
-    mean_context = sum(targets) / len(targets) + workload.output_tokens
+    mean_context = job.mean_prompt_tokens + job.output_tokens
     if load >= 1:
         in_flight = workload.jps * workload.duration_s
         live = in_flight * mean_context

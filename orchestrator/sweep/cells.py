@@ -99,10 +99,11 @@ class CellSpec(BaseModel):
             "dram_gb": f"{self.dram_gb:g}",
             "seed": str(self.seed),
             "model": self.model,
+            "workload.source": self.workload.source,
         }
         for prefix, section in (("workload", self.workload), ("engine_options", self.engine_options)):
             for name, value in section.model_dump(mode="json").items():
-                flat[f"{prefix}.{name}"] = json.dumps(value) if isinstance(value, list) else str(value)
+                flat[f"{prefix}.{name}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
         if self.cpu_profile is not None:
             flat |= {f"cpu_profile.{name}": f"{value:.6g}" for name, value in asdict(self.cpu_profile).items()}
         return flat

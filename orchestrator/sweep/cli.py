@@ -2,11 +2,13 @@
 
     python sweeps/cpu_tiny.py [--engine auto|vllm|sim|fake] [--results-dir DIR] [--tracking-uri URI]
         [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42] [--trials N]
-        [--duration-s F] [--scale F] [--model NAME] [--kv-blocks N] [--max-num-seqs N]
+        [--duration-s F] [--scale F] [--workload source-study|parametric] [--turns D] [--tool-tokens D]
+        [--output-tokens D] [--tool-time-s D] [--model NAME] [--kv-blocks N] [--max-num-seqs N]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
 
-Lists take commas or spaces. Bad input is one ``error:`` line and exit code 2, before Ray or the
+Lists take commas or spaces. ``D`` is a number, a preset distribution's name or a distribution as JSON
+(``workload/distributions.py``). Bad input is one ``error:`` line and exit code 2, before Ray or the
 tracking store is touched.
 """
 
@@ -21,10 +23,26 @@ from pydantic import ValidationError
 
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError, one_line
+from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
+from orchestrator.workload.spec import WorkloadSpec
 
 RESULTS_ENV = "KVSWEEP_RESULTS_DIR"
 # Where Ray unpacks a job's --working-dir: results written under it vanish with the job.
 RAY_WORKING_DIR_MARK = "runtime_resources"
+
+
+_SOURCE_SHAPE = WorkloadSpec(jps=1)
+# What ``--workload`` sets; a shape flag given beside it overrides its part.
+WORKLOAD_SHAPES: dict[str, dict] = {
+    "source-study": {field: getattr(_SOURCE_SHAPE, field) for field in ("num_turns", "tool_tokens", "output_tokens",
+                                                                        "tool_time_s")},
+    "parametric": {"num_turns": PRESETS["agent-turns"], "tool_tokens": PRESETS["agent-tool-tokens"],
+                   "output_tokens": PRESETS["agent-output-tokens"], "tool_time_s": PRESETS["swe-agent-tool-time"]},
+}  # fmt: skip
+
+
+def _shown(value: float | Distribution) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else value.kind
 
 
 def parser(spec: SweepSpec) -> argparse.ArgumentParser:
@@ -42,8 +60,16 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
                    f"that show run-to-run spread; default: {spec.trials}")
     p.add_argument("--duration-s", type=float, help=f"arrival window; default: {spec.workload.duration_s:g}")
     p.add_argument("--scale", type=float, help=f"token-count scale; default: {spec.workload.scale:g}")
-    p.add_argument("--tool-time-s", type=float,
-                   help=f"client-side tool time between turns; default: {spec.workload.tool_time_s:g}")
+    p.add_argument("--workload", choices=list(WORKLOAD_SHAPES),
+                   help="the job shape: the source study's fixed 8 turns, or the parametric agent workload (turns, "
+                   "tool outputs, answers and tool times drawn per job from presets; the flags below override each); "
+                   f"default: {spec.workload.source}")
+    shape = "a number, a preset name or a JSON distribution"
+    p.add_argument("--turns", help=f"turns per job: {shape}")
+    p.add_argument("--tool-tokens", help=f"tool-output tokens after each turn (before --scale): {shape}")
+    p.add_argument("--output-tokens", help=f"completion tokens of each turn: {shape}")
+    p.add_argument("--tool-time-s", help=f"client-side tool time between turns: {shape}; "
+                   f"default: {_shown(spec.workload.tool_time_s)}")
     p.add_argument("--model", help=f"default: {spec.model}")
     p.add_argument("--kv-blocks", type=int, help="fix the KV pool size in blocks")
     p.add_argument("--max-num-seqs", type=int)
@@ -75,10 +101,20 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         data["dram_gb"] = parse_list(args.dram_gb, float, "dram-gb")
         data["dram_gb_by_gpu"] = {}
     data["dram_gb_by_gpu"] = {gpu: budgets for gpu, budgets in data["dram_gb_by_gpu"].items() if gpu in data["gpus"]}
+    if args.workload is not None:
+        data["workload"] |= WORKLOAD_SHAPES[args.workload]
+    for flag, field in (("turns", "num_turns"), ("tool_tokens", "tool_tokens"), ("output_tokens", "output_tokens"),
+                        ("tool_time_s", "tool_time_s")):  # fmt: skip
+        if getattr(args, flag) is not None:
+            try:
+                value = parse_distribution(getattr(args, flag), "--" + flag.replace("_", "-"))
+            except ValueError as error:
+                raise InputError(str(error)) from None
+            # One number of tool tokens is every tool output's size (the field's list form is per turn).
+            data["workload"][field] = Fixed(value=value) if field == "tool_tokens" and isinstance(value, float) else value
     for flag, section, field in (
         ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("trials", None, "trials"),
         ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
-        ("tool_time_s", "workload", "tool_time_s"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
         ("hang_timeout_s", "limits", "hang_timeout_s"), ("client_actors", "limits", "client_actors"),

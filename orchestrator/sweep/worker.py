@@ -36,6 +36,7 @@ from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
 from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.plan import build_plan
+from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.tokenizer import token_counter_for
 
 
@@ -86,7 +87,8 @@ class CellWorker:
         model_dir = str(ensure_tiny_model()) if cell.model == TINY_MODEL else cell.model
         served = served_cell(cell, model_dir)
         # The plan is complete before the replica starts: nothing expensive happens on the clock.
-        plan = build_plan(cell.workload, token_counter_for(model_dir))
+        schedule = schedule_for(cell.workload)
+        plan = build_plan(cell.workload, token_counter_for(model_dir), schedule)
         try:
             reuse = self._ensure_replica(served.engine, limits.health_timeout_s)
         except ServerStartError as error:
@@ -98,7 +100,7 @@ class CellWorker:
         replica = self._replica
         mark = replica.mark()
         counters_before = read_counters(replica.info.base_url) or {}
-        options = RequestOptions(served.served_model_name, cell.workload.output_tokens, served.send_priority)
+        options = RequestOptions(served.served_model_name, served.send_priority)
         self._status = WorkerStatus(cell.key, "running", 0, len(plan.jobs))
         load = self._start_load(plan, replica.info, options, limits)
         status, reason = self._watch(load, replica, limits, (deadline, limit_s), cell.key)
@@ -130,6 +132,8 @@ class CellWorker:
             replica_replaced=reuse.replaced_because,
             request_options=asdict(options),
             plan_fingerprint=plan.fingerprint(),
+            schedule_fingerprint=schedule.fingerprint(),
+            schedule_stats=asdict(schedule.stats()),
             server_argv=tuple(replica.info.server_argv),
             server_env=dict(replica.info.server_env),
         )
@@ -162,7 +166,8 @@ class CellWorker:
                 gpu_memory_utilization=options.gpu_memory_utilization,
                 max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
             )  # fmt: skip
-        result = simulate(workload, engine)
+        schedule = schedule_for(workload)
+        result = simulate(workload, engine, schedule)
         stats = asdict(result.stats)
         scheduler = engine.scheduler
         config = CellConfig(
@@ -177,6 +182,8 @@ class CellWorker:
             tier_counters=TierCounters.from_counts(result.stats.tier_counters),
             num_preemptions=result.stats.preemptions,
             simulation=stats,
+            schedule_fingerprint=schedule.fingerprint(),
+            schedule_stats=asdict(schedule.stats()),
         )
         summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
         self._status = WorkerStatus()

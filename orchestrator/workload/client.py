@@ -44,10 +44,9 @@ class EpochClock:
 
 @dataclass(frozen=True)
 class RequestOptions:
-    """How requests are formed; the policy decides ``send_priority``."""
+    """How requests are formed; the policy decides ``send_priority``, the plan each turn's length."""
 
     model: str
-    output_tokens: int = 20
     send_priority: bool = False
 
 
@@ -72,13 +71,13 @@ class CompletionClient:
         self._session = session
         self._now = now
 
-    def body(self, prompt: str, job_id: str, job_index: int, turn: int, is_last: bool) -> dict:
+    def body(self, prompt: str, output_tokens: int, job_id: str, job_index: int, turn: int, is_last: bool) -> dict:
         options = self._options
         body = {
             "model": options.model,
             "prompt": prompt,
-            "max_tokens": options.output_tokens,
-            "min_tokens": options.output_tokens,
+            "max_tokens": output_tokens,
+            "min_tokens": output_tokens,
             "ignore_eos": True,
             "temperature": 0.0,
             "stream": True,

@@ -2,7 +2,7 @@
 
 The timing core (``_dispatch``) only sleeps until the next planned arrival, and starts that job's task;
 payloads, parsing and records happen inside the job tasks. A job runs its turns back to back: send the
-context, stream the completion, sleep the tool time, append completion and tool output, repeat.
+context, stream the completion, sleep the turn's tool time, append completion and tool output, repeat.
 """
 
 from __future__ import annotations
@@ -121,12 +121,12 @@ class _JobRunner:
             if not record.status.is_ok:
                 return records, self._job_record(job, arrival_at, records, JobStatus(record.status.value))
             context += completion.text + TOOL_SEPARATOR + (turn.tool_output or "")
-            due = completion.finished_at + self._spec.tool_time_s
+            due = completion.finished_at + turn.tool_time_s
             previous = record
         return records, self._job_record(job, arrival_at, records, JobStatus.COMPLETED)
 
     async def _send(self, job, turn: TurnPlan, context, due, previous, job_deadline):
-        body = self._client.body(context, job.job_id, job.index, turn.turn, turn.is_last)
+        body = self._client.body(context, turn.output_tokens, job.job_id, job.index, turn.turn, turn.is_last)
         sent_at = self._clock.now()
         budget = min(self._spec.request_timeout_s, job_deadline - sent_at)
         completion: Completion | None = None

@@ -1,4 +1,5 @@
-"""The whole workload drawn up front from the seed: arrival times and every job's tool outputs.
+"""The schedule rendered as text up front: the system prompt and every job's tool outputs, sized by the
+served model's tokenizer.
 
 Like MLPerf LoadGen, nothing random or expensive happens once the clock starts: the load generator only
 sleeps until each planned time. Every policy in a comparison gets the identical plan.
@@ -7,9 +8,9 @@ sleeps until each planned time. Every policy in a comparison gets the identical 
 from __future__ import annotations
 
 import hashlib
-import random
 from dataclasses import dataclass
 
+from orchestrator.workload.schedule import JobShape, Schedule, TurnShape, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.text import TOOL_SEPARATOR, TextSizer, TokenCounter, tool_output_header, tool_output_key
 
@@ -20,7 +21,9 @@ class TurnPlan:
 
     turn: int  # 1-based
     target_prompt_tokens: int
+    output_tokens: int  # the completion's exact length
     tool_output: str | None  # None on the last turn, which has no tool call
+    tool_time_s: float  # the tool call's time before the next turn
 
     @property
     def is_last(self) -> bool:
@@ -42,7 +45,8 @@ class WorkloadPlan:
     jobs: tuple[JobPlan, ...]
 
     def fingerprint(self) -> str:
-        """sha256 over everything that is sent and when; equal plans send byte-identical traffic."""
+        """sha256 over every prompt text and arrival; equal plans send byte-identical prompts. Completion
+        lengths and tool times are in the schedule's fingerprint, which the cell records beside this one."""
         digest = hashlib.sha256(self.system_prompt.encode())
         for job in self.jobs:
             digest.update(f"|{job.job_id}|{job.index}|{job.arrival_offset_s!r}".encode())
@@ -57,44 +61,26 @@ class WorkloadPlan:
         return WorkloadPlan(self.spec, self.system_prompt, self.jobs[index::count])
 
 
-def poisson_arrivals(jps: float, duration_s: float, seed: int) -> tuple[float, ...]:
-    """Arrival offsets of a Poisson process of rate ``jps`` inside ``[0, duration_s)``."""
-    rng = random.Random(seed)
-    arrivals: list[float] = []
-    now = rng.expovariate(jps)
-    while now < duration_s:
-        arrivals.append(now)
-        now += rng.expovariate(jps)
-    return tuple(arrivals)
-
-
-def job_id_for(seed: int, index: int) -> str:
-    # The seed is part of the id so two seeds never produce the same tool text.
-    return f"s{seed}-j{index:05d}"
-
-
-def build_plan(spec: WorkloadSpec, counter: TokenCounter) -> WorkloadPlan:
-    """The full plan for ``spec``, with texts sized by ``counter`` (the served model's tokenizer)."""
+def build_plan(spec: WorkloadSpec, counter: TokenCounter, schedule: Schedule | None = None) -> WorkloadPlan:
+    """The full plan for ``spec`` (its ``schedule``, drawn here when not given), with texts sized by ``counter``
+    (the served model's tokenizer)."""
     tool_sizer = TextSizer(lambda text: counter.count(TOOL_SEPARATOR + text))
     system_prompt = TextSizer(counter.count_prompt).text(
         "[system]", f"system:{spec.seed}", spec.scaled_system_prompt_tokens
     )
-    targets = spec.target_prompt_tokens()
-    tool_sizes = spec.scaled_tool_tokens
-    jobs = []
-    for index, offset in enumerate(poisson_arrivals(spec.jps, spec.duration_s, spec.seed)):
-        job_id = job_id_for(spec.seed, index)
-        turns = tuple(
-            TurnPlan(
-                turn=turn,
-                target_prompt_tokens=targets[turn - 1],
-                tool_output=(
-                    tool_sizer.text(tool_output_header(job_id, turn), tool_output_key(job_id, turn), tool_sizes[turn - 1])
-                    if turn < spec.num_turns
-                    else None
-                ),
-            )
-            for turn in range(1, spec.num_turns + 1)
-        )
-        jobs.append(JobPlan(job_id=job_id, index=index, arrival_offset_s=offset, turns=turns))
-    return WorkloadPlan(spec=spec, system_prompt=system_prompt, jobs=tuple(jobs))
+    jobs = tuple(_job_plan(job, tool_sizer) for job in (schedule or schedule_for(spec)).jobs)
+    return WorkloadPlan(spec=spec, system_prompt=system_prompt, jobs=jobs)
+
+
+def _job_plan(job: JobShape, tool_sizer: TextSizer) -> JobPlan:
+    def tool_output(shape: TurnShape) -> str | None:
+        if shape.tool_tokens is None:
+            return None
+        header, key = tool_output_header(job.job_id, shape.turn), tool_output_key(job.job_id, shape.turn)
+        return tool_sizer.text(header, key, shape.tool_tokens)
+
+    turns = tuple(
+        TurnPlan(shape.turn, shape.prompt_tokens, shape.output_tokens, tool_output(shape), shape.tool_time_s)
+        for shape in job.turns
+    )
+    return JobPlan(job_id=job.job_id, index=job.index, arrival_offset_s=job.arrival_s, turns=turns)

@@ -1,8 +1,20 @@
-"""The agent workload's specification: the source study's shape, parameterised by load, length and scale."""
+"""The agent workload's specification: the source study's shape, parameterised by load, length and scale,
+or a parametric agent workload whose turns, sizes and tool times are drawn from distributions.
+
+A shape field given as a number (or, for tool outputs, a list per turn) is the source study's kind: the
+same for every job. Given as a distribution (``workload/distributions.py``), it is drawn per job or per
+turn from the cell's seed when the schedule is built (``workload/schedule.py``). Numbers dump as they
+always have, so the keys of cells measured before distributions existed do not change.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.workload.distributions import Distribution
 
 # Tool-output sizes (tokens) appended after turns 1..7 in the source study, at scale 1.0.
 SOURCE_TOOL_TOKENS: tuple[int, ...] = (1640, 1510, 2455, 1335, 2730, 1930, 775)
@@ -21,10 +33,25 @@ def check_jobs_per_cell(jps: float, duration_s: float) -> None:
         )
 
 
+WorkloadSource = Literal["source-study", "parametric"]
+
+
+@dataclass(frozen=True)
+class ShapeMeans:
+    """A job's expected shape, for estimates made before any schedule is drawn (``sizing/agent.py``)."""
+
+    turns: float
+    final_prompt_tokens: float  # the last turn's prompt
+    mean_prompt_tokens: float  # over a job's turns
+    output_tokens: float  # per turn
+    tool_time_s: float  # per tool call
+
+
 class WorkloadSpec(BaseModel):
     """What the load generator sends. Frozen and strict: an unknown field is an error, not ignored.
 
-    Invariant: ``len(tool_tokens) == num_turns - 1`` (the last turn has no tool call).
+    Invariant: with a fixed ``num_turns``, a list of ``tool_tokens`` has ``num_turns - 1`` sizes (the last
+    turn has no tool call); a list needs a fixed number of turns.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -33,38 +60,58 @@ class WorkloadSpec(BaseModel):
     duration_s: float = Field(45.0, gt=0, description="Arrival window; jobs arrive only inside it.")
     seed: int = Field(42, description="Seeds the arrival schedule; every policy of a comparison shares it.")
     scale: float = Field(1.0, gt=0, le=4, description="Multiplies the system prompt and tool output sizes.")
-    num_turns: int = Field(8, ge=1)
-    tool_tokens: tuple[int, ...] = SOURCE_TOOL_TOKENS
+    num_turns: Annotated[int, Field(ge=1)] | Distribution = Field(8, description="Turns per job (draws round to >= 1).")
+    tool_tokens: tuple[int, ...] | Distribution = Field(
+        SOURCE_TOOL_TOKENS, description="Tool-output tokens appended after each turn but the last (scaled).")
     system_prompt_tokens: int = Field(80, ge=1)
-    output_tokens: int = Field(20, ge=1, description="Exact completion length of every turn (not scaled).")
-    tool_time_s: float = Field(0.5, ge=0, description="Client-side tool execution time between turns.")
+    output_tokens: Annotated[int, Field(ge=1)] | Distribution = Field(
+        20, description="Exact completion length of a turn (not scaled; draws round to >= 1).")
+    tool_time_s: Annotated[float, Field(ge=0)] | Distribution = Field(
+        0.5, description="Client-side tool execution time between turns.")
     request_timeout_s: float = Field(600.0, gt=0)
     job_timeout_s: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")
     def _tools_match_turns(self) -> WorkloadSpec:
         check_jobs_per_cell(self.jps, self.duration_s)
-        if len(self.tool_tokens) != self.num_turns - 1:
+        if isinstance(self.tool_tokens, tuple) and not isinstance(self.num_turns, int):
+            raise ValueError(
+                f"tool_tokens lists {len(self.tool_tokens)} sizes, one per turn, but num_turns is drawn from a "
+                f"{self.num_turns.kind} distribution; give tool_tokens as a distribution too"
+            )
+        if isinstance(self.tool_tokens, tuple) and len(self.tool_tokens) != self.num_turns - 1:
             raise ValueError(
                 f"tool_tokens has {len(self.tool_tokens)} sizes but num_turns={self.num_turns} needs "
                 f"{self.num_turns - 1} (one per turn but the last)"
             )
         return self
 
-    def scaled(self, tokens: int) -> int:
+    @property
+    def source(self) -> WorkloadSource:
+        """``parametric`` when any of the job's shape is drawn from a distribution."""
+        shape = (self.num_turns, self.tool_tokens, self.output_tokens, self.tool_time_s)
+        return "source-study" if all(isinstance(value, (int, float, tuple)) for value in shape) else "parametric"
+
+    def scaled(self, tokens: float) -> int:
         return max(1, round(tokens * self.scale))
 
     @property
     def scaled_system_prompt_tokens(self) -> int:
         return self.scaled(self.system_prompt_tokens)
 
-    @property
-    def scaled_tool_tokens(self) -> tuple[int, ...]:
-        return tuple(self.scaled(tokens) for tokens in self.tool_tokens)
+    def mean_shape(self) -> ShapeMeans:
+        """The expected job: exact for a fixed shape, from the distributions' means otherwise."""
+        turns = _mean(self.num_turns)
+        output = _mean(self.output_tokens)
+        if isinstance(self.tool_tokens, tuple):
+            growth = [output + self.scaled(tokens) for tokens in self.tool_tokens]
+        else:
+            growth = [output + self.tool_tokens.mean * self.scale] * max(0, round(turns) - 1)
+        prompts = [float(self.scaled_system_prompt_tokens)]
+        for added in growth:
+            prompts.append(prompts[-1] + added)
+        return ShapeMeans(turns, prompts[-1], sum(prompts) / len(prompts), output, _mean(self.tool_time_s))
 
-    def target_prompt_tokens(self) -> tuple[int, ...]:
-        """Prompt tokens each turn should measure: system prompt plus every earlier completion and tool output."""
-        targets = [self.scaled_system_prompt_tokens]
-        for tool in self.scaled_tool_tokens:
-            targets.append(targets[-1] + self.output_tokens + tool)
-        return tuple(targets)
+
+def _mean(value: float | Distribution) -> float:
+    return float(value) if isinstance(value, (int, float)) else value.mean

@@ -12,7 +12,7 @@ from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import Deadline, EventQueue, ReachEngine, ScheduleStep, SendTurn, Simulation, simulate
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.scheduler import SimRequest
-from orchestrator.workload.plan import poisson_arrivals
+from orchestrator.workload.schedule import poisson_arrivals
 from orchestrator.workload.spec import WorkloadSpec
 
 LLAMA = "llama-3.1-8b-instruct"

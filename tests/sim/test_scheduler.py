@@ -9,28 +9,29 @@ from orchestrator.sim.scheduler import SchedulerConfig, SimRequest, SimScheduler
 BLOCK = 16
 
 
-def _scheduler(num_blocks: int, *, budget: int = 1000, max_seqs: int = 8, output_tokens: int = 1, **options):
+def _scheduler(num_blocks: int, *, budget: int = 1000, max_seqs: int = 8, **options):
     return SimScheduler(
         SchedulerConfig(
             num_blocks=num_blocks, num_shared_blocks=0, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
-            output_tokens=output_tokens, block_size=BLOCK, **options,
+            block_size=BLOCK, **options,
         )
     )  # fmt: skip
 
 
-def _turn(job: str, index: int, turn: int, prompt_tokens: int, last: bool = False, at: float = 0.0) -> SimRequest:
-    return SimRequest(f"{job}-t{turn}", job, index, turn, last, prompt_tokens, at)
+def _turn(job: str, index: int, turn: int, prompt_tokens: int, last: bool = False, at: float = 0.0,
+          output: int = 1) -> SimRequest:  # fmt: skip
+    return SimRequest(f"{job}-t{turn}", job, index, turn, last, prompt_tokens, at, output)
 
 
 def _step(scheduler: SimScheduler, now: float = 0.0, finish: bool = True) -> StepPlan:
     """One engine step as ``sim.engine`` runs it: schedule, then every request whose prompt is computed
-    samples a token and (unless not ``finish``) finishes at ``output_tokens``; the finishes' unpins join the
+    samples a token and (unless not ``finish``) finishes at its ``output_tokens``; the finishes' unpins join the
     plan's."""
     plan = scheduler.schedule(now)
     for request, _, _ in plan.scheduled:
         if request.num_computed >= request.num_tokens and not request.done:
             request.num_output += 1
-            if finish and request.num_output >= scheduler.config.output_tokens:
+            if finish and request.num_output >= request.output_tokens:
                 scheduler.finish(request, now, plan.unpins)
     _assert_blocks_add_up(scheduler)
     return plan
@@ -46,8 +47,8 @@ def _reasons(plan: StepPlan) -> list[tuple[str, str]]:
 
 
 def test_admission_stops_at_the_first_waiting_request_that_cannot_get_blocks():
-    scheduler = _scheduler(num_blocks=10, output_tokens=5)
-    first, blocked, small = _turn("a", 0, 1, 100), _turn("b", 1, 1, 100), _turn("c", 2, 1, 10)
+    scheduler = _scheduler(num_blocks=10)
+    first, blocked, small = _turn("a", 0, 1, 100, output=5), _turn("b", 1, 1, 100, output=5), _turn("c", 2, 1, 10)
     for request in (first, blocked, small):
         scheduler.add(request)
     plan = _step(scheduler)
@@ -58,8 +59,8 @@ def test_admission_stops_at_the_first_waiting_request_that_cannot_get_blocks():
 
 
 def test_a_decode_short_of_blocks_preempts_the_newest_running_request_by_recompute():
-    scheduler = _scheduler(num_blocks=4, output_tokens=10)
-    older, newer = _turn("a", 0, 1, 31), _turn("b", 1, 1, 31)
+    scheduler = _scheduler(num_blocks=4)
+    older, newer = _turn("a", 0, 1, 31, output=10), _turn("b", 1, 1, 31, output=10)
     scheduler.add(older)
     scheduler.add(newer)
     assert _step(scheduler).admitted == [older, newer]  # 2 blocks each: the pool is full
@@ -73,8 +74,8 @@ def test_a_decode_short_of_blocks_preempts_the_newest_running_request_by_recompu
 
 
 def test_prefill_is_chunked_under_the_token_budget_and_the_rest_of_a_step_admits_the_next_request():
-    scheduler = _scheduler(num_blocks=64, budget=40, output_tokens=3)
-    long, short = _turn("a", 0, 1, 100), _turn("b", 1, 1, 50)
+    scheduler = _scheduler(num_blocks=64, budget=40)
+    long, short = _turn("a", 0, 1, 100, output=3), _turn("b", 1, 1, 50, output=3)
     scheduler.add(long)
     scheduler.add(short)
     chunks = [[(request.request_id, num, before) for request, num, before in _step(scheduler).scheduled]
@@ -90,8 +91,8 @@ def test_prefill_is_chunked_under_the_token_budget_and_the_rest_of_a_step_admits
 def test_a_long_prompt_waits_until_all_of_it_fits_though_it_is_given_blocks_a_chunk_at_a_time():
     # vLLM 0.32 (scheduler_reserve_full_isl): 10 blocks, "a" holds 4; "b" needs 7 for its 100 tokens.
     for reserve_full_prompt in (True, False):
-        scheduler = _scheduler(num_blocks=10, budget=32, output_tokens=40, reserve_full_prompt=reserve_full_prompt)
-        running, long = _turn("a", 0, 1, 64), _turn("b", 1, 1, 100)
+        scheduler = _scheduler(num_blocks=10, budget=32, reserve_full_prompt=reserve_full_prompt)
+        running, long = _turn("a", 0, 1, 64, output=40), _turn("b", 1, 1, 100, output=40)
         scheduler.add(running)
         _step(scheduler)
         _step(scheduler)

@@ -26,6 +26,8 @@ def run_script(tmp_path, *flags):
         (["--engine", "sim"], "the simulator models the cpu device only from a profile measured on this machine"),
         (["--scale", "0"], "workload.scale: Input should be greater than 0 (got 0.0)"),
         (["--tool-time-s", "-1"], "workload.tool_time_s: Input should be greater than or equal to 0 (got -1.0)"),
+        (["--tool-time-s", "swe"], "--tool-time-s 'swe' is not a number, preset or JSON distribution; valid: a number, a preset (swe-agent-tool-time"),
+        (["--turns", "agent-turns"], "num_turns is drawn from a int-uniform distribution; give tool_tokens as a distribution too"),
         (["--jps", "1e9"], "jobs per second 1e+09 over a 30 s arrival window plans about 3e+10 jobs per cell; valid: at most 20000 jobs per cell (jps <= 666.7"),
         (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
     ],

@@ -9,6 +9,7 @@ from orchestrator.workload.actor import drive_with_actors
 from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.loadgen import LoadGenerator
 from orchestrator.workload.plan import build_plan
+from orchestrator.workload.distributions import PRESETS, IntUniform, Uniform
 from orchestrator.workload.spec import WorkloadSpec
 
 
@@ -45,6 +46,23 @@ def test_turns_are_scheduled_a_tool_time_after_the_previous_finish(instant_serve
             assert after.sent_at >= after.scheduled_at
             assert after.best_cached_tokens == before.prompt_tokens + before.completion_tokens
         assert all(r.completion_tokens == 20 and r.first_token_at is not None for r in records)
+
+
+def test_each_turn_asks_for_its_own_length_and_waits_its_own_tool_time(instant_server, tiny_counter):
+    plan = _plan(tiny_counter, num_turns=IntUniform(low=2, high=5), tool_tokens=PRESETS["agent-tool-tokens"],
+                 output_tokens=Uniform(low=5, high=40), tool_time_s=Uniform(low=0, high=0.3))  # fmt: skip
+    planned = {(job.job_id, turn.turn): turn for job in plan.jobs for turn in job.turns}
+    assert len({len(job.turns) for job in plan.jobs}) > 1
+    result = LoadGenerator(instant_server.url, RequestOptions(model="m")).run(plan, epoch_unix=time.time())
+    assert len(result.requests) == len(planned)
+    assert {job.job_id: job.num_turns_completed for job in result.jobs} == {job.job_id: len(job.turns) for job in plan.jobs}
+    records = {(record.job_id, record.turn): record for record in result.requests}
+    for (job_id, turn), shape in planned.items():
+        record = records[job_id, turn]
+        assert record.completion_tokens == shape.output_tokens and record.is_last == shape.is_last
+        if not shape.is_last:
+            after = records[job_id, turn + 1]
+            assert after.scheduled_at == pytest.approx(record.finished_at + shape.tool_time_s)
 
 
 def test_priority_is_the_job_arrival_index_when_requested(instant_server, tiny_counter):

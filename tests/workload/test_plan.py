@@ -5,7 +5,9 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.workload.plan import build_plan, poisson_arrivals
+from orchestrator.workload.distributions import PRESETS, IntUniform
+from orchestrator.workload.plan import build_plan
+from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import SOURCE_TOOL_TOKENS, WorkloadSpec
 from orchestrator.workload.text import TOOL_SEPARATOR, text_digest
 
@@ -41,32 +43,20 @@ def test_tool_outputs_are_unique_per_job_and_turn_and_carry_the_header(tiny_coun
     assert len(set(bodies)) == len(bodies)
 
 
-def test_texts_hit_their_token_targets_exactly_with_the_tiny_tokenizer(tiny_counter):
+@pytest.mark.parametrize("workload", ["source-study", "parametric"])
+def test_texts_hit_their_token_targets_exactly_with_the_tiny_tokenizer(tiny_counter, workload):
     spec = WorkloadSpec(jps=2, duration_s=5, scale=0.25)
-    plan = build_plan(spec, tiny_counter)
+    if workload == "parametric":
+        spec = spec.model_copy(update={"num_turns": IntUniform(low=2, high=6), "tool_tokens": PRESETS["agent-tool-tokens"],
+                                       "output_tokens": PRESETS["agent-output-tokens"]})  # fmt: skip
+    schedule = schedule_for(spec)
+    plan = build_plan(spec, tiny_counter, schedule)
     assert tiny_counter.count_prompt(plan.system_prompt) == spec.scaled_system_prompt_tokens
-    for job in plan.jobs:
+    for job, shape in zip(plan.jobs, schedule.jobs, strict=True):
         sizes = [tiny_counter.count(TOOL_SEPARATOR + turn.tool_output) for turn in job.turns[:-1]]
-        assert sizes == list(spec.scaled_tool_tokens)
+        assert sizes == [turn.tool_tokens for turn in shape.turns[:-1]]
+        assert [turn.output_tokens for turn in job.turns] == [turn.output_tokens for turn in shape.turns]
         assert job.turns[-1].tool_output is None and job.turns[-1].is_last
-
-
-def test_targets_accumulate_system_prompt_completions_and_tools():
-    spec = WorkloadSpec(jps=1)
-    targets = spec.target_prompt_tokens()
-    assert targets[0] == 80
-    assert targets[-1] == 80 + 7 * 20 + sum(SOURCE_TOOL_TOKENS)  # 12595 at scale 1.0
-    assert spec.scaled_tool_tokens == SOURCE_TOOL_TOKENS
-
-
-def test_poisson_arrivals_are_sorted_inside_the_window_at_the_requested_rate():
-    arrivals = poisson_arrivals(jps=20, duration_s=500, seed=1)
-    assert list(arrivals) == sorted(arrivals)
-    assert 0 < arrivals[0] and arrivals[-1] < 500
-    # 10000 expected; a Poisson count's standard deviation is 100.
-    assert abs(len(arrivals) - 10000) < 400
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-    assert abs(sum(gaps) / len(gaps) - 1 / 20) < 0.003
 
 
 def test_shards_partition_the_jobs(tiny_counter):
