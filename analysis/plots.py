@@ -69,11 +69,11 @@ def verdict_map(verdicts: pd.DataFrame) -> bytes:
 
 
 def per_turn_curves(latency: pd.DataFrame, title: str) -> bytes:
-    """Latency of turns 1..8, one panel per load level, one line per policy."""
+    """Mean latency by turn number, one panel per load level, one line per policy."""
     turns = [column for column in latency.columns if column.startswith("T") and column[1:].isdigit()]
 
     def draw(panel, row: dict) -> None:
-        panel.plot(range(1, len(turns) + 1), [row[turn] for turn in turns], marker=".", label=row["policy"])
+        panel.plot([int(turn[1:]) for turn in turns], [row[turn] for turn in turns], marker=".", label=row["policy"])
 
     return _panels_per_load(latency, draw, "mean latency (s)", title)
 

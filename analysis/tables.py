@@ -77,11 +77,16 @@ def _per_turn(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str, value: str) 
 
 
 def per_turn_latency(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str) -> pd.DataFrame:
-    """Mean latency (s) of each turn per policy and load, and the last turn's over the first's."""
+    """Mean latency (s) of each turn per policy and load, and each job's last turn over its first (T-last/T1).
+    Where jobs have different numbers of turns, each turn's request count follows (``n_T<k>``): a late turn
+    of few jobs is a small sample."""
     table = _per_turn(summary, turns, gpu, "latency_mean_s")
     if len(table.columns):
-        last = table.columns[-1]
-        table[f"{last}/T1"] = table[last] / table["T1"]
+        cells = summary[(summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
+        table["T-last/T1"] = cells.groupby(table.index.names).t_last_over_t1.mean()
+        counts = _per_turn(summary, turns, gpu, "num_requests")
+        if counts.nunique(axis=1).gt(1).any():  # the turn counts differ: jobs of variable length
+            table = table.join(counts.add_prefix("n_"))
     return table.reset_index()
 
 

@@ -22,7 +22,7 @@ def render_cell_summary(title: str, summary: CellSummary, console: Console | Non
         f"dispatch lag p99 {_fmt(summary.dispatch_lag_p99_ms)} ms"
     )
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("turn", "target prompt", "measured", "error", "latency s", "TTFT s", "cached", "best", "cached/best"):
+    for column in ("turn", "requests", "target prompt", "measured", "error", "latency s", "TTFT s", "cached", "best", "cached/best"):
         table.add_column(column, justify="right")
     for turn in summary.turns:
         error = None
@@ -30,7 +30,8 @@ def render_cell_summary(title: str, summary: CellSummary, console: Console | Non
             error = (turn.prompt_tokens_mean - turn.target_prompt_tokens) / turn.target_prompt_tokens * 100
         table.add_row(
             f"T{turn.turn}",
-            str(turn.target_prompt_tokens),
+            str(turn.num_requests),
+            _fmt(turn.target_prompt_tokens, "{:.0f}"),
             _fmt(turn.prompt_tokens_mean, "{:.1f}"),
             _fmt(error, "{:+.2f}%"),
             _fmt(turn.latency_mean_s, "{:.3f}"),
@@ -41,4 +42,4 @@ def render_cell_summary(title: str, summary: CellSummary, console: Console | Non
         )
     console.print(table)
     if summary.t_last_over_t1:
-        console.print(f"T{summary.turns[-1].turn}/T1 latency ratio {summary.t_last_over_t1:.2f}")
+        console.print(f"T-last/T1 latency ratio {summary.t_last_over_t1:.2f} (each job's last turn over its first)")

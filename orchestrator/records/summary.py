@@ -18,13 +18,14 @@ from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
 
 @dataclass(frozen=True)
 class TurnSummary:
-    """One turn index across all jobs; fractions are token-weighted over the turn's successful requests."""
+    """One turn index across all jobs that reached it (jobs of a parametric workload have different numbers of
+    turns, so ``num_requests`` falls with the index); fractions are token-weighted over its successful requests."""
 
     turn: int
     num_requests: int
     latency_mean_s: float | None
     ttft_mean_s: float | None
-    target_prompt_tokens: int | None
+    target_prompt_tokens: float | None  # mean over the successful requests, which ``prompt_tokens_mean`` measures
     prompt_tokens_mean: float | None
     cached_fraction: float | None  # cached / prompt tokens
     best_cached_fraction: float | None  # (previous prompt + completion) / prompt tokens
@@ -52,7 +53,7 @@ class CellSummary:
     dispatch_lag_max_ms: float | None
     span_s: float | None  # first arrival to last job end on the cell's clock (virtual time for the simulator)
     t1_mean_s: float | None  # the first turn's mean latency
-    t_last_mean_s: float | None  # the last turn's (T8 in the source study's workload)
+    t_last_mean_s: float | None  # each job's last turn (T8 in the source study's workload), over the jobs
     t_last_over_t1: float | None
     turns: tuple[TurnSummary, ...]
 
@@ -70,7 +71,7 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> C
     censored = _censored_mean(jobs)
     turns = tuple(_turn_summary(turn, requests) for turn in sorted({record.turn for record in requests}))
     t1 = turns[0].latency_mean_s if turns and turns[0].turn == 1 else None
-    t_last = turns[-1].latency_mean_s if turns else None
+    t_last = _mean([record.latency_s for record in _succeeded(requests) if record.is_last])
     return CellSummary(
         n_jobs=len(jobs),
         n_completed=sum(job.status.is_completed for job in jobs),
@@ -110,7 +111,7 @@ def _span(jobs: Sequence[JobRecord]) -> float | None:
 
 def _turn_summary(turn: int, requests: Sequence[RequestRecord]) -> TurnSummary:
     of_turn = [record for record in requests if record.turn == turn]
-    ok = [record for record in of_turn if record.status.is_ok and record.prompt_tokens]
+    ok = _succeeded(of_turn)
     prompt = sum(record.prompt_tokens for record in ok)
     with_cache = [record for record in ok if record.cached_tokens is not None and record.best_cached_tokens is not None]
     cached = sum(record.cached_tokens for record in with_cache)
@@ -121,12 +122,16 @@ def _turn_summary(turn: int, requests: Sequence[RequestRecord]) -> TurnSummary:
         num_requests=len(of_turn),
         latency_mean_s=_mean([record.latency_s for record in ok]),
         ttft_mean_s=_mean([record.ttft_s for record in ok if record.ttft_s is not None]),
-        target_prompt_tokens=of_turn[0].target_prompt_tokens if of_turn else None,
+        target_prompt_tokens=_mean([record.target_prompt_tokens for record in ok]),
         prompt_tokens_mean=prompt / len(ok) if ok else None,
         cached_fraction=cached / with_cache_prompt if with_cache_prompt else None,
         best_cached_fraction=best / with_cache_prompt if with_cache_prompt else None,
         cached_of_best=cached / best if best else None,
     )
+
+
+def _succeeded(requests: Sequence[RequestRecord]) -> list[RequestRecord]:
+    return [record for record in requests if record.status.is_ok and record.prompt_tokens]
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -74,3 +74,24 @@ def test_records_round_trip_through_parquet(tmp_path, records):
     assert jobs["jct_s"].iloc[1] == pytest.approx(6.0) and pd.isna(jobs["jct_s"].iloc[2])
     assert set(requests["schema_version"]) == {1}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_jobs_of_different_lengths_give_t_last_from_each_jobs_own_last_turn():
+    def request(job: int, turn: int, last: bool, latency: float, target: int) -> RequestRecord:
+        return RequestRecord(
+            job_id=f"j{job}", job_index=job, turn=turn, is_last=last, status=RequestStatus.OK, scheduled_at=0.0,
+            sent_at=0.0, first_token_at=0.1, finished_at=latency, target_prompt_tokens=target,
+            prompt_tokens=target, cached_tokens=0, best_cached_tokens=0, completion_tokens=20, error=None,
+        )
+
+    # j0 ends at turn 2, j1 at turn 4: T-last is over turns 2 and 4, not over the highest turn index.
+    requests = [request(0, 1, False, 1.0, 100), request(0, 2, True, 3.0, 200),
+                request(1, 1, False, 1.0, 100), request(1, 2, False, 2.0, 300),
+                request(1, 3, False, 2.0, 400), request(1, 4, True, 5.0, 500)]  # fmt: skip
+    jobs = [JobRecord(f"j{i}", i, JobStatus.COMPLETED, arrival_at=0.0, finished_at=9.0, num_turns_completed=n)
+            for i, n in ((0, 2), (1, 4))]  # fmt: skip
+    summary = summarize(requests, jobs)
+    assert summary.t_last_mean_s == pytest.approx((3.0 + 5.0) / 2)
+    assert summary.t_last_over_t1 == pytest.approx(4.0)
+    assert [(turn.turn, turn.num_requests) for turn in summary.turns] == [(1, 2), (2, 2), (3, 1), (4, 1)]
+    assert summary.turn(2).target_prompt_tokens == pytest.approx(250)  # the mean of the turn's targets

@@ -6,9 +6,12 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.sweep.cells import expand
 from orchestrator.sweep.driver import run_sweep
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.sweep.tracking import default_tracking_uri
+from orchestrator.workload.distributions import PRESETS
+from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from tests.sim.test_profile import KNOWN as CPU_PROFILE
 from tests.sweep.conftest import options, runs_by_key, summary
@@ -84,3 +87,29 @@ def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(f
         assert config.engine_facts.num_kv_blocks == CPU_PROFILE.num_kv_blocks
         assert config.engine["scheduler"]["block_size"] == CPU_PROFILE.block_size
         assert config.engine["calibration"]["request_overhead_s"] == CPU_PROFILE.request_overhead_s
+
+
+def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule_per_load(fake_gpu_cluster, tmp_path):
+    agent = WorkloadSpec(jps=1, duration_s=15, num_turns=PRESETS["agent-turns"], tool_tokens=PRESETS["agent-tool-tokens"],
+                         output_tokens=PRESETS["agent-output-tokens"], tool_time_s=PRESETS["swe-agent-tool-time"])  # fmt: skip
+    spec = SweepSpec(name="agents", engine=EngineKind.SIM, gpus=("H100",), policies=("fcfs", "continuum"), jps=(2,),
+                     model="meta-llama/Llama-3.1-8B-Instruct", workload=agent)  # fmt: skip
+    assert run_sweep(spec, options(tmp_path)) == 0
+    rows = summary(tmp_path, "agents")
+    assert set(rows.status) == {"done"} and set(rows.workload_source) == {"parametric"}
+    assert rows.schedule_fingerprint.nunique() == 1  # both policies ran the identical jobs
+    assert rows.tool_time_s.iloc[0] == pytest.approx(PRESETS["swe-agent-tool-time"].mean)
+    schedule = schedule_for(expand(spec)[0].workload)
+    planned = {(job.job_id, turn.turn): turn.output_tokens for job in schedule.jobs for turn in job.turns}
+    for key in rows.cell_key:
+        requests = pd.read_parquet(tmp_path / "agents" / "cells" / key / "requests.parquet")
+        assert dict(zip(zip(requests.job_id, requests.turn), requests.completion_tokens)) == planned
+        assert requests.groupby("job_id").turn.max().nunique() > 3  # 8 to 15 turns
+    latency = pd.read_csv(tmp_path / "agents" / "report" / "tables" / "per_turn_latency_h100.csv")
+    assert {"T15", "n_T15", "T-last/T1"} <= set(latency.columns)
+    assert (latency.n_T15 < latency.n_T1).all()
+    from mlflow import MlflowClient
+
+    run = MlflowClient(default_tracking_uri(tmp_path)).get_run(rows.run_id.iloc[0])
+    assert run.data.tags["workload_source"] == "parametric" and run.data.params["workload.source"] == "parametric"
+    assert json.loads(run.data.params["workload.tool_time_s"])["kind"] == "mixture"
