@@ -90,6 +90,24 @@ def cached_curves(cached: pd.DataFrame, title: str) -> bytes:
     return _panels_per_load(cached, draw, "cached / prompt tokens", title)
 
 
+def pin_outcomes(pins: pd.DataFrame, title: str) -> bytes:
+    """One stacked bar per policy and load: the shares of its pins carried, expired, given way and abandoned."""
+    labels = {"pin_carried_pct": "carried to the next turn", "pin_expired_pct": "TTL expired before it",
+              "pin_gave_way_pct": "gave way to other work", "pin_abandoned_pct": "job never came back"}  # fmt: skip
+    budgets = "dram_gb" in pins and pins.dram_gb.nunique() > 1
+    names = [f"{row.policy}\n{row.jps:g} JPS" + (f" {row.dram_gb:g} GiB" if budgets else "") for row in pins.itertuples()]
+    figure, axes = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 2), 3.6))
+    bottom = pd.Series(0.0, index=pins.index)
+    for column, label in labels.items():
+        axes.bar(names, pins[column].fillna(0), bottom=bottom, label=label)
+        bottom += pins[column].fillna(0)
+    axes.set_ylabel("% of pins")
+    axes.set_ylim(0, 100)
+    axes.set_title(title)
+    axes.legend(fontsize=8, loc="lower right")
+    return _png(figure)
+
+
 def _panels_per_load(frame: pd.DataFrame, draw, ylabel: str, title: str) -> bytes:
     """One panel per load level (``jps``); ``draw(panel, row)`` adds each row's lines against the turn."""
     loads = sorted(frame.jps.unique())

@@ -164,6 +164,12 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: p
     report.figure(f"{gpu}: cached fraction per turn (dotted: best)", plots.cached_curves(cached, f"{gpu}: prefix hits"))
     report.table(f"health_{slug}", f"{gpu}: jobs, timeouts, errors and client dispatch lag",
                  tables.health(data.summary, gpu), provenance)  # fmt: skip
+    pins = tables.pin_outcomes(data.summary, gpu)
+    if len(pins):
+        report.table(f"pin_outcomes_{slug}", f"{gpu}: Continuum's pins: carried to the next turn, expired before it, "
+                     "gave way, or held for a job that never came back (% of pins; KV held in vain, block-seconds; "
+                     "mean tool time, s)", pins, provenance)  # fmt: skip
+        report.figure(f"{gpu}: what became of the pins", plots.pin_outcomes(pins, f"{gpu}: pin outcomes"))
     tier = tables.cpu_tier_diagnosis(data.summary[data.summary.gpu == gpu], data.turns, data.tool_time_s)
     if len(tier):
         report.table(f"cpu_tier_{slug}", f"{gpu}: does the CPU tier read back what it writes? (retention clock)",

@@ -106,6 +106,22 @@ def health(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
     return cells[[c for c in columns if c in cells.columns]].sort_values(["policy", "dram_gb", "jps"]).reset_index(drop=True)
 
 
+PIN_SHARES = ("pin_carried_pct", "pin_expired_pct", "pin_gave_way_pct", "pin_abandoned_pct")
+
+
+def pin_outcomes(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """What became of Continuum's pins per policy and load (``records/pins.py``), seeds averaged: the share
+    carried to the job's next turn, expired before it came, given way to other work, or held for a job that
+    never came back, and the KV held in vain (block-seconds). Empty where no cell pinned."""
+    cells = summary[(summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
+    if "n_pins" not in cells or not (cells.n_pins.fillna(0) > 0).any():
+        return pd.DataFrame()
+    pinned = cells[cells.n_pins > 0]
+    columns = ["n_pins", *PIN_SHARES, "pin_in_vain_block_s", "tool_time_s"]
+    table = pinned.groupby(["policy", *_grid_index(cells)])[columns].mean()
+    return table.reset_index()
+
+
 def missing_cells(summary: pd.DataFrame) -> pd.DataFrame:
     """Cells of the grid without a result, and why (``pending``: the cluster had no GPU of the type)."""
     missing = summary[summary.status != CellStatus.DONE.value]

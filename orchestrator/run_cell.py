@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = worker.run(cell, limits)
     finally:
         worker.shutdown()
-    summary = summarize(outcome.requests, outcome.jobs) if outcome.status.is_done else None
+    summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
     write_attempt_files(CellFiles(args.out), outcome, summary, row=None)
     if summary is None:
         print(f"cell {outcome.status.value}: {outcome.reason}; server log in {args.out}", file=sys.stderr)

@@ -68,6 +68,12 @@ class SummaryRow:
     dispatch_lag_p99_ms: float | None = None
     dispatch_lag_max_ms: float | None = None
     span_s: float | None = None
+    n_pins: int | None = None
+    pin_carried_pct: float | None = None
+    pin_expired_pct: float | None = None
+    pin_gave_way_pct: float | None = None
+    pin_abandoned_pct: float | None = None
+    pin_in_vain_block_s: float | None = None
     reason: str | None = None  # why a cell is pending
     # The attempt behind a done row (``attempt_columns``).
     run_id: str | None = None

@@ -8,12 +8,14 @@ a contract other people's scripts read) rather than the ``num_*`` used inside th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
+from orchestrator.records.pins import TRACE_KINDS, pin_outcomes, summarize_pins
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
+from orchestrator.records.trace import read_trace
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,13 @@ class CellSummary:
     t1_mean_s: float | None  # the first turn's mean latency
     t_last_mean_s: float | None  # each job's last turn (T8 in the source study's workload), over the jobs
     t_last_over_t1: float | None
+    # Continuum's pins by outcome (``records/pins.py``): percent of the cell's pins; none for other policies.
+    n_pins: int
+    pin_carried_pct: float | None
+    pin_expired_pct: float | None
+    pin_gave_way_pct: float | None
+    pin_abandoned_pct: float | None
+    pin_in_vain_block_s: float
     turns: tuple[TurnSummary, ...]
 
     def turn(self, number: int) -> TurnSummary | None:
@@ -65,7 +74,8 @@ class CellSummary:
         return {spec.name: getattr(self, spec.name) for spec in fields(self) if spec.name != "turns"}
 
 
-def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> CellSummary:
+def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trace: bytes = b"") -> CellSummary:
+    """The cell's statistics from its records and, for its pins, its scheduler trace's contents."""
     jcts = [job.jct_s for job in jobs if job.jct_s is not None]
     lags_ms = [record.dispatch_lag_s * 1000 for record in requests]
     censored = _censored_mean(jobs)
@@ -92,6 +102,7 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> C
         t1_mean_s=t1,
         t_last_mean_s=t_last,
         t_last_over_t1=t_last / t1 if t1 and t_last else None,
+        **asdict(summarize_pins(pin_outcomes(read_trace(trace, TRACE_KINDS), requests))),
         turns=turns,
     )
 

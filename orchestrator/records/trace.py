@@ -122,25 +122,32 @@ def trace_bytes(events: Iterable[TraceEvent]) -> bytes:
 _KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin)}
 
 
-def pin_releases(events: Iterable[TraceEvent]) -> dict[tuple[str, int], str]:
-    """How each pin ended, keyed by the job and turn whose finish pinned it: the reason of the ``Unpin`` that
-    released it (``next_turn`` when the job's next turn arrived while its blocks were still held). A pin the
-    trace never saw released is left out."""
+def released_pins(events: Iterable[TraceEvent]) -> dict[tuple[str, int], Unpin]:
+    """The ``Unpin`` that ended each pin, keyed by the job and turn whose finish pinned it. A pin the trace never
+    saw released is left out."""
     pinned_turn: dict[str, int] = {}
     releases = {}
     for event in events:
         if isinstance(event, Finish) and event.action.is_pin and event.job_id is not None and event.turn is not None:
             pinned_turn[event.job_id] = event.turn
         elif isinstance(event, Unpin) and event.job_id in pinned_turn:
-            releases[(event.job_id, pinned_turn.pop(event.job_id))] = event.reason
+            releases[(event.job_id, pinned_turn.pop(event.job_id))] = event
     return releases
 
 
-def read_trace(data: bytes) -> list[TraceEvent]:
-    """The events of a trace file's contents, in order; lines of other kinds (a test's probe events) are left out."""
+def pin_releases(events: Iterable[TraceEvent]) -> dict[tuple[str, int], str]:
+    """How each pin ended: the reason of the ``Unpin`` that released it (``next_turn`` when the job's next turn
+    arrived while its blocks were still held), keyed as ``released_pins``."""
+    return {key: unpin.reason for key, unpin in released_pins(events).items()}
+
+
+def read_trace(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceEvent]:
+    """The events of a trace file's contents, in order; lines of other kinds (a test's probe events) are left out,
+    and with ``kinds`` every kind but those (a cell's steps are most of its lines and take most of the parsing)."""
+    wanted = None if kinds is None else tuple(f'"kind":"{kind}"'.encode() for kind in kinds)
     events = []
     for line in data.splitlines():
-        if not line.strip():
+        if not line.strip() or (wanted is not None and not any(mark in line for mark in wanted)):
             continue
         payload = json.loads(line)
         kind = _KINDS.get(payload.pop("kind", None))

@@ -65,7 +65,7 @@ class CellLedger:
     def record(self, started: StartedAttempt, outcome: CellOutcome) -> SummaryRow:
         """Every file and tracking entry of a finished attempt, ``done`` last; the attempt's summary row."""
         cell = started.cell
-        summary = summarize(outcome.requests, outcome.jobs) if outcome.status.is_done else None
+        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
         attempt = Attempt(started.run_id, started.number, outcome.started_unix, outcome.finished_unix, outcome.config)
         row = SummaryRow.of(self.sweep, cell, outcome.status, summary, attempt)
         staged = self.results.stage(outcome, summary, row)

@@ -108,6 +108,11 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
     latency = pd.read_csv(tmp_path / "agents" / "report" / "tables" / "per_turn_latency_h100.csv")
     assert {"T15", "n_T15", "T-last/T1"} <= set(latency.columns)
     assert (latency.n_T15 < latency.n_T1).all()
+    # Continuum's fixed 2 s TTL against SWE tool times: some tool calls outlast it, and the report counts them.
+    pins = pd.read_csv(tmp_path / "agents" / "report" / "tables" / "pin_outcomes_h100.csv")
+    assert list(pins.policy) == ["continuum"] and pins.n_pins.item() > 100
+    assert 0 < pins.pin_expired_pct.item() < 20 and pins.pin_carried_pct.item() > 70
+    assert pins.pin_in_vain_block_s.item() > 0
     from mlflow import MlflowClient
 
     run = MlflowClient(default_tracking_uri(tmp_path)).get_run(rows.run_id.iloc[0])
