@@ -57,7 +57,8 @@ class SummaryRow:
     scale: float | None = None
     duration_s: float | None = None
     tool_time_s: float | None = None  # the mean, where tool times are drawn
-    workload_source: str | None = None  # source-study or parametric
+    workload_source: str | None = None  # source-study, parametric or trace
+    load_multiplier: float | None = None  # a replay's rate over the trace's own
     n_errors: int | None = None
     t_last_over_t1: float | None = None
     jct_censored_mean_s: float | None = None
@@ -109,7 +110,7 @@ class SummaryRow:
             sweep=sweep, cell_key=cell.key, engine=cell.engine.value, gpu=cell.gpu, policy=cell.policy, jps=cell.jps,
             dram_gb=cell.dram_gb, status=status.value, seed=cell.seed, model=cell.model, scale=workload.scale,
             duration_s=workload.duration_s, tool_time_s=workload.mean_shape().tool_time_s,
-            workload_source=workload.source, reason=reason,
+            workload_source=workload.source, load_multiplier=workload.load_multiplier(), reason=reason,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
         )  # fmt: skip
 

@@ -53,7 +53,7 @@ def sim_engine(
         num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size)
     scheduler = SchedulerConfig(
         num_blocks=num_kv_blocks,
-        num_shared_blocks=workload.scaled_system_prompt_tokens // block_size,
+        num_shared_blocks=workload.held_prefix_tokens() // block_size,
         max_num_batched_tokens=max_num_batched_tokens or device.default_max_num_batched_tokens,
         max_num_seqs=max_num_seqs or device.default_max_num_seqs,
         block_size=block_size,

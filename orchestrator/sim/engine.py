@@ -47,7 +47,7 @@ from orchestrator.records.trace import (
 from orchestrator.replica.schedulers.pins import Pin
 from orchestrator.sim.hardware import StepCost
 from orchestrator.sim.scheduler import SchedulerConfig, SimRequest, SimScheduler, StepPlan, TierKind
-from orchestrator.workload.schedule import JobShape, Schedule, schedule_for
+from orchestrator.workload.schedule import JobShape, Schedule, TurnShape, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 
 LMCACHE_CHUNK_TOKENS = 256
@@ -224,10 +224,12 @@ class _Clients:
     ``num_on_the_way`` counts the turns decided but not yet in the engine (a tool call running, a request on the wire):
     the ``SendTurn`` and ``ReachEngine`` events pending."""
 
-    def __init__(self, workload: WorkloadSpec, schedule: Schedule, request_overhead_s: float):
+    def __init__(self, workload: WorkloadSpec, schedule: Schedule, request_overhead_s: float, block_size: int):
         self.workload = workload
         self._schedule = schedule
         self._request_overhead_s = request_overhead_s
+        self._block_size = block_size
+        self._sent_blocks: set[str] = set()  # a replay's declared blocks sent so far
         self._job_of: dict[str, _Job] = {}
         self.requests: list[RequestRecord] = []
         self.jobs: list[JobRecord] = []
@@ -247,6 +249,7 @@ class _Clients:
         """The job's next turn, sent at ``due``, and its deadline (the request's own, or the job's if sooner)."""
         job.turn += 1
         turn = job.shape.turns[job.turn - 1]
+        shared_blocks = turn.shared_tokens // self._block_size
         request = SimRequest(
             request_id=f"{job.job_id}-t{job.turn}",
             job_id=job.job_id,
@@ -256,9 +259,29 @@ class _Clients:
             prompt_tokens=turn.prompt_tokens,
             arrival=due + self._request_overhead_s,
             output_tokens=turn.output_tokens,
+            shared_blocks=shared_blocks,
+            warm_shared_blocks=self._warm_shared_blocks(turn) if self._schedule.is_replay else None,
+            max_job_hit_blocks=self._job_hit_blocks(job, shared_blocks),
             due_at=due,
         )
         return request, min(due + self.workload.request_timeout_s, job.deadline)
+
+    def _warm_shared_blocks(self, turn: TurnShape) -> int:
+        """A replay's shared blocks that some request sent before this one (the rest are computed now)."""
+        num_shared = turn.shared_tokens // self._schedule.block_tokens
+        warm = next((i for i, block in enumerate(turn.prefix_blocks[:num_shared]) if block not in self._sent_blocks),
+                    num_shared)  # fmt: skip
+        self._sent_blocks.update(turn.prefix_blocks[:num_shared])
+        return warm * self._schedule.block_tokens // self._block_size
+
+    def _job_hit_blocks(self, job: _Job, shared_blocks: int) -> int | None:
+        """A replay's prompt shares with its job's previous one only the blocks both declare (its answer is
+        not in the next prompt); a prompt that appends to the previous one can use the whole chain."""
+        if not self._schedule.is_replay or job.turn == 1:
+            return None
+        previous, current = job.shape.turns[job.turn - 2].prefix_blocks, job.shape.turns[job.turn - 1].prefix_blocks
+        common = next((i for i, (a, b) in enumerate(zip(previous, current)) if a != b), min(len(previous), len(current)))
+        return max(0, common * self._schedule.block_tokens // self._block_size - shared_blocks)
 
     def on_finished(self, request: SimRequest, at: float) -> list[SendTurn]:
         """The answer is complete at ``at``: the job ends, or its tool call runs and the next turn is sent after it."""
@@ -478,7 +501,8 @@ class Simulation:
     def __init__(self, workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None):
         self.now = 0.0
         schedule = schedule or schedule_for(workload)
-        self.clients = _Clients(workload, schedule, engine.cost.calibration.request_overhead_s)
+        self.clients = _Clients(workload, schedule, engine.cost.calibration.request_overhead_s,
+                                engine.scheduler.block_size)
         self.engine = _Engine(engine)
         self.next_schedule: ScheduleStep | None = None
         self._queue = EventQueue()

@@ -47,7 +47,7 @@ class TierKind(str, Enum):
 @dataclass(frozen=True)
 class SchedulerConfig:
     num_blocks: int
-    num_shared_blocks: int  # the system prompt's full blocks, held for the whole run
+    num_shared_blocks: int  # the full blocks every job shares (system prompt, a trace's shared blocks), held all run
     max_num_batched_tokens: int
     max_num_seqs: int
     block_size: int = 16
@@ -71,6 +71,13 @@ class SimRequest:
     prompt_tokens: int
     arrival: float
     output_tokens: int  # the completion's exact length (min_tokens = max_tokens on a real engine)
+    shared_blocks: int = 0  # its leading blocks the pool holds for the whole run (system prompt, shared trace blocks)
+    # Of those, how many are computed already (a replay's shared blocks are cold until a request first sends
+    # them); None: all (the system prompt is taken as warm from the start).
+    warm_shared_blocks: int | None = None
+    # Of its job's cached chain, how many blocks its prompt can use (a replay's declared prefix shared with the
+    # job's previous request); None: all of them (prompts that grow by appending).
+    max_job_hit_blocks: int | None = None
     priority: int = 0
     num_output: int = 0
     num_computed: int = 0
@@ -222,7 +229,7 @@ class SimScheduler:
         return plan
 
     def _allocate_running(self, request: SimRequest, num_new: int, plan: StepPlan, scheduled: set[int]) -> bool:
-        needed = self._blocks_for(request.num_computed + num_new) - request.num_blocks
+        needed = self._blocks_for(request, request.num_computed + num_new) - request.num_blocks
         while not self._allocate(request, needed, plan):
             victim = (max(self.running, key=SimRequest.sort_key) if self.config.job_priority
                       else self.running[-1])  # fmt: skip
@@ -242,9 +249,9 @@ class SimScheduler:
             load_tokens = self._tier_hit(request, hit_tokens)
             computed = hit_tokens + load_tokens
             num_new = min(request.num_tokens - computed, budget)
-            hit_blocks = max(0, hit_tokens // block - self.config.num_shared_blocks)
-            needed = self._blocks_for(computed + num_new) - hit_blocks
-            must_fit = self._blocks_for(request.num_tokens) - hit_blocks if self.config.reserve_full_prompt else needed
+            hit_blocks = max(0, hit_tokens // block - request.shared_blocks)
+            needed = self._blocks_for(request, computed + num_new) - hit_blocks
+            must_fit = self._blocks_for(request, request.num_tokens) - hit_blocks if self.config.reserve_full_prompt else needed
             # Cached blocks sitting in the free queue count as free: hitting them uses them up.
             hit_from_free = 0 if from_pin else hit_blocks
             if self._must_wait_for_reserve(request):
@@ -277,16 +284,20 @@ class SimScheduler:
             budget -= num_new
 
     # Blocks.
-    def _blocks_for(self, num_tokens: int) -> int:
-        return max(0, -(-num_tokens // self.config.block_size) - self.config.num_shared_blocks)
+    def _blocks_for(self, request: SimRequest, num_tokens: int) -> int:
+        return max(0, -(-num_tokens // self.config.block_size) - request.shared_blocks)
 
     def _gpu_hit(self, request: SimRequest) -> tuple[int, bool]:
         """Tokens of ``request``'s prompt found in the GPU prefix cache (whole blocks, never the last token,
-        as vLLM), and whether a pin holds them."""
-        block, shared = self.config.block_size, self.config.num_shared_blocks
-        hit = min(shared + self.pool.cached_blocks(request.job_id), (request.num_tokens - 1) // block)
+        as vLLM), and whether a pin holds them: the shared prefix where it is computed, then the job's own
+        chain (chained hashes: only after the whole shared prefix)."""
+        block, own = self.config.block_size, self.pool.cached_blocks(request.job_id)
+        if request.max_job_hit_blocks is not None:
+            own = min(own, request.max_job_hit_blocks)
+        warm = request.shared_blocks if request.warm_shared_blocks is None else request.warm_shared_blocks
+        hit = warm + own if warm == request.shared_blocks else warm
         from_pin = self.pins is not None and request.job_id in self.pins
-        return hit * block, from_pin
+        return min(hit, (request.num_tokens - 1) // block) * block, from_pin
 
     def _tier_hit(self, request: SimRequest, gpu_hit_tokens: int) -> int:
         """Tokens beyond the GPU hit that the CPU tier can load instead of recompute (whole blocks)."""
@@ -353,7 +364,7 @@ class SimScheduler:
 
     def _cached_blocks_of(self, request: SimRequest) -> int:
         """Full blocks of the request's own chain whose KV is computed (they are hashed and cached)."""
-        full = request.num_computed // self.config.block_size - self.config.num_shared_blocks
+        full = request.num_computed // self.config.block_size - request.shared_blocks
         return max(0, min(full, request.num_blocks))
 
     def _free(self, request: SimRequest) -> None:

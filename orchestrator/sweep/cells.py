@@ -54,8 +54,12 @@ class CellSpec(BaseModel):
 
     @property
     def key(self) -> str:
-        # Without a profile the field is left out, so the keys of every other cell stay what they were.
-        fields = self.model_dump(mode="json", exclude={"cpu_profile"} if self.cpu_profile is None else set())
+        # Fields added since keys were first made are left out when unset, so the keys of every other cell stay
+        # what they were; a trace's path is left out too (its hash is the trace; a Ray job's copy lives elsewhere).
+        exclude: dict = {"workload": {"trace": True if self.workload.trace is None else {"path"}}}
+        if self.cpu_profile is None:
+            exclude["cpu_profile"] = True
+        fields = self.model_dump(mode="json", exclude=exclude)
         canonical = json.dumps({"v": KEY_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -2,8 +2,9 @@
 
     python sweeps/cpu_tiny.py [--engine auto|vllm|sim|fake] [--results-dir DIR] [--tracking-uri URI]
         [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42] [--trials N]
-        [--duration-s F] [--scale F] [--workload source-study|parametric] [--turns D] [--tool-tokens D]
-        [--output-tokens D] [--tool-time-s D] [--model NAME] [--kv-blocks N] [--max-num-seqs N]
+        [--duration-s F] [--scale F] [--workload source-study|parametric|trace] [--trace PATH] [--load M,...]
+        [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--kv-blocks N]
+        [--max-num-seqs N]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
 
@@ -25,6 +26,7 @@ from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError, one_line
 from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
 from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.traces.schema import TraceFormatError, TraceRef, load_trace
 
 RESULTS_ENV = "KVSWEEP_RESULTS_DIR"
 # Where Ray unpacks a job's --working-dir: results written under it vanish with the job.
@@ -35,7 +37,7 @@ _SOURCE_SHAPE = WorkloadSpec(jps=1)
 # What ``--workload`` sets; a shape flag given beside it overrides its part.
 WORKLOAD_SHAPES: dict[str, dict] = {
     "source-study": {field: getattr(_SOURCE_SHAPE, field) for field in ("num_turns", "tool_tokens", "output_tokens",
-                                                                        "tool_time_s")},
+                                                                        "tool_time_s", "system_prompt_tokens")},
     "parametric": {"num_turns": PRESETS["agent-turns"], "tool_tokens": PRESETS["agent-tool-tokens"],
                    "output_tokens": PRESETS["agent-output-tokens"], "tool_time_s": PRESETS["swe-agent-tool-time"]},
 }  # fmt: skip
@@ -60,10 +62,13 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
                    f"that show run-to-run spread; default: {spec.trials}")
     p.add_argument("--duration-s", type=float, help=f"arrival window; default: {spec.workload.duration_s:g}")
     p.add_argument("--scale", type=float, help=f"token-count scale; default: {spec.workload.scale:g}")
-    p.add_argument("--workload", choices=list(WORKLOAD_SHAPES),
-                   help="the job shape: the source study's fixed 8 turns, or the parametric agent workload (turns, "
-                   "tool outputs, answers and tool times drawn per job from presets; the flags below override each); "
-                   f"default: {spec.workload.source}")
+    p.add_argument("--workload", choices=[*WORKLOAD_SHAPES, "trace"],
+                   help="the job shape: the source study's fixed 8 turns, the parametric agent workload (turns, "
+                   "tool outputs, answers and tool times drawn per job from presets; the flags below override each), "
+                   f"or a replayed trace (--trace); default: {spec.workload.source}")
+    p.add_argument("--trace", type=Path, help="replay this agent trace (kvsweep-trace/1 JSONL, docs/workloads.md)")
+    p.add_argument("--load", nargs="+", help="with a trace: load multipliers of its own arrival rate (the JPS axis "
+                   "becomes multiplier x the trace's rate)")
     shape = "a number, a preset name or a JSON distribution"
     p.add_argument("--turns", help=f"turns per job: {shape}")
     p.add_argument("--tool-tokens", help=f"tool-output tokens after each turn (before --scale): {shape}")
@@ -101,8 +106,9 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         data["dram_gb"] = parse_list(args.dram_gb, float, "dram-gb")
         data["dram_gb_by_gpu"] = {}
     data["dram_gb_by_gpu"] = {gpu: budgets for gpu, budgets in data["dram_gb_by_gpu"].items() if gpu in data["gpus"]}
-    if args.workload is not None:
-        data["workload"] |= WORKLOAD_SHAPES[args.workload]
+    _apply_trace_flags(spec, args, data)
+    if args.workload in WORKLOAD_SHAPES:
+        data["workload"] |= WORKLOAD_SHAPES[args.workload] | {"trace": None}
     for flag, field in (("turns", "num_turns"), ("tool_tokens", "tool_tokens"), ("output_tokens", "output_tokens"),
                         ("tool_time_s", "tool_time_s")):  # fmt: skip
         if getattr(args, flag) is not None:
@@ -123,6 +129,32 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         if value is not None:
             (data[section] if section else data)[field] = value
     return SweepSpec.model_validate(data)
+
+
+def _apply_trace_flags(spec: SweepSpec, args: argparse.Namespace, data: dict) -> None:
+    """``--trace`` and ``--load`` into ``data``: the trace replaces the job shape; the JPS axis becomes the load
+    multipliers times the trace's own rate (a new trace keeps the multipliers a trace sweep already had)."""
+    if args.workload == "trace" and args.trace is None and spec.workload.trace is None:
+        raise InputError("--workload trace needs --trace PATH (a kvsweep-trace/1 file; docs/workloads.md)")
+    old = spec.workload.trace
+    if args.trace is not None:
+        try:
+            data["workload"] = data["workload"] | WORKLOAD_SHAPES["source-study"] | {"trace": TraceRef.of(args.trace)}
+        except TraceFormatError as error:
+            raise InputError(f"--trace {error}") from None
+    trace = data["workload"].get("trace")
+    if args.load is not None:
+        if trace is None:
+            raise InputError("--load multiplies a trace's own arrival rate; valid only with --trace PATH")
+        multipliers = parse_list(args.load, float, "load")
+    elif args.trace is not None and old is not None and args.jps is None:
+        multipliers = [jps / load_trace(old).native_jps for jps in data["jps"]]
+    else:
+        return
+    if any(not m > 0 for m in multipliers):
+        raise InputError(f"--load takes positive multipliers, got {' '.join(args.load)!r}")
+    native = load_trace(TraceRef.model_validate(trace)).native_jps
+    data["jps"] = [round(m * native, 6) for m in multipliers]
 
 
 def results_dir_from(args: argparse.Namespace) -> Path:

@@ -143,7 +143,7 @@ class CellWorker:
             status=status,
             reason=reason,
             retryable=crashed,
-            requests=shard.requests if shard else (),
+            requests=schedule.with_best_cached(shard.requests) if shard else (),
             jobs=shard.jobs if shard else (),
             config=config,
             server_log=log,
@@ -188,7 +188,8 @@ class CellWorker:
         summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
         self._status = WorkerStatus()
         return CellOutcome(
-            cell_key=cell.key, status=CellStatus.DONE, reason=None, retryable=False, requests=tuple(result.requests),
+            cell_key=cell.key, status=CellStatus.DONE, reason=None, retryable=False,
+            requests=schedule.with_best_cached(result.requests),
             jobs=tuple(result.jobs), config=config, server_log=f"simulated {cell.label}: {summary}\n",
             scheduler_trace=result.trace_bytes(), started_unix=started, finished_unix=time.time(),
         )  # fmt: skip

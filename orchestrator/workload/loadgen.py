@@ -2,7 +2,8 @@
 
 The timing core (``_dispatch``) only sleeps until the next planned arrival, and starts that job's task;
 payloads, parsing and records happen inside the job tasks. A job runs its turns back to back: send the
-context, stream the completion, sleep the turn's tool time, append completion and tool output, repeat.
+context (a replay's planned prompt), stream the completion, sleep the turn's tool time, append completion and
+tool output, repeat.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ class _JobRunner:
         records: list[RequestRecord] = []
         for turn in job.turns:
             await sleep_until(self._clock, due)
-            record, completion = await self._send(job, turn, context, due, previous, job_deadline)
+            prompt = context if turn.prompt is None else turn.prompt
+            record, completion = await self._send(job, turn, prompt, due, previous, job_deadline)
             records.append(record)
             if not record.status.is_ok:
                 return records, self._job_record(job, arrival_at, records, JobStatus(record.status.value))
@@ -125,8 +127,8 @@ class _JobRunner:
             previous = record
         return records, self._job_record(job, arrival_at, records, JobStatus.COMPLETED)
 
-    async def _send(self, job, turn: TurnPlan, context, due, previous, job_deadline):
-        body = self._client.body(context, turn.output_tokens, job.job_id, job.index, turn.turn, turn.is_last)
+    async def _send(self, job, turn: TurnPlan, prompt, due, previous, job_deadline):
+        body = self._client.body(prompt, turn.output_tokens, job.job_id, job.index, turn.turn, turn.is_last)
         sent_at = self._clock.now()
         budget = min(self._spec.request_timeout_s, job_deadline - sent_at)
         completion: Completion | None = None

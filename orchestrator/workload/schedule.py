@@ -1,4 +1,5 @@
-"""A workload's schedule at the token level, drawn whole from the seed before any clock starts.
+"""A workload's schedule at the token level, drawn whole from the seed (or replayed from a trace) before any
+clock starts.
 
 When each job arrives, and for each of its turns: the prompt's length, the completion's length, the
 tool output appended after it and the tool call's time. Every engine runs the same schedule: the HTTP
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
+from orchestrator.records.schema import RequestRecord
 from orchestrator.workload.distributions import Distribution
 from orchestrator.workload.spec import WorkloadSource, WorkloadSpec
+from orchestrator.workload.traces.schema import Trace, load_trace
 
 
 @dataclass(frozen=True)
@@ -25,12 +29,12 @@ class TurnShape:
     turn: int  # 1-based
     prompt_tokens: int  # the whole prompt: system prompt, every earlier completion and tool output
     output_tokens: int
-    tool_tokens: int | None  # appended after this turn; None on the job's last turn
+    tool_tokens: int | None  # appended after this turn; None on the job's last turn and in a replay
     tool_time_s: float  # the tool call after this turn; 0 on the last
-
-    @property
-    def is_last(self) -> bool:
-        return self.tool_tokens is None
+    is_last: bool
+    shared_tokens: int  # the prompt's leading tokens other jobs send too (system prompt, a trace's shared blocks)
+    # A replay's prompt is planned whole: these declared blocks (``Schedule.block_tokens`` each), then its own tail.
+    prefix_blocks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,18 +59,47 @@ class ScheduleStats:
 @dataclass(frozen=True)
 class Schedule:
     source: WorkloadSource
-    system_prompt_tokens: int
+    system_prompt_tokens: int  # 0 in a replay, whose prompts are all declared blocks and tails
     jobs: tuple[JobShape, ...]
+    block_tokens: int | None = None  # a replay's declared block, scaled; None when prompts grow by appending
+
+    @property
+    def is_replay(self) -> bool:
+        return self.block_tokens is not None
 
     def fingerprint(self) -> str:
-        """sha256 over every arrival, size and tool time: equal fingerprints, identical workloads, whichever
-        engine or tokenizer runs them."""
-        digest = hashlib.sha256(f"{self.source}|{self.system_prompt_tokens}".encode())
+        """sha256 over every arrival, size, tool time and declared block: equal fingerprints, identical
+        workloads, whichever engine or tokenizer runs them."""
+        digest = hashlib.sha256(f"{self.source}|{self.system_prompt_tokens}|{self.block_tokens}".encode())
         for job in self.jobs:
             digest.update(f"|{job.job_id}|{job.arrival_s!r}".encode())
             for t in job.turns:
                 digest.update(f"|{t.prompt_tokens},{t.output_tokens},{t.tool_tokens},{t.tool_time_s!r}".encode())
+                if t.prefix_blocks:
+                    digest.update(("[" + ",".join(t.prefix_blocks) + "]").encode())
         return digest.hexdigest()
+
+    def with_best_cached(self, requests: Sequence[RequestRecord]) -> tuple[RequestRecord, ...]:
+        """``requests`` with a replay's theoretical best prefix hit (``declared_best_tokens``); the other
+        sources' records already carry theirs (the previous turn's prompt and answer)."""
+        if not self.is_replay:
+            return tuple(requests)
+        best = self.declared_best_tokens(requests)
+        return tuple(replace(record, best_cached_tokens=best[(record.job_id, record.turn)]) for record in requests)
+
+    def declared_best_tokens(self, requests: Iterable[RequestRecord]) -> dict[tuple[str, int], int]:
+        """A replay's theoretical best prefix hit per (job, turn): the declared blocks it shares with any
+        request sent before it (in send order, across jobs), in tokens. Each id always has the same parents
+        (``traces/schema.py`` checks it), so a request's shared run ends at its first id not sent before."""
+        blocks = {(job.job_id, turn.turn): turn.prefix_blocks for job in self.jobs for turn in job.turns}
+        sent: set[str] = set()
+        best = {}
+        for record in sorted(requests, key=lambda record: record.sent_at):
+            chain = blocks[(record.job_id, record.turn)]
+            shared = next((index for index, block in enumerate(chain) if block not in sent), len(chain))
+            best[(record.job_id, record.turn)] = shared * (self.block_tokens or 0)
+            sent.update(chain)
+        return best
 
     def stats(self) -> ScheduleStats:
         turns = [turn for job in self.jobs for turn in job.turns]
@@ -131,20 +164,48 @@ def _job(spec: WorkloadSpec, index: int, arrival_s: float) -> JobShape:
     turns = []
     for turn in range(1, num_turns + 1):
         output = draws.count("output_tokens", spec.output_tokens)
+        shared = spec.scaled_system_prompt_tokens
         if turn == num_turns:
-            turns.append(TurnShape(turn, prompt, output, None, 0.0))
+            turns.append(TurnShape(turn, prompt, output, None, 0.0, True, shared))
             break
         if isinstance(spec.tool_tokens, tuple):
             tool = spec.scaled(spec.tool_tokens[turn - 1])
         else:
             tool = spec.scaled(draws.count("tool_tokens", spec.tool_tokens))
-        turns.append(TurnShape(turn, prompt, output, tool, draws.seconds("tool_time_s", spec.tool_time_s)))
+        turns.append(TurnShape(turn, prompt, output, tool, draws.seconds("tool_time_s", spec.tool_time_s), False, shared))
         prompt += output + tool
     return JobShape(job_id, index, arrival_s, tuple(turns))
 
 
+def _replayed(spec: WorkloadSpec, trace: Trace) -> Schedule:
+    """The trace's jobs, their arrivals rescaled from the trace's own rate to ``spec.jps`` and cut at the
+    window; token counts scaled, the declared blocks kept (``scale`` x ``block_tokens`` tokens each)."""
+    block = spec.scaled(trace.block_tokens)
+    shared_ids = trace.shared_blocks
+    stretch = trace.native_jps / spec.jps
+    start = trace.jobs[0].arrival_s
+    jobs = []
+    for index, job in enumerate(trace.jobs):
+        arrival_s = (job.arrival_s - start) * stretch
+        if arrival_s >= spec.duration_s:
+            break
+        turns = []
+        for number, turn in enumerate(job.turns, start=1):
+            blocks = turn.prefix_blocks
+            tail = max(0, round((turn.input_tokens - len(blocks) * trace.block_tokens) * spec.scale))
+            shared = next((i for i, block_id in enumerate(blocks) if block_id not in shared_ids), len(blocks))
+            last = number == len(job.turns)
+            turns.append(TurnShape(number, max(1, len(blocks) * block + tail), turn.output_tokens, None,
+                                   0.0 if last else turn.tool_s, last, shared * block, blocks))  # fmt: skip
+        jobs.append(JobShape(job.job_id, index, arrival_s, tuple(turns)))
+    return Schedule("trace", 0, tuple(jobs), block)
+
+
 def schedule_for(spec: WorkloadSpec) -> Schedule:
-    """The cell's whole schedule: Poisson arrivals at ``spec.jps`` inside its window, every job's turns."""
+    """The cell's whole schedule: a replayed trace, or Poisson arrivals at ``spec.jps`` inside its window with
+    every job's turns drawn."""
+    if spec.trace is not None:
+        return _replayed(spec, load_trace(spec.trace))
     arrivals = poisson_arrivals(spec.jps, spec.duration_s, spec.seed)
     jobs = tuple(_job(spec, index, arrival_s) for index, arrival_s in enumerate(arrivals))
     return Schedule(spec.source, spec.scaled_system_prompt_tokens, jobs)

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.workload.distributions import Distribution
+from orchestrator.workload.traces.schema import TraceRef, load_trace
 
 # Tool-output sizes (tokens) appended after turns 1..7 in the source study, at scale 1.0.
 SOURCE_TOOL_TOKENS: tuple[int, ...] = (1640, 1510, 2455, 1335, 2730, 1930, 775)
@@ -33,7 +34,8 @@ def check_jobs_per_cell(jps: float, duration_s: float) -> None:
         )
 
 
-WorkloadSource = Literal["source-study", "parametric"]
+WorkloadSource = Literal["source-study", "parametric", "trace"]
+_SHAPE_FIELDS = ("num_turns", "tool_tokens", "output_tokens", "tool_time_s", "system_prompt_tokens")
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,18 @@ class WorkloadSpec(BaseModel):
         0.5, description="Client-side tool execution time between turns.")
     request_timeout_s: float = Field(600.0, gt=0)
     job_timeout_s: float = Field(3600.0, gt=0)
+    # A replayed trace: its jobs replace the shape above; ``jps`` rescales its arrivals and ``duration_s``
+    # cuts them. Left out of cell keys when None, so keys from before traces existed stay what they were.
+    trace: TraceRef | None = None
 
     @model_validator(mode="after")
     def _tools_match_turns(self) -> WorkloadSpec:
         check_jobs_per_cell(self.jps, self.duration_s)
+        if self.trace is not None:
+            changed = [name for name in _SHAPE_FIELDS if getattr(self, name) != type(self).model_fields[name].default]
+            if changed:
+                raise ValueError(f"a replayed trace has its own turns, sizes and tool times; {', '.join(changed)} "
+                                 "cannot be set beside it")  # fmt: skip
         if isinstance(self.tool_tokens, tuple) and not isinstance(self.num_turns, int):
             raise ValueError(
                 f"tool_tokens lists {len(self.tool_tokens)} sizes, one per turn, but num_turns is drawn from a "
@@ -88,7 +98,9 @@ class WorkloadSpec(BaseModel):
 
     @property
     def source(self) -> WorkloadSource:
-        """``parametric`` when any of the job's shape is drawn from a distribution."""
+        """``trace`` for a replay, ``parametric`` when any of the job's shape is drawn from a distribution."""
+        if self.trace is not None:
+            return "trace"
         shape = (self.num_turns, self.tool_tokens, self.output_tokens, self.tool_time_s)
         return "source-study" if all(isinstance(value, (int, float, tuple)) for value in shape) else "parametric"
 
@@ -100,7 +112,10 @@ class WorkloadSpec(BaseModel):
         return self.scaled(self.system_prompt_tokens)
 
     def mean_shape(self) -> ShapeMeans:
-        """The expected job: exact for a fixed shape, from the distributions' means otherwise."""
+        """The expected job: exact for a fixed shape, from the distributions' means otherwise, the trace's
+        own means for a replay."""
+        if self.trace is not None:
+            return self._trace_means()
         turns = _mean(self.num_turns)
         output = _mean(self.output_tokens)
         if isinstance(self.tool_tokens, tuple):
@@ -111,6 +126,29 @@ class WorkloadSpec(BaseModel):
         for added in growth:
             prompts.append(prompts[-1] + added)
         return ShapeMeans(turns, prompts[-1], sum(prompts) / len(prompts), output, _mean(self.tool_time_s))
+
+    def _trace_means(self) -> ShapeMeans:
+        jobs = load_trace(self.trace).jobs
+        turns = [turn for job in jobs for turn in job.turns]
+        tools = [turn.tool_s for job in jobs for turn in job.turns[:-1]]
+        return ShapeMeans(
+            turns=len(turns) / len(jobs),
+            final_prompt_tokens=sum(self.scaled(job.turns[-1].input_tokens) for job in jobs) / len(jobs),
+            mean_prompt_tokens=sum(self.scaled(turn.input_tokens) for turn in turns) / len(turns),
+            output_tokens=sum(turn.output_tokens for turn in turns) / len(turns),
+            tool_time_s=sum(tools) / len(tools) if tools else 0.0,
+        )
+
+    def load_multiplier(self) -> float | None:
+        """A replay's rate over the trace's own; None for the other sources."""
+        return None if self.trace is None else self.jps / load_trace(self.trace).native_jps
+
+    def held_prefix_tokens(self) -> int:
+        """Tokens every cell keeps cached for its whole run: the system prompt, or a trace's shared blocks."""
+        if self.trace is None:
+            return self.scaled_system_prompt_tokens
+        trace = load_trace(self.trace)
+        return len(trace.shared_blocks) * self.scaled(trace.block_tokens)
 
 
 def _mean(value: float | Distribution) -> float:

@@ -1,0 +1,1 @@
+"""Agent traces: the project's own JSONL schema (``schema.py``), its generator (``generate.py``)."""
