@@ -109,7 +109,7 @@ class SummaryRow:
         return cls(
             sweep=sweep, cell_key=cell.key, engine=cell.engine.value, gpu=cell.gpu, policy=cell.policy, jps=cell.jps,
             dram_gb=cell.dram_gb, status=status.value, seed=cell.seed, model=cell.model, scale=workload.scale,
-            duration_s=workload.duration_s, tool_time_s=workload.mean_shape().tool_time_s,
+            duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
             workload_source=workload.source, load_multiplier=workload.load_multiplier(), reason=reason,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
         )  # fmt: skip

@@ -42,7 +42,7 @@ def agent_working_sets(workload: WorkloadSpec, arch: ModelArch, gpu: GpuType) ->
     load = workload.jps * prefill_per_job / prefill_tokens_per_s
     mean_context = job.mean_prompt_tokens + job.output_tokens
     if load >= 1:
-        in_flight = workload.jps * workload.duration_s
+        in_flight = workload.jps * workload.arrival_window_s
         live = in_flight * mean_context
     else:
         in_flight = workload.jps * job_s

@@ -73,7 +73,7 @@ class RunLimits(BaseModel):
     def cell_limit_s(self, workload: WorkloadSpec) -> float:
         if self.cell_timeout_s is not None:
             return self.cell_timeout_s
-        return self.health_timeout_s + workload.duration_s + workload.job_timeout_s
+        return self.health_timeout_s + workload.arrival_window_s + workload.job_timeout_s
 
 
 def trial_seed(base_seed: int, trial: int) -> int:
@@ -149,7 +149,8 @@ class SweepSpec(BaseModel):
         for gpu in self.dram_gb_by_gpu:
             if gpu not in self.gpus:
                 raise ValueError(f"dram_gb_by_gpu names {gpu!r}, which is not among the sweep's GPUs {list(self.gpus)}")
-        check_jobs_per_cell(max(self.jps), self.workload.duration_s)
+        if self.workload.trace is None:
+            check_jobs_per_cell(max(self.jps), self.workload.duration_s)
         if self.engine is EngineKind.SIM:
             check_simulable(self.model, self.gpus, has_cpu_profile=self.cpu_profile is not None)
         if self.engine in (EngineKind.AUTO, EngineKind.VLLM):

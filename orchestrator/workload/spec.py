@@ -78,8 +78,9 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _tools_match_turns(self) -> WorkloadSpec:
-        check_jobs_per_cell(self.jps, self.duration_s)
-        if self.trace is not None:
+        if self.trace is None:  # a replay has the trace's jobs, however long its window
+            check_jobs_per_cell(self.jps, self.duration_s)
+        else:
             changed = [name for name in _SHAPE_FIELDS if getattr(self, name) != type(self).model_fields[name].default]
             if changed:
                 raise ValueError(f"a replayed trace has its own turns, sizes and tool times; {', '.join(changed)} "
@@ -138,6 +139,14 @@ class WorkloadSpec(BaseModel):
             output_tokens=sum(turn.output_tokens for turn in turns) / len(turns),
             tool_time_s=sum(tools) / len(tools) if tools else 0.0,
         )
+
+    @property
+    def arrival_window_s(self) -> float:
+        """How long jobs keep arriving: ``duration_s``, or a replay's rescaled span if that ends sooner."""
+        if self.trace is None:
+            return self.duration_s
+        jobs = load_trace(self.trace).jobs
+        return min(self.duration_s, (jobs[-1].arrival_s - jobs[0].arrival_s) / self.load_multiplier())
 
     def load_multiplier(self) -> float | None:
         """A replay's rate over the trace's own; None for the other sources."""

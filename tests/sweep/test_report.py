@@ -7,6 +7,7 @@ import re
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -97,12 +98,26 @@ def test_a_second_sweep_is_shown_side_by_side(partial_sweep, tmp_path):
     assert "report against other" in path.read_text()
 
 
-def test_the_report_renders_in_headless_chromium_with_its_tables_and_figures(partial_sweep, tmp_path):
+CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--hide-scrollbars")
+
+
+def headless_chromium() -> str:
     chromium = next((shutil.which(name) for name in CHROMIUM_NAMES if shutil.which(name)), None)
     assert chromium, f"no headless Chromium ({', '.join(CHROMIUM_NAMES)}); `make test` installs one"
+    return chromium
+
+
+def rendered_dom(page: Path) -> str:
+    """The page's DOM after headless Chromium loaded it."""
+    command = [headless_chromium(), *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+
+
+def test_the_report_renders_in_headless_chromium_with_its_tables_and_figures(partial_sweep, tmp_path):
     url = (partial_sweep / "report" / "report.html").as_uri()
-    flags = ["--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    flags = list(CHROMIUM_FLAGS)
+    chromium = headless_chromium()
+    dom = rendered_dom(partial_sweep / "report" / "report.html")
     assert len(re.findall(r"<table", dom)) >= 10  # per GPU: JCT, per-turn, cached, health, lifecycles; overview
     images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', dom)
     assert len(images) >= 6

@@ -118,3 +118,27 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
     run = MlflowClient(default_tracking_uri(tmp_path)).get_run(rows.run_id.iloc[0])
     assert run.data.tags["workload_source"] == "parametric" and run.data.params["workload.source"] == "parametric"
     assert json.loads(run.data.params["workload.tool_time_s"])["kind"] == "mixture"
+
+
+def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_and_pins(fake_gpu_cluster, tmp_path):
+    from orchestrator.workload.traces.schema import load_trace
+    from sweeps.agent_trace import SPEC as AGENT_TRACE
+    from sweeps.agent_trace import TRACE
+    from tests.sweep.test_report import rendered_dom
+
+    native = load_trace(TRACE).native_jps
+    spec = AGENT_TRACE.model_copy(update={"engine": EngineKind.SIM, "gpus": ("H100",), "dram_gb_by_gpu": {},
+                                          "policies": ("fcfs", "continuum"), "jps": (native, 4 * native)})  # fmt: skip
+    assert run_sweep(spec, options(tmp_path)) == 0
+    rows = summary(tmp_path, "agent_trace")
+    assert set(rows.status) == {"done"} and set(rows.workload_source) == {"trace"}
+    assert sorted(rows.load_multiplier.round(6).unique()) == [1, 4]
+    assert (rows.n_jobs == 24).all() and (rows.n_completed == 24).all()
+    assert rows.groupby("jps").schedule_fingerprint.nunique().eq(1).all()  # one schedule per load for both
+    tables = tmp_path / "agent_trace" / "report" / "tables"
+    latency = pd.read_csv(tables / "per_turn_latency_h100.csv")
+    assert {"T1", "T10", "n_T3", "n_T10", "T-last/T1"} <= set(latency.columns) and "T11" not in latency
+    pins = pd.read_csv(tables / "pin_outcomes_h100.csv")
+    assert list(pins.policy) == ["continuum", "continuum"] and (pins.pin_expired_pct > 0).all()  # 3 s tools, 2 s TTL
+    dom = rendered_dom(tmp_path / "agent_trace" / "report" / "report.html")
+    assert "what became of the pins" in dom and "n_T10" in dom and 'id="pin_outcomes_h100"' in dom

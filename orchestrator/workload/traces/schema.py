@@ -31,6 +31,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.paths import PROJECT_ROOT
+
 SCHEMA = "kvsweep-trace/1"
 
 
@@ -205,7 +207,11 @@ def _check_chain(blocks: tuple[str, ...], field: str, source: str, line: int, pa
 
 class TraceRef(BaseModel):
     """A cell's trace: where to read it, and the sha256 of the bytes it was set up with (the cell's key holds
-    the hash, not the path, so a Ray job's copy of the file elsewhere is the same cell)."""
+    the hash, not the path, so a copy of the file elsewhere is the same cell).
+
+    A trace inside the project is named relative to the project's root, so a Ray job's workers find it in
+    their own copy of the working directory; any other path must be readable at the same place on every node.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -215,15 +221,21 @@ class TraceRef(BaseModel):
     @classmethod
     def of(cls, path: str | Path) -> TraceRef:
         """A reference to the trace at ``path``, read and checked now (raises ``TraceFormatError``)."""
-        return cls(path=str(Path(path).absolute()), sha256=read_trace_file(path).sha256)
+        absolute = Path(path).resolve()
+        named = absolute.relative_to(PROJECT_ROOT).as_posix() if absolute.is_relative_to(PROJECT_ROOT) else str(absolute)
+        return cls(path=named, sha256=read_trace_file(absolute).sha256)
+
+    @property
+    def file(self) -> Path:
+        return PROJECT_ROOT / self.path  # an absolute path stays itself
 
 
 @lru_cache(maxsize=8)
 def load_trace(ref: TraceRef) -> Trace:
     """The trace ``ref`` names, refused with one line if the file changed since the sweep was set up."""
-    trace = read_trace_file(ref.path)
+    trace = read_trace_file(ref.file)
     if trace.sha256 != ref.sha256:
-        raise TraceFormatError(ref.path, 0, "sha256",
+        raise TraceFormatError(str(ref.file), 0, "sha256",
                                f"the file changed since the sweep was set up ({trace.sha256[:12]}, expected "
                                f"{ref.sha256[:12]}); restore it or set the sweep up again")  # fmt: skip
     return trace
