@@ -90,17 +90,17 @@ def parse_trace(data: bytes, source: str) -> Trace:
     lines = data.decode("utf-8", errors="replace").splitlines()
     if not lines:
         raise TraceFormatError(source, 1, "schema", f"the file is empty; a trace starts with a {SCHEMA} header line")
-    header = _object(lines[0], source, 1)
+    header = json_object(lines[0], source, 1)
     if header.get("schema") != SCHEMA:
         raise TraceFormatError(source, 1, "schema", f"got {header.get('schema')!r}, valid: {SCHEMA!r}")
-    block_tokens = _number(header, "block_tokens", source, 1, int, minimum=1)
+    block_tokens = number_field(header, "block_tokens", source, 1, int, minimum=1)
     parents: dict[str, tuple[int, str | None, int]] = {}  # id -> (position, parent id, line it was first seen)
     jobs: list[TraceJob] = []
     seen_jobs: set[str] = set()
     for number, text in enumerate(lines[1:], start=2):
         if not text.strip():
             continue
-        job = _job(_object(text, source, number), source, number, block_tokens, parents)
+        job = _job(json_object(text, source, number), source, number, block_tokens, parents)
         if job.job_id in seen_jobs:
             raise TraceFormatError(source, number, "job", f"{job.job_id!r} appears twice")
         if jobs and job.arrival_s < jobs[-1].arrival_s:
@@ -136,7 +136,7 @@ def dump_trace(trace_name: str, block_tokens: int, jobs: list[TraceJob], generat
     return ("\n".join(lines) + "\n").encode()
 
 
-def _object(text: str, source: str, line: int) -> dict:
+def json_object(text: str, source: str, line: int) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
@@ -146,7 +146,7 @@ def _object(text: str, source: str, line: int) -> dict:
     return value
 
 
-def _number(payload: dict, field: str, source: str, line: int, kind: type, minimum: float = 0, default=None):
+def number_field(payload: dict, field: str, source: str, line: int, kind: type, minimum: float = 0, default=None):
     value = payload.get(field, default)
     valid = "an integer" if kind is int else "a number"
     if value is None:
@@ -162,7 +162,7 @@ def _job(payload: dict, source: str, line: int, block_tokens: int, parents: dict
     job_id = payload.get("job")
     if not isinstance(job_id, str) or not job_id:
         raise TraceFormatError(source, line, "job", f"got {job_id!r}; valid: a non-empty string id")
-    arrival = _number(payload, "arrival_s", source, line, float)
+    arrival = number_field(payload, "arrival_s", source, line, float)
     raw_turns = payload.get("turns")
     if not isinstance(raw_turns, list) or not raw_turns:
         raise TraceFormatError(source, line, "turns", f"got {raw_turns!r}; valid: a non-empty list of turns")
@@ -181,20 +181,20 @@ def _job(payload: dict, source: str, line: int, block_tokens: int, parents: dict
         if len(blocks) * block_tokens > input_tokens:
             raise TraceFormatError(source, line, f"{where}.prefix_blocks",
                                    f"{len(blocks)} blocks of {block_tokens} tokens exceed input_tokens {input_tokens}")  # fmt: skip
-        _check_chain(blocks, f"{where}.prefix_blocks", source, line, parents)
+        check_chain(blocks, f"{where}.prefix_blocks", source, line, parents)
         turns.append(TraceTurn(input_tokens, output_tokens, tool_s, blocks))
     return TraceJob(job_id, arrival, tuple(turns))
 
 
 def _field(raw: dict, name: str, where: str, source: str, line: int, kind: type, minimum: float, default=None):
     try:
-        return _number(raw, name, source, line, kind, minimum, default)
+        return number_field(raw, name, source, line, kind, minimum, default)
     except TraceFormatError as error:
         # The field's name with the turn it belongs to.
         raise TraceFormatError(source, line, f"{where}.{name}", str(error).split(f"{name}: ", 1)[1]) from None
 
 
-def _check_chain(blocks: tuple[str, ...], field: str, source: str, line: int, parents: dict) -> None:
+def check_chain(blocks: tuple[str, ...], field: str, source: str, line: int, parents: dict) -> None:
     parent = None
     for position, block in enumerate(blocks):
         known = parents.setdefault(block, (position, parent, line))

@@ -1,0 +1,64 @@
+"""Converts a public agent trace into the project's format (``traces/importers.py`` says how each is read)::
+
+    python -m orchestrator.workload.traces.convert --format mooncake TRACE.jsonl --out mine.jsonl [--block-tokens 512]
+    python -m orchestrator.workload.traces.convert --format swe-agent RUN/*.traj --out mine.jsonl
+        [--tokenizer DIR] [--block-tokens 64] [--jps 0.5] [--seed 7]
+
+The result is checked by reading it back as any trace is; then ``python sweeps/agent_trace.py --trace
+mine.jsonl`` replays it. A malformed input fails with one line naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from orchestrator.workload.traces.importers import MOONCAKE_BLOCK_TOKENS, read_mooncake, read_swe_agent
+from orchestrator.workload.traces.schema import TraceFormatError, dump_trace, parse_trace
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m orchestrator.workload.traces.convert", description=__doc__.split("\n")[0])
+    p.add_argument("--format", required=True, choices=("mooncake", "swe-agent"))
+    p.add_argument("inputs", nargs="+", type=Path, help="the trace file (mooncake) or trajectory files (swe-agent)")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--block-tokens", type=int, help=f"tokens per block; default: {MOONCAKE_BLOCK_TOKENS} (mooncake), 64")
+    p.add_argument("--tokenizer", help="swe-agent: a Hugging Face tokenizer directory to count tokens with")
+    p.add_argument("--jps", type=float, default=0.5, help="swe-agent: the jobs' arrival rate (the files have none)")
+    p.add_argument("--seed", type=int, default=7, help="swe-agent: seeds the arrivals")
+    args = p.parse_args(argv)
+    try:
+        jobs, notes = _read(args)
+        data = dump_trace(args.out.stem, notes["block_tokens"], jobs, {"converted_from": notes})
+        parse_trace(data, str(args.out))  # the same checks as any trace gets when a sweep reads it
+    except TraceFormatError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.out.with_suffix(".partial")
+    partial.write_bytes(data)
+    partial.replace(args.out)
+    print(f"wrote {args.out}: {len(jobs)} jobs, {sum(len(job.turns) for job in jobs)} requests")
+    return 0
+
+
+def _read(args: argparse.Namespace):
+    if args.block_tokens is not None and args.block_tokens < 1:
+        raise TraceFormatError("--block-tokens", 0, "value", f"got {args.block_tokens}; valid: an integer >= 1")
+    if args.format == "mooncake":
+        if len(args.inputs) != 1:
+            raise TraceFormatError("mooncake", 0, "inputs", f"got {len(args.inputs)} files; valid: one trace file")
+        return read_mooncake(args.inputs[0], args.block_tokens or MOONCAKE_BLOCK_TOKENS)
+    if not args.jps > 0:
+        raise TraceFormatError("--jps", 0, "value", f"got {args.jps:g}; valid: a positive rate")
+    count = None
+    if args.tokenizer:
+        from orchestrator.workload.tokenizer import token_counter_for
+
+        count = token_counter_for(args.tokenizer).count
+    return read_swe_agent(args.inputs, args.block_tokens or 64, count, args.jps, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

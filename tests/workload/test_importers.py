@@ -1,0 +1,81 @@
+"""The importers read hand-made samples written from each format's published description, say what they
+inferred, and fail on a malformed file with one line naming the file, the line and the field."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.workload.schedule import schedule_for
+from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.traces.importers import read_mooncake, read_swe_agent
+from orchestrator.workload.traces.schema import TraceFormatError, TraceRef, read_trace_file
+from tests.workload import DATA
+
+
+def test_mooncake_requests_become_jobs_and_sessions_become_multi_turn_jobs():
+    jobs, notes = read_mooncake(DATA / "mooncake-sample.jsonl")
+    assert [(job.job_id, job.arrival_s, len(job.turns)) for job in jobs] == [
+        ("r1", 0.0, 1), ("r2", 0.0, 1), ("s-agent-1", 1.5, 3), ("r5", 2.6, 1)]  # fmt: skip
+    session = jobs[2].turns
+    assert [turn.input_tokens for turn in session] == [600, 1300, 1700]
+    # The gap to turn 2 from the timestamps (2.3 s - 1.5 s), to turn 3 from its delay (400 ms).
+    assert [turn.tool_s for turn in session] == [pytest.approx(0.8), pytest.approx(0.4), 0.0]
+    # 512-token blocks: the ids of a prompt's partial last block are dropped.
+    assert [turn.prefix_blocks for turn in session] == [("5",), ("5", "6"), ("5", "6", "7")]
+    assert jobs[0].turns[0].prefix_blocks == ("0", "1") and jobs[1].turns[0].prefix_blocks == ("0", "3")
+    assert "includes the original answer's service time" in notes["tool_s"]
+
+
+def test_swe_agent_steps_become_turns_with_their_execution_times_and_a_shared_system_prompt(tmp_path):
+    copies = [tmp_path / f"instance-{i}.traj" for i in range(2)]
+    for copy in copies:
+        shutil.copy(DATA / "swe-agent-sample.traj", copy)
+    jobs, notes = read_swe_agent(copies, block_tokens=16, jps=1.0, seed=3)
+    assert [job.job_id for job in jobs] == ["instance-0", "instance-1"] and jobs[1].arrival_s > 0
+    turns = jobs[0].turns
+    assert [turn.tool_s for turn in turns] == [0.18, 0.02, 6.4, 0.0]
+    assert [b.input_tokens - a.input_tokens for a, b in zip(turns, turns[1:])] == [
+        a.output_tokens + round(len(step) / 4) for a, step in zip(turns, (
+            "AUTHORS.rst\nCHANGELOG.rst\nsetup.py\nsrc/\ntests/\n",
+            "[File: /repo/src/fields.py (1997 lines total)]\n1474:        return value.total_seconds() / self.precision\n",
+            "........ [100%]\n8 passed in 4.71s\n"))]  # fmt: skip
+    # Both jobs send the same system message first: its full blocks are shared, the rest is each job's own.
+    system = [block for block in turns[0].prefix_blocks if block.startswith("sys-")]
+    assert len(system) == 10 and jobs[1].turns[0].prefix_blocks[:10] == tuple(system)
+    assert jobs[1].turns[0].prefix_blocks[10:] != turns[0].prefix_blocks[10:]
+    assert notes["tokens"] == "4 characters per token"
+
+
+@pytest.mark.parametrize(
+    ("reader", "name", "message"),
+    [
+        (read_mooncake, "mooncake-malformed.jsonl", ":2: hash_ids: block '1' at position 0 after None, but line 1 "
+                                                    "has it at position 1 after '0'; ids are chained prefixes"),
+        (lambda path: read_swe_agent([path]), "swe-agent-malformed.traj",
+         ":12: trajectory[1].execution_time: missing; valid: seconds >= 0"),
+    ],
+)  # fmt: skip
+def test_a_malformed_file_fails_with_one_line_naming_the_file_the_line_and_the_field(reader, name, message):
+    with pytest.raises(TraceFormatError) as raised:
+        reader(DATA / name)
+    assert str(raised.value) == f"{DATA / name}{message}"
+
+
+def test_convert_writes_a_trace_that_replays_and_refuses_a_malformed_one(tmp_path):
+    out = tmp_path / "mine.jsonl"
+    command = [sys.executable, "-m", "orchestrator.workload.traces.convert", "--format", "mooncake"]
+    done = subprocess.run([*command, str(DATA / "mooncake-sample.jsonl"), "--out", str(out), "--block-tokens", "256"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "4 jobs, 6 requests" in done.stdout, done.stderr
+    trace = read_trace_file(out)
+    assert trace.block_tokens == 256 and trace.shared_blocks == {"0"}  # r1, r2 and r5 share block 0
+    schedule = schedule_for(WorkloadSpec(jps=trace.native_jps, duration_s=100, trace=TraceRef.of(out)))
+    assert sum(len(job.turns) for job in schedule.jobs) == 6
+    failed = subprocess.run([*command, str(DATA / "mooncake-malformed.jsonl"), "--out", str(tmp_path / "bad.jsonl")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and "mooncake-malformed.jsonl:2: hash_ids" in failed.stderr
+    assert not (tmp_path / "bad.jsonl").exists()
