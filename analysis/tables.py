@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records.cell import CellStatus
+from orchestrator.records.schema import RequestStatus
 from orchestrator.sizing.kv import retention_time_s
 from orchestrator.units import GIB
 
@@ -104,6 +105,34 @@ def health(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
                "dispatch_lag_p99_ms"]  # fmt: skip
     cells = summary[summary.gpu == gpu]
     return cells[[c for c in columns if c in cells.columns]].sort_values(["policy", "dram_gb", "jps"]).reset_index(drop=True)
+
+
+CONTEXT_BUCKETS = (0, 1024, 2048, 4096, 8192, 16384, float("inf"))
+CONTEXT_LABELS = ("<1K", "1-2K", "2-4K", "4-8K", "8-16K", "16K+")
+
+
+def latency_by_context(summary: pd.DataFrame, requests_of, gpu: str) -> pd.DataFrame:
+    """Latency and TTFT of the successful requests by prompt size (tokens: <1K, 1-2K, ... 16K+), per policy and
+    load, seeds pooled; ``requests_of(cell_key)`` reads a cell's request records. Where prompts of very
+    different sizes mix (variable turns, a trace), this tells a slow policy from a workload of long prompts."""
+    cells = summary[(summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
+    index = ["policy", *_grid_index(summary[summary.gpu == gpu])]
+    frames = []
+    for cell in cells.itertuples():
+        requests = requests_of(cell.cell_key)
+        ok = requests[(requests.status == RequestStatus.OK.value) & requests.prompt_tokens.notna()].copy()
+        for column in index:
+            ok[column] = getattr(cell, column)
+        frames.append(ok)
+    if not frames:
+        return pd.DataFrame()
+    requests = pd.concat(frames, ignore_index=True)
+    requests["context"] = pd.cut(requests.prompt_tokens, CONTEXT_BUCKETS, right=False, labels=CONTEXT_LABELS)
+    grouped = requests.groupby([*index, "context"], observed=True)
+    table = grouped.agg(n=("latency_s", "size"), latency_mean_s=("latency_s", "mean"),
+                        latency_p90_s=("latency_s", lambda s: s.quantile(0.9)), ttft_mean_s=("ttft_s", "mean"))  # fmt: skip
+    table["cached_fraction"] = grouped.cached_tokens.sum() / grouped.prompt_tokens.sum()
+    return table.reset_index()
 
 
 PIN_SHARES = ("pin_carried_pct", "pin_expired_pct", "pin_gave_way_pct", "pin_abandoned_pct")

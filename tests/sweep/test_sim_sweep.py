@@ -138,7 +138,10 @@ def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_
     tables = tmp_path / "agent_trace" / "report" / "tables"
     latency = pd.read_csv(tables / "per_turn_latency_h100.csv")
     assert {"T1", "T10", "n_T3", "n_T10", "T-last/T1"} <= set(latency.columns) and "T11" not in latency
+    by_context = pd.read_csv(tables / "latency_by_context_h100.csv")
+    assert set(by_context.context) == {"<1K", "1-2K", "2-4K"}  # the trace's prompts reach 3,161 tokens
+    assert by_context.groupby(["policy", "jps"]).n.sum().eq(164).all()
     pins = pd.read_csv(tables / "pin_outcomes_h100.csv")
     assert list(pins.policy) == ["continuum", "continuum"] and (pins.pin_expired_pct > 0).all()  # 3 s tools, 2 s TTL
     dom = rendered_dom(tmp_path / "agent_trace" / "report" / "report.html")
-    assert "what became of the pins" in dom and "n_T10" in dom and 'id="pin_outcomes_h100"' in dom
+    assert "what became of the pins" in dom and "n_T10" in dom and 'id="latency_by_context_h100"' in dom and 'id="pin_outcomes_h100"' in dom
