@@ -40,6 +40,10 @@ def atomic_write_json(payload, path: Path) -> None:
     _atomic_write(path, lambda handle: handle.write(text.encode()))
 
 
+def atomic_write_bytes(data: bytes, path: Path) -> None:
+    _atomic_write(path, lambda handle: handle.write(data))
+
+
 def _atomic_write(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

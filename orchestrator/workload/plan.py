@@ -37,10 +37,22 @@ class TurnPlan:
 
 @dataclass(frozen=True)
 class JobPlan:
-    job_id: str
-    index: int  # arrival order; doubles as the job's priority for program-level FCFS
-    arrival_offset_s: float  # from the start of the arrival window
+    """A job of the schedule with its turns rendered."""
+
+    shape: JobShape
     turns: tuple[TurnPlan, ...]
+
+    @property
+    def job_id(self) -> str:
+        return self.shape.job_id
+
+    @property
+    def index(self) -> int:
+        return self.shape.index
+
+    @property
+    def arrival_offset_s(self) -> float:
+        return self.shape.arrival_s
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,7 @@ def _job_plan(job: JobShape, tool_sizer: TextSizer) -> JobPlan:
                  shape.is_last)  # fmt: skip
         for shape in job.turns
     )
-    return JobPlan(job_id=job.job_id, index=job.index, arrival_offset_s=job.arrival_s, turns=turns)
+    return JobPlan(job, turns)
 
 
 class _ReplayTexts:
@@ -113,7 +125,7 @@ class _ReplayTexts:
                      prompt=self._prompt(job.job_id, shape))  # fmt: skip
             for shape in job.turns
         )
-        return JobPlan(job_id=job.job_id, index=job.index, arrival_offset_s=job.arrival_s, turns=turns)
+        return JobPlan(job, turns)
 
     def _prompt(self, job_id: str, shape: TurnShape) -> str:
         blocks = [self._block(block_id, position) for position, block_id in enumerate(shape.prefix_blocks)]

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from orchestrator.records.store import atomic_write_bytes
 from orchestrator.workload.traces.importers import MOONCAKE_BLOCK_TOKENS, read_mooncake, read_swe_agent
 from orchestrator.workload.traces.schema import TraceFormatError, dump_trace, parse_trace
 
@@ -35,10 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraceFormatError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_suffix(".partial")
-    partial.write_bytes(data)
-    partial.replace(args.out)
+    atomic_write_bytes(data, args.out)
     print(f"wrote {args.out}: {len(jobs)} jobs, {sum(len(job.turns) for job in jobs)} requests")
     return 0
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.records.store import atomic_write_bytes
 from orchestrator.workload.distributions import PRESETS, Capped
 from orchestrator.workload.traces.schema import TraceJob, TraceTurn, dump_trace
 
@@ -66,10 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     generator = {"command": "python -m orchestrator.workload.traces.generate", "seed": args.seed, "jobs": args.jobs,
                  "jps": args.jps}  # fmt: skip
     data = dump_trace(args.out.stem, BLOCK_TOKENS, generate(args.seed, args.jobs, args.jps), generator)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_suffix(".partial")
-    partial.write_bytes(data)
-    partial.replace(args.out)
+    atomic_write_bytes(data, args.out)
     print(f"wrote {args.out} ({args.jobs} jobs, {len(data):,} bytes)")
     return 0
 
