@@ -4,7 +4,7 @@
         [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42] [--trials N]
         [--duration-s F] [--scale F] [--workload source-study|parametric|trace] [--trace PATH] [--load M,...]
         [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--kv-blocks N]
-        [--max-num-seqs N]
+        [--max-num-seqs N] [--max-model-len N]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
 
@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError, one_line
 from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
+from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces.schema import TraceFormatError, TraceRef, load_trace
 
@@ -78,6 +79,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--model", help=f"default: {spec.model}")
     p.add_argument("--kv-blocks", type=int, help="fix the KV pool size in blocks")
     p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-model-len", type=int, help="the longest prompt and answer vLLM takes; default: "
+                   f"{spec.engine_options.max_model_len}")
     p.add_argument("--max-attempts", type=int, help=f"attempts per cell when a replica crashes; default: {spec.limits.max_attempts}")
     p.add_argument("--cell-timeout-s", type=float, help="whole-cell time limit")
     p.add_argument("--hang-timeout-s", type=float, help=f"no engine progress this long: hung; default: {spec.limits.hang_timeout_s:g}")
@@ -122,6 +125,7 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("trials", None, "trials"),
         ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
+        ("max_model_len", "engine_options", "max_model_len"),
         ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
         ("hang_timeout_s", "limits", "hang_timeout_s"), ("client_actors", "limits", "client_actors"),
     ):  # fmt: skip
@@ -157,6 +161,16 @@ def _apply_trace_flags(spec: SweepSpec, args: argparse.Namespace, data: dict) ->
     data["jps"] = [round(m * native, 6) for m in multipliers]
 
 
+def check_requests_fit(spec: SweepSpec) -> None:
+    """Raises ``InputError`` when a cell's schedule has a request longer than vLLM's ``max_model_len`` (it
+    would be refused mid-run): each load and seed's schedule is drawn here, as its cell will draw it."""
+    from orchestrator.sweep.cells import expand
+
+    for workload in dict.fromkeys(cell.workload for cell in expand(spec)):
+        if error := schedule_for(workload).context_error(spec.engine_options.max_model_len):
+            raise InputError(f"the workload at {workload.jps:g} JPS, seed {workload.seed}: {error}")
+
+
 def results_dir_from(args: argparse.Namespace) -> Path:
     chosen = args.results_dir or (Path(os.environ[RESULTS_ENV]) if os.environ.get(RESULTS_ENV) else None)
     if chosen is None:
@@ -187,6 +201,7 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
     from orchestrator.sweep.tracking import absolute_tracking_uri, check_tracking_server, default_tracking_uri
 
     spec = apply_flags(spec, args)
+    check_requests_fit(spec)
     results_dir = results_dir_from(args)
     check_writable(results_dir)
     tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)

@@ -88,6 +88,9 @@ class CellWorker:
         served = served_cell(cell, model_dir)
         # The plan is complete before the replica starts: nothing expensive happens on the clock.
         schedule = schedule_for(cell.workload)
+        if error := schedule.context_error(cell.engine_options.max_model_len):
+            self._status = WorkerStatus()
+            return CellOutcome.failure(cell, error, False, self._node_id, started)
         plan = build_plan(cell.workload, token_counter_for(model_dir), schedule)
         try:
             reuse = self._ensure_replica(served.engine, limits.health_timeout_s)
@@ -156,6 +159,10 @@ class CellWorker:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
         self._status = WorkerStatus(cell.key, "running", 0, 0)
         options, workload = cell.engine_options, cell.workload
+        schedule = schedule_for(workload)
+        if error := schedule.context_error(options.max_model_len):
+            self._status = WorkerStatus()
+            return CellOutcome.failure(cell, error, False, self._node_id, started)
         if cell.cpu_profile is not None:
             engine = cpu_sim_engine(cell.cpu_profile, cell.model, cell.policy, cell.dram_gb, workload,
                                     options.num_kv_blocks)  # fmt: skip
@@ -166,7 +173,6 @@ class CellWorker:
                 gpu_memory_utilization=options.gpu_memory_utilization,
                 max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
             )  # fmt: skip
-        schedule = schedule_for(workload)
         result = simulate(workload, engine, schedule)
         stats = asdict(result.stats)
         scheduler = engine.scheduler

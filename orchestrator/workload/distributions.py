@@ -224,14 +224,15 @@ def _swe_agent_tool_time() -> Mixture:
     ))  # fmt: skip
 
 
-# Our choices for the parametric workload's other quantities, each a round figure in the range the issue
-# names (8-15 calls per SWE-bench session) or near the source study's sizes (tool outputs of 775-2,730
-# tokens, 20-token answers; an agent's tool call with its reasoning is longer, so the median is 60).
+# Our choices for the parametric workload's other quantities: turns in the range the issue names (8-15 calls
+# per SWE-bench session); answers longer than the source study's 20 tokens (an agent's tool call with its
+# reasoning); tool outputs smaller than its 775-2,730, so that the longest job (15 turns, every draw at its
+# cap: 80 + 14 x (900 + 256) = 16,264 tokens) still fits vLLM's default max_model_len of 16,384.
 PRESETS: dict[str, Distribution] = {
     "swe-agent-tool-time": _swe_agent_tool_time(),
     "agent-turns": IntUniform(low=8, high=15),
-    "agent-tool-tokens": Capped(dist=LogNormal(median=1200, sigma=0.8), max=8000),
-    "agent-output-tokens": Capped(dist=LogNormal(median=60, sigma=0.8), max=512),
+    "agent-tool-tokens": Capped(dist=LogNormal(median=500, sigma=0.8), max=900),
+    "agent-output-tokens": Capped(dist=LogNormal(median=60, sigma=0.8), max=256),
 }
 
 

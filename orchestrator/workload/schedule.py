@@ -79,6 +79,16 @@ class Schedule:
                     digest.update(("[" + ",".join(t.prefix_blocks) + "]").encode())
         return digest.hexdigest()
 
+    def context_error(self, max_model_len: int) -> str | None:
+        """Why the engine would refuse a request of this schedule (prompt and answer past ``max_model_len``), or
+        None: every request fits."""
+        requests = ((t.prompt_tokens + t.output_tokens, job.job_id, t.turn) for job in self.jobs for t in job.turns)
+        tokens, job_id, turn = max(requests, key=lambda request: request[0], default=(0, "", 0))  # the first longest
+        if tokens <= max_model_len:
+            return None
+        return (f"job {job_id} turn {turn} needs {tokens} tokens (prompt and answer), more than max_model_len "
+                f"{max_model_len}; valid: --max-model-len {tokens} or more, or a smaller workload (--scale, --tool-tokens)")
+
     def with_best_cached(self, requests: Sequence[RequestRecord]) -> tuple[RequestRecord, ...]:
         """``requests`` with a replay's theoretical best prefix hit (``declared_best_tokens``); the other
         sources' records already carry theirs (the previous turn's prompt and answer)."""

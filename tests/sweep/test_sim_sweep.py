@@ -145,3 +145,14 @@ def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_
     assert list(pins.policy) == ["continuum", "continuum"] and (pins.pin_expired_pct > 0).all()  # 3 s tools, 2 s TTL
     dom = rendered_dom(tmp_path / "agent_trace" / "report" / "report.html")
     assert "what became of the pins" in dom and "n_T10" in dom and 'id="latency_by_context_h100"' in dom and 'id="pin_outcomes_h100"' in dom
+
+
+def test_a_cell_with_a_request_past_max_model_len_fails_before_it_runs_and_is_not_retried():
+    from orchestrator.sweep.spec import EngineOptions, RunLimits
+    from orchestrator.sweep.worker import CellWorker
+
+    cell = expand(SPEC)[0]
+    cell = cell.model_copy(update={"engine_options": EngineOptions(max_model_len=4096)})
+    outcome = CellWorker().run(cell, RunLimits())
+    assert outcome.status is CellStatus.FAILED and not outcome.retryable and outcome.requests == ()
+    assert "needs 12615 tokens (prompt and answer), more than max_model_len 4096" in outcome.reason

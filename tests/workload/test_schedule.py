@@ -57,7 +57,7 @@ def test_a_parametric_job_grows_its_prompt_by_each_drawn_completion_and_tool_out
         for before, after in zip(job.turns, job.turns[1:]):
             assert after.prompt_tokens == before.prompt_tokens + before.output_tokens + before.tool_tokens
     outputs = {turn.output_tokens for job in schedule.jobs for turn in job.turns}
-    assert len(outputs) > 20 and max(outputs) <= 512
+    assert len(outputs) > 20 and max(outputs) <= 256
 
 
 def test_the_schedule_is_fixed_by_the_seed_and_each_quantity_draws_from_its_own_stream():
@@ -99,3 +99,12 @@ def test_mean_shape_of_a_parametric_workload_is_near_its_drawn_schedule():
 def test_a_list_of_tool_sizes_needs_a_fixed_number_of_turns():
     with pytest.raises(ValidationError, match="give tool_tokens as a distribution too"):
         WorkloadSpec(jps=1, num_turns=PRESETS["agent-turns"])
+
+
+def test_a_request_past_max_model_len_is_named_and_the_default_parametric_workload_fits():
+    schedule = schedule_for(WorkloadSpec(jps=1))
+    assert schedule.context_error(12595 + 20) is None
+    error = schedule.context_error(12_000)
+    assert error.startswith("job s42-j00000 turn 8 needs 12615 tokens (prompt and answer), more than max_model_len 12000")
+    # The presets' caps bound the longest job at 16,264 tokens, inside vLLM's default of 16,384.
+    assert schedule_for(agent_spec(jps=40, duration_s=50)).context_error(16_384) is None
