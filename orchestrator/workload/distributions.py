@@ -152,11 +152,15 @@ class Capped(BaseModel):
 
     @property
     def mean(self) -> float:
-        if isinstance(self.dist, LogNormal):
-            return self.dist.partial_mean(self.max) + self.max * (1 - self.dist.cdf(self.max))
-        if isinstance(self.dist, (Fixed, Uniform, IntUniform)):
-            return _capped_mean_by_quadrature(self)
-        raise ValueError(f"the mean of a capped {self.dist.kind} is not available; cap its components instead")
+        dist = self.dist
+        if isinstance(dist, LogNormal):
+            return dist.partial_mean(self.max) + self.max * (1 - dist.cdf(self.max))
+        if isinstance(dist, Capped):  # min(min(X, a), c) = min(X, min(a, c))
+            return Capped(dist=dist.dist, max=min(dist.max, self.max)).mean
+        if isinstance(dist, Mixture):  # the cap applies to each component's draw
+            capped = [Capped(dist=component.dist, max=self.max).mean for component in dist.components]
+            return sum(c.weight * m for c, m in zip(dist.components, capped)) / sum(c.weight for c in dist.components)
+        return _capped_mean_by_quadrature(self)
 
 
 def _capped_mean_by_quadrature(capped: Capped, steps: int = 4096) -> float:

@@ -112,3 +112,12 @@ def test_bad_input_is_one_line_naming_it(text, names):
         parse_distribution(text, "--tool-time-s")
     message = str(raised.value)
     assert "\n" not in message and all(name in message for name in names), message
+
+
+def test_the_mean_of_a_capped_mixture_is_the_mean_of_its_capped_draws():
+    capped = Capped(dist=TOOL_TIME, max=10.0)
+    values = draws(capped, 200_000)
+    assert max(values) == 10.0
+    assert capped.mean == pytest.approx(sum(values) / len(values), rel=0.02)
+    assert Capped(dist=Capped(dist=LogNormal(median=1, sigma=1), max=3), max=2).mean == pytest.approx(
+        Capped(dist=LogNormal(median=1, sigma=1), max=2).mean)
