@@ -95,7 +95,8 @@ def pin_outcomes(pins: pd.DataFrame, title: str) -> bytes:
     labels = {"pin_carried_pct": "carried to the next turn", "pin_expired_pct": "TTL expired before it",
               "pin_gave_way_pct": "gave way to other work", "pin_abandoned_pct": "job never came back"}  # fmt: skip
     budgets = "dram_gb" in pins and pins.dram_gb.nunique() > 1
-    names = [f"{row.policy}\n{row.jps:g} JPS" + (f" {row.dram_gb:g} GiB" if budgets else "") for row in pins.itertuples()]
+    names = [f"{row.policy}\n{row.jps:g} JPS" + (f" {row.dram_gb:g} GiB" if budgets else "")
+             for row in pins.itertuples()]
     figure, axes = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 2), 3.6))
     bottom = pd.Series(0.0, index=pins.index)
     for column, label in labels.items():

@@ -164,7 +164,10 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: p
     report.figure(f"{gpu}: cached fraction per turn (dotted: best)", plots.cached_curves(cached, f"{gpu}: prefix hits"))
     report.table(f"health_{slug}", f"{gpu}: jobs, timeouts, errors and client dispatch lag",
                  tables.health(data.summary, gpu), provenance)  # fmt: skip
-    by_context = tables.latency_by_context(data.summary, lambda key: pd.read_parquet(data.files.cell(key).requests), gpu)
+    def requests_of(key: str) -> pd.DataFrame:
+        return pd.read_parquet(data.files.cell(key).requests)
+
+    by_context = tables.latency_by_context(data.summary, requests_of, gpu)
     report.table(f"latency_by_context_{slug}", f"{gpu}: latency (s) and prefix hit by prompt size (tokens)", by_context,
                  provenance, percent=("cached_",))  # fmt: skip
     pins = tables.pin_outcomes(data.summary, gpu)

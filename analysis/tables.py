@@ -129,8 +129,10 @@ def latency_by_context(summary: pd.DataFrame, requests_of, gpu: str) -> pd.DataF
     requests = pd.concat(frames, ignore_index=True)
     requests["context"] = pd.cut(requests.prompt_tokens, CONTEXT_BUCKETS, right=False, labels=CONTEXT_LABELS)
     grouped = requests.groupby([*index, "context"], observed=True)
-    table = grouped.agg(n=("latency_s", "size"), latency_mean_s=("latency_s", "mean"),
-                        latency_p90_s=("latency_s", lambda s: s.quantile(0.9)), ttft_mean_s=("ttft_s", "mean"))  # fmt: skip
+    table = grouped.agg(
+        n=("latency_s", "size"), latency_mean_s=("latency_s", "mean"),
+        latency_p90_s=("latency_s", lambda latency: latency.quantile(0.9)), ttft_mean_s=("ttft_s", "mean"),
+    )  # fmt: skip
     table["cached_fraction"] = grouped.cached_tokens.sum() / grouped.prompt_tokens.sum()
     return table.reset_index()
 

@@ -22,7 +22,9 @@ def render_cell_summary(title: str, summary: CellSummary, console: Console | Non
         f"dispatch lag p99 {_fmt(summary.dispatch_lag_p99_ms)} ms"
     )
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("turn", "requests", "target prompt", "measured", "error", "latency s", "TTFT s", "cached", "best", "cached/best"):
+    columns = ("turn", "requests", "target prompt", "measured", "error", "latency s", "TTFT s", "cached", "best",
+               "cached/best")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="right")
     for turn in summary.turns:
         error = None

@@ -280,7 +280,8 @@ class _Clients:
         if not self._schedule.is_replay or job.turn == 1:
             return None
         previous, current = job.shape.turns[job.turn - 2].prefix_blocks, job.shape.turns[job.turn - 1].prefix_blocks
-        common = next((i for i, (a, b) in enumerate(zip(previous, current)) if a != b), min(len(previous), len(current)))
+        common = next((i for i, (a, b) in enumerate(zip(previous, current)) if a != b),
+                      min(len(previous), len(current)))  # fmt: skip
         return max(0, common * self._schedule.block_tokens // self._block_size - shared_blocks)
 
     def on_finished(self, request: SimRequest, at: float) -> list[SendTurn]:

@@ -251,7 +251,9 @@ class SimScheduler:
             num_new = min(request.num_tokens - computed, budget)
             hit_blocks = max(0, hit_tokens // block - request.shared_blocks)
             needed = self._blocks_for(request, computed + num_new) - hit_blocks
-            must_fit = self._blocks_for(request, request.num_tokens) - hit_blocks if self.config.reserve_full_prompt else needed
+            must_fit = needed
+            if self.config.reserve_full_prompt:
+                must_fit = self._blocks_for(request, request.num_tokens) - hit_blocks
             # Cached blocks sitting in the free queue count as free: hitting them uses them up.
             hit_from_free = 0 if from_pin else hit_blocks
             if self._must_wait_for_reserve(request):

@@ -120,7 +120,9 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
             except ValueError as error:
                 raise InputError(str(error)) from None
             # One number of tool tokens is every tool output's size (the field's list form is per turn).
-            data["workload"][field] = Fixed(value=value) if field == "tool_tokens" and isinstance(value, float) else value
+            if field == "tool_tokens" and isinstance(value, float):
+                value = Fixed(value=value)
+            data["workload"][field] = value
     for flag, section, field in (
         ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("trials", None, "trials"),
         ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),

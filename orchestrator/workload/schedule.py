@@ -87,7 +87,8 @@ class Schedule:
         if tokens <= max_model_len:
             return None
         return (f"job {job_id} turn {turn} needs {tokens} tokens (prompt and answer), more than max_model_len "
-                f"{max_model_len}; valid: --max-model-len {tokens} or more, or a smaller workload (--scale, --tool-tokens)")
+                f"{max_model_len}; valid: --max-model-len {tokens} or more, or a smaller workload "
+                "(--scale, --tool-tokens)")
 
     def with_best_cached(self, requests: Sequence[RequestRecord]) -> tuple[RequestRecord, ...]:
         """``requests`` with a replay's theoretical best prefix hit (``declared_best_tokens``); the other
@@ -182,7 +183,8 @@ def _job(spec: WorkloadSpec, index: int, arrival_s: float) -> JobShape:
             tool = spec.scaled(spec.tool_tokens[turn - 1])
         else:
             tool = spec.scaled(draws.count("tool_tokens", spec.tool_tokens))
-        turns.append(TurnShape(turn, prompt, output, tool, draws.seconds("tool_time_s", spec.tool_time_s), False, shared))
+        tool_time_s = draws.seconds("tool_time_s", spec.tool_time_s)
+        turns.append(TurnShape(turn, prompt, output, tool, tool_time_s, False, shared))
         prompt += output + tool
     return JobShape(job_id, index, arrival_s, tuple(turns))
 

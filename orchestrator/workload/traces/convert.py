@@ -20,11 +20,13 @@ from orchestrator.workload.traces.schema import TraceFormatError, dump_trace, pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.workload.traces.convert", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m orchestrator.workload.traces.convert",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--format", required=True, choices=("mooncake", "swe-agent"))
     p.add_argument("inputs", nargs="+", type=Path, help="the trace file (mooncake) or trajectory files (swe-agent)")
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--block-tokens", type=int, help=f"tokens per block; default: {MOONCAKE_BLOCK_TOKENS} (mooncake), 64")
+    p.add_argument("--block-tokens", type=int,
+                   help=f"tokens per block; default: {MOONCAKE_BLOCK_TOKENS} (mooncake), 64 (swe-agent)")
     p.add_argument("--tokenizer", help="swe-agent: a Hugging Face tokenizer directory to count tokens with")
     p.add_argument("--jps", type=float, default=0.5, help="swe-agent: the jobs' arrival rate (the files have none)")
     p.add_argument("--seed", type=int, default=7, help="swe-agent: seeds the arrivals")

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=SHIPPED)
     args = parser.parse_args(argv)
     if args.jobs < 1 or not args.jps > 0:
-        print(f"error: --jobs {args.jobs} and --jps {args.jps:g}: valid: at least 1 job at a positive rate", file=sys.stderr)
+        print(f"error: --jobs {args.jobs} and --jps {args.jps:g}: valid: at least 1 job at a positive rate",
+              file=sys.stderr)
         return 2
     generator = {"command": "python -m orchestrator.workload.traces.generate", "seed": args.seed, "jobs": args.jobs,
                  "jps": args.jps}  # fmt: skip

@@ -111,7 +111,8 @@ def parse_trace(data: bytes, source: str) -> Trace:
         jobs.append(job)
     if not jobs:
         raise TraceFormatError(source, len(lines) + 1, "job", "the trace has a header and no jobs")
-    return Trace(str(header.get("name", Path(source).stem)), block_tokens, tuple(jobs), hashlib.sha256(data).hexdigest())
+    name = str(header.get("name", Path(source).stem))
+    return Trace(name, block_tokens, tuple(jobs), hashlib.sha256(data).hexdigest())
 
 
 def read_trace_file(path: str | Path) -> Trace:
@@ -151,7 +152,8 @@ def number_field(payload: dict, field: str, source: str, line: int, kind: type, 
     valid = "an integer" if kind is int else "a number"
     if value is None:
         raise TraceFormatError(source, line, field, f"missing; valid: {valid} >= {minimum:g}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not is_number or (kind is int and not float(value).is_integer()):
         raise TraceFormatError(source, line, field, f"got {value!r}; valid: {valid} >= {minimum:g}")
     if value < minimum:
         raise TraceFormatError(source, line, field, f"got {value!r}; valid: {valid} >= {minimum:g}")
@@ -176,11 +178,12 @@ def _job(payload: dict, source: str, line: int, block_tokens: int, parents: dict
         tool_s = _field(raw, "tool_s", where, source, line, float, 0, default=0.0)
         blocks = raw.get("prefix_blocks", [])
         if not isinstance(blocks, list):
-            raise TraceFormatError(source, line, f"{where}.prefix_blocks", f"got {blocks!r}; valid: a list of block ids")
+            raise TraceFormatError(source, line, f"{where}.prefix_blocks",
+                                   f"got {blocks!r}; valid: a list of block ids")  # fmt: skip
         blocks = tuple(str(block) for block in blocks)
         if len(blocks) * block_tokens > input_tokens:
-            raise TraceFormatError(source, line, f"{where}.prefix_blocks",
-                                   f"{len(blocks)} blocks of {block_tokens} tokens exceed input_tokens {input_tokens}")  # fmt: skip
+            problem = f"{len(blocks)} blocks of {block_tokens} tokens exceed input_tokens {input_tokens}"
+            raise TraceFormatError(source, line, f"{where}.prefix_blocks", problem)
         check_chain(blocks, f"{where}.prefix_blocks", source, line, parents)
         turns.append(TraceTurn(input_tokens, output_tokens, tool_s, blocks))
     return TraceJob(job_id, arrival, tuple(turns))
@@ -200,7 +203,8 @@ def check_chain(blocks: tuple[str, ...], field: str, source: str, line: int, par
         known = parents.setdefault(block, (position, parent, line))
         if known[:2] != (position, parent):
             raise TraceFormatError(source, line, field,
-                                   f"block {block!r} at position {position} after {parent!r}, but line {known[2]} has it "
+                                   f"block {block!r} at position {position} after {parent!r}, "
+                                   f"but line {known[2]} has it "
                                    f"at position {known[0]} after {known[1]!r}; ids are chained prefixes")  # fmt: skip
         parent = block
 
@@ -222,7 +226,8 @@ class TraceRef(BaseModel):
     def of(cls, path: str | Path) -> TraceRef:
         """A reference to the trace at ``path``, read and checked now (raises ``TraceFormatError``)."""
         absolute = Path(path).resolve()
-        named = absolute.relative_to(PROJECT_ROOT).as_posix() if absolute.is_relative_to(PROJECT_ROOT) else str(absolute)
+        inside = absolute.is_relative_to(PROJECT_ROOT)
+        named = absolute.relative_to(PROJECT_ROOT).as_posix() if inside else str(absolute)
         return cls(path=named, sha256=read_trace_file(absolute).sha256)
 
     @property
