@@ -4,9 +4,8 @@ A job's context stays needed across its tool gaps, so the reuse corpus is the co
 flight, and the live set is the context of the jobs inside a turn. Jobs in flight follow Little's law
 from an unqueued job time: a roofline turn (prefill of the turn's new tokens at an assumed 40% of peak
 FLOP/s, 20 decode steps reading the weights at 70% of HBM bandwidth) plus the tool times, for the workload's
-expected job. When the
-offered prefill work exceeds what the GPU does (load >= 1), queues grow for the whole arrival window and
-every job that arrived is taken to be in flight, in a turn. These are estimates for a warning, not a
+expected job. When the offered prefill work exceeds what the GPU does (load >= 1), queues grow for the whole
+arrival window and every job that arrived is taken to be in flight, in a turn. These are estimates for a warning, not a
 model of the run: the simulator is the model.
 """
 

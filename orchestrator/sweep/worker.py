@@ -36,7 +36,7 @@ from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
 from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.plan import build_plan
-from orchestrator.workload.schedule import schedule_for
+from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.tokenizer import token_counter_for
 
 
@@ -75,8 +75,13 @@ class CellWorker:
 
     def run(self, cell: CellSpec, limits: RunLimits) -> CellOutcome:
         started = time.time()
+        # The schedule is complete before anything starts: nothing expensive happens on the clock, and a request
+        # the engine would refuse fails the cell here.
+        schedule = schedule_for(cell.workload)
+        if error := schedule.context_error(cell.engine_options.max_model_len):
+            return CellOutcome.failure(cell, error, False, self._node_id, started)
         if cell.engine is EngineKind.SIM:
-            return self._simulate(cell, started)
+            return self._simulate(cell, schedule, started)
         limit_s = limits.cell_limit_s(cell.workload)
         deadline = time.monotonic() + limit_s
         self._status = WorkerStatus(cell.key, "starting")
@@ -86,11 +91,6 @@ class CellWorker:
             return CellOutcome.failure(cell, refusal, False, self._node_id, started)
         model_dir = str(ensure_tiny_model()) if cell.model == TINY_MODEL else cell.model
         served = served_cell(cell, model_dir)
-        # The plan is complete before the replica starts: nothing expensive happens on the clock.
-        schedule = schedule_for(cell.workload)
-        if error := schedule.context_error(cell.engine_options.max_model_len):
-            self._status = WorkerStatus()
-            return CellOutcome.failure(cell, error, False, self._node_id, started)
         plan = build_plan(cell.workload, token_counter_for(model_dir), schedule)
         try:
             reuse = self._ensure_replica(served.engine, limits.health_timeout_s)
@@ -135,8 +135,7 @@ class CellWorker:
             replica_replaced=reuse.replaced_because,
             request_options=asdict(options),
             plan_fingerprint=plan.fingerprint(),
-            schedule_fingerprint=schedule.fingerprint(),
-            schedule_stats=asdict(schedule.stats()),
+            **_schedule_facts(schedule),
             server_argv=tuple(replica.info.server_argv),
             server_env=dict(replica.info.server_env),
         )
@@ -155,14 +154,10 @@ class CellWorker:
             finished_unix=time.time(),
         )
 
-    def _simulate(self, cell: CellSpec, started: float) -> CellOutcome:
+    def _simulate(self, cell: CellSpec, schedule: Schedule, started: float) -> CellOutcome:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
         self._status = WorkerStatus(cell.key, "running", 0, 0)
         options, workload = cell.engine_options, cell.workload
-        schedule = schedule_for(workload)
-        if error := schedule.context_error(options.max_model_len):
-            self._status = WorkerStatus()
-            return CellOutcome.failure(cell, error, False, self._node_id, started)
         if cell.cpu_profile is not None:
             engine = cpu_sim_engine(cell.cpu_profile, cell.model, cell.policy, cell.dram_gb, workload,
                                     options.num_kv_blocks)  # fmt: skip
@@ -188,8 +183,7 @@ class CellWorker:
             tier_counters=TierCounters.from_counts(result.stats.tier_counters),
             num_preemptions=result.stats.preemptions,
             simulation=stats,
-            schedule_fingerprint=schedule.fingerprint(),
-            schedule_stats=asdict(schedule.stats()),
+            **_schedule_facts(schedule),
         )
         summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
         self._status = WorkerStatus()
@@ -278,6 +272,11 @@ def worker_actor_class():
     import ray
 
     return ray.remote(max_concurrency=2, max_restarts=0)(CellWorker)
+
+
+def _schedule_facts(schedule: Schedule) -> dict:
+    """What a cell's configuration records of its schedule, whichever engine ran it."""
+    return {"schedule_fingerprint": schedule.fingerprint(), "schedule_stats": asdict(schedule.stats())}
 
 
 def _counted(counter: str, before: dict[str, float], after: dict[str, float]) -> int | None:

@@ -122,7 +122,8 @@ class _JobRunner:
             records.append(record)
             if not record.status.is_ok:
                 return records, self._job_record(job, arrival_at, records, JobStatus(record.status.value))
-            context += completion.text + TOOL_SEPARATOR + (turn.tool_output or "")
+            if turn.prompt is None:  # a replay plans every prompt whole and never reads the context
+                context += completion.text + TOOL_SEPARATOR + (turn.tool_output or "")
             due = completion.finished_at + turn.tool_time_s
             previous = record
         return records, self._job_record(job, arrival_at, records, JobStatus.COMPLETED)

@@ -171,11 +171,10 @@ def _job(spec: WorkloadSpec, index: int, arrival_s: float) -> JobShape:
     job_id = job_id_for(spec.seed, index)
     draws = _Draws(spec.seed, job_id)
     num_turns = draws.count("turns", spec.num_turns)
-    prompt = spec.scaled_system_prompt_tokens
+    shared = prompt = spec.scaled_system_prompt_tokens
     turns = []
     for turn in range(1, num_turns + 1):
         output = draws.count("output_tokens", spec.output_tokens)
-        shared = spec.scaled_system_prompt_tokens
         if turn == num_turns:
             turns.append(TurnShape(turn, prompt, output, None, 0.0, True, shared))
             break

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,9 +66,10 @@ class Trace:
     jobs: tuple[TraceJob, ...]
     sha256: str  # of the file's bytes: what a cell's key records
 
-    @property
+    @cached_property
     def shared_blocks(self) -> frozenset[str]:
-        """The block ids more than one job sends: shared prefixes (a system prompt, tool definitions)."""
+        """The block ids more than one job sends: shared prefixes (a system prompt, tool definitions). Walked once
+        per trace (``load_trace`` keeps one per file), though every cell's schedule and simulator ask."""
         owners: dict[str, str] = {}
         shared = set()
         for job in self.jobs:
