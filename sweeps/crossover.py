@@ -7,7 +7,10 @@ The search starts from a few loads spread geometrically over [jps-min, jps-max],
 every interval whose two ends got different verdicts (a winner, or a tie: analysis/verdicts.py) until it is
 no wider than the resolution. With ``--engine sim`` or ``auto`` it searches in the simulator; ``--confirm``
 then measures the two loads that bracket each change on real vLLM (cells of a GPU type the cluster lacks
-stay pending, and say so); ``--engine vllm`` searches on real vLLM directly. ``--gpu cpu`` is the CPU
+stay pending, and say so). Where the measurement disagrees with the simulator at a side of the bracket, it
+walks that way until it reads the simulated verdict, then bisects the measured change to the resolution:
+``confirmed`` says whether the real engine changes between the same two verdicts, ``vllm_jps_below`` and
+``vllm_jps_above`` where. ``--engine vllm`` searches on real vLLM directly. ``--gpu cpu`` is the CPU
 engine: the simulator first measures it on this machine (one fcfs cell at 2 JPS, sweep
 ``<sweep>-profile``, ``orchestrator/sweep/profiling.py``), so the search and its confirmation run here.
 
@@ -65,13 +68,23 @@ def start_loads(jps_min: float, jps_max: float, num_start: int = START_LOADS) ->
     return [round(jps_min * ratio**i, 3) for i in range(num_start - 1)] + [jps_max]
 
 
+Flip = tuple[float, float, str, str]  # (load below, load above, verdict below, verdict above)
+
+
 def bisect_flips(judge: Judge, jps_min: float, jps_max: float, resolution: float,
-                 num_start: int = START_LOADS) -> list[tuple[float, float, str, str]]:  # fmt: skip
+                 num_start: int = START_LOADS) -> list[Flip]:  # fmt: skip
     """Every (load below, load above, verdict below, verdict above) no wider than ``resolution`` where the
     verdict changes. ``judge(loads)`` gives each load's verdict; each round asks it for all the loads the
     round needs at once, and the loads depend only on the verdicts, so a repeated search asks the same."""
     loads = start_loads(jps_min, jps_max, num_start)
-    verdicts = judge(loads)
+    return narrow_flips(judge, judge(loads), resolution)
+
+
+def narrow_flips(judge: Judge, verdicts: dict[float, str], resolution: float) -> list[Flip]:
+    """Halve (geometrically) every interval between adjacent loads of ``verdicts`` whose ends differ until it
+    is no wider than ``resolution``; the flips found, each round's loads asked of ``judge`` at once."""
+    verdicts = dict(verdicts)
+    loads = sorted(verdicts)
     brackets = [(a, b) for a, b in zip(loads, loads[1:]) if verdicts[a] != verdicts[b]]
     flips = []
     while brackets:
@@ -83,6 +96,26 @@ def bisect_flips(judge: Judge, jps_min: float, jps_max: float, resolution: float
         halves = [pair for (a, b), mid in middles.items() for pair in ((a, mid), (mid, b))]
         brackets = [(x, y) for x, y in halves if verdicts[x] != verdicts[y]]
     return sorted(flips)
+
+
+def locate_flip(judge: Judge, flip: Flip, jps_min: float, jps_max: float,
+                resolution: float) -> tuple[dict[float, str], list[Flip]]:  # fmt: skip
+    """Where the measured engine changes verdict near a simulated ``flip``: its two loads are measured; on a
+    side where the measurement does not read the simulated verdict, the search walks away from the flip
+    (each step geometrically twice the last, within the range) until it does or the range ends, then
+    narrows every change between the loads measured. Measures nothing more when the two loads agree with
+    the simulation; a simulator that puts a flip at the wrong load costs a few loads, not a new search.
+    Returns the verdicts of the two loads and of the walk, and every change found."""
+    below, above, sim_below, sim_above = flip
+    verdicts = judge([below, above])
+    ratio = above / below
+    for side, wanted, limit in ((-1, sim_below, jps_min), (1, sim_above, jps_max)):
+        load, step = (below, above)[side > 0], ratio
+        while verdicts[load] != wanted and load != limit:
+            load = max(limit, round(load / step, 3)) if side < 0 else min(limit, round(load * step, 3))
+            verdicts |= judge([load])
+            step *= step
+    return verdicts, narrow_flips(judge, verdicts, resolution)
 
 
 def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
@@ -121,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jps-min", type=float, default=1.0, help="lowest load searched; default: 1")
     p.add_argument("--jps-max", type=float, default=15.0, help="highest load searched; default: 15")
     p.add_argument("--resolution", type=float, default=0.5, help="width in jobs per second of each bracket found")
-    p.add_argument("--confirm", action="store_true", help="measure each bracket on real vLLM after a simulated search")
+    p.add_argument("--confirm", action="store_true", help="measure each bracket on real vLLM after a simulated search, and locate the measured "
+                   "change where it lies elsewhere")
     args = p.parse_args(argv)
     if args.gpu:
         args.gpus = [args.gpu]
@@ -156,11 +190,9 @@ def _search(args) -> int:
     rows = [{"jps_below": a, "jps_above": b, f"{searched}_below": below, f"{searched}_above": above}
             for a, b, below, above in flips]  # fmt: skip
     if args.confirm and search_engine is EngineKind.SIM and flips:
-        measured = sweep_judge(spec, options, EngineKind.VLLM)(sorted({jps for a, b, *_ in flips for jps in (a, b)}))
-        for row in rows:
-            row |= {"vllm_below": measured[row["jps_below"]], "vllm_above": measured[row["jps_above"]]}
-            # Confirmed: the measured cells give the same verdicts as the simulated ones on both sides.
-            row["confirmed"] = (row["vllm_below"], row["vllm_above"]) == (row["sim_below"], row["sim_above"])
+        measure = sweep_judge(spec, options, EngineKind.VLLM)
+        for row, flip in zip(rows, flips):
+            row |= confirmation(*locate_flip(measure, flip, args.jps_min, args.jps_max, args.resolution), flip)
     table = pd.DataFrame(rows)
     atomic_write_csv(table, SweepFiles(options.results_dir / spec.name).crossover)
     report_search(spec.name, options)
@@ -168,6 +200,21 @@ def _search(args) -> int:
           "second:")
     print(table.to_string(index=False) if len(table) else "  none: the same verdict at every load searched")
     return 0
+
+
+def confirmation(measured: dict[float, str], measured_flips: list[Flip], simulated: Flip) -> dict:
+    """The crossover.csv columns of one simulated flip's measurement: the verdicts at its two loads, whether the
+    measured engine changes between the same two verdicts (there or nearby: ``confirmed``), the bracket of the
+    nearest such change, and every change the measurement found."""
+    below, above, sim_below, sim_above = simulated
+    middle = math.sqrt(below * above)
+    same = sorted((flip for flip in measured_flips if flip[2:] == (sim_below, sim_above)),
+                  key=lambda flip: abs(math.log(math.sqrt(flip[0] * flip[1]) / middle)))  # fmt: skip
+    nearest = same[0] if same else (math.nan, math.nan)
+    return {"vllm_below": measured[below], "vllm_above": measured[above],
+            "at_simulated_loads": (measured[below], measured[above]) == (sim_below, sim_above),
+            "confirmed": bool(same), "vllm_jps_below": nearest[0], "vllm_jps_above": nearest[1],
+            "vllm_changes": "; ".join(f"{a:g}-{b:g}: {va} to {vb}" for a, b, va, vb in measured_flips)}  # fmt: skip
 
 
 def report_search(sweep: str, options) -> None:

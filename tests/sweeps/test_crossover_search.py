@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sweeps.crossover import bisect_flips
+import pandas as pd
+
+from sweeps.crossover import bisect_flips, confirmation, locate_flip
 
 
 class Recorded:
@@ -46,3 +48,31 @@ def test_two_changes_are_both_found_and_no_change_gives_none():
 def test_every_bracket_is_no_wider_than_the_resolution(resolution):
     for below, above, *_ in bisect_flips(Recorded(flip_at=7.77), 1.0, 15.0, resolution):
         assert above - below <= resolution and below <= 7.77 < above
+
+
+def test_a_measured_flip_where_the_simulator_put_it_is_confirmed_with_its_two_loads_alone():
+    measured = Recorded(flip_at=4.0)
+    verdicts, flips = locate_flip(measured, (3.83, 4.8, "tie", "continuum"), 1.0, 6.0, resolution=1.0)
+    assert measured.calls == [[3.83, 4.8]] and flips == [(3.83, 4.8, "tie", "continuum")]
+    row = confirmation(verdicts, flips, (3.83, 4.8, "tie", "continuum"))
+    assert row["confirmed"] and row["at_simulated_loads"] and (row["vllm_jps_below"], row["vllm_jps_above"]) == (3.83, 4.8)
+
+
+@pytest.mark.parametrize("true_flip", [1.7, 2.6, 5.5])
+def test_a_measured_flip_away_from_the_simulated_one_is_walked_to_and_bracketed(true_flip):
+    simulated = (3.83, 4.8, "tie", "continuum")
+    measured = Recorded(flip_at=true_flip)
+    verdicts, flips = locate_flip(measured, simulated, 1.0, 6.0, resolution=0.5)
+    row = confirmation(verdicts, flips, simulated)
+    assert row["confirmed"] and not row["at_simulated_loads"]
+    assert row["vllm_jps_below"] <= true_flip < row["vllm_jps_above"] <= row["vllm_jps_below"] + 0.5
+    asked = [load for call in measured.calls for load in call]
+    assert len(asked) == len(set(asked)) and all(1.0 <= load <= 6.0 for load in asked)
+
+
+def test_a_measurement_with_no_such_change_in_range_is_not_confirmed_and_says_what_it_found():
+    simulated = (3.83, 4.8, "tie", "continuum")
+    verdicts, flips = locate_flip(Recorded(flip_at=0.5, second_flip_at=3.0), simulated, 1.0, 6.0, resolution=0.5)
+    row = confirmation(verdicts, flips, simulated)
+    assert not row["confirmed"] and pd.isna(row["vllm_jps_below"])
+    assert row["vllm_changes"].endswith(": continuum to lmcache") and len(flips) == 1
