@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jps-min", type=float, default=1.0, help="lowest load searched; default: 1")
     p.add_argument("--jps-max", type=float, default=15.0, help="highest load searched; default: 15")
     p.add_argument("--resolution", type=float, default=0.5, help="width in jobs per second of each bracket found")
-    p.add_argument("--confirm", action="store_true", help="measure each bracket on real vLLM after a simulated search, and locate the measured "
-                   "change where it lies elsewhere")
+    p.add_argument("--confirm", action="store_true", help="measure each bracket on real vLLM after a simulated "
+                   "search, and locate the measured change where it lies elsewhere")
     args = p.parse_args(argv)
     if args.gpu:
         args.gpus = [args.gpu]

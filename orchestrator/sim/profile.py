@@ -51,6 +51,13 @@ class CpuProfile:
                 f"a {self.max_num_batched_tokens:,}-token budget, {self.num_kv_blocks:,} blocks of "
                 f"{self.block_size} tokens")  # fmt: skip
 
+    def at_pace(self, pace: float) -> CpuProfile:
+        """The same engine on a machine whose steps take ``pace`` times as long (``step_pace``): every step
+        cost scaled, the API server's time per request too (it runs on the same cores)."""
+        return replace(self, peak_flops=self.peak_flops / pace, memory_bytes_s=self.memory_bytes_s / pace,
+                       step_overhead_s=self.step_overhead_s * pace, seq_overhead_s=self.seq_overhead_s * pace,
+                       request_overhead_s=self.request_overhead_s * pace)  # fmt: skip
+
     def device(self) -> Device:
         return Device("cpu", self.peak_flops, self.memory_bytes_s, self.memory_bytes_s, self.max_num_batched_tokens,
                       CPU_MAX_NUM_SEQS)  # fmt: skip

@@ -20,6 +20,7 @@ from orchestrator.sim.profile import (
     step_samples,
 )
 from orchestrator.sizing.models import load_model
+from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 
 ARCH = load_model("llama-3.1-8b-instruct")
@@ -87,3 +88,15 @@ def test_the_simulated_cpu_engine_has_the_measured_pool_unless_the_cell_fixes_on
     assert cpu_sim_engine(KNOWN, arch, "fcfs", 0, TINY_WORKLOAD).scheduler.num_blocks == KNOWN.num_kv_blocks
     # As vLLM is asked for it: the pool it reports includes its null block.
     assert cpu_sim_engine(KNOWN, arch, "fcfs", 0, TINY_WORKLOAD, num_kv_blocks=1001).scheduler.num_blocks == 1000
+
+
+def test_a_profile_at_a_slower_pace_costs_every_step_and_request_that_many_times_more():
+    # A lone job on an idle engine waits only for its own steps and the API server: its time outside the
+    # tool calls scales with the pace.
+    arch, lone = load_model("tiny"), TINY_WORKLOAD.model_copy(update={"jps": 0.1, "duration_s": 10, "seed": 1})
+    cost, slower = (StepCost(arch, profile.device(), profile.calibration()) for profile in (KNOWN, KNOWN.at_pace(1.3)))
+    assert slower.forward_s(700, 2e5, 3000, 5) == pytest.approx(1.3 * cost.forward_s(700, 2e5, 3000, 5))
+    (shape,) = schedule_for(lone).jobs
+    tool_time_s = sum(turn.tool_time_s for turn in shape.turns)
+    (job,), (slow_job,) = (simulate_cell(profile, arch, "fcfs", lone).jobs for profile in (KNOWN, KNOWN.at_pace(1.3)))
+    assert slow_job.jct_s - tool_time_s == pytest.approx(1.3 * (job.jct_s - tool_time_s), rel=1e-6)

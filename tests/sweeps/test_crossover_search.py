@@ -55,7 +55,8 @@ def test_a_measured_flip_where_the_simulator_put_it_is_confirmed_with_its_two_lo
     verdicts, flips = locate_flip(measured, (3.83, 4.8, "tie", "continuum"), 1.0, 6.0, resolution=1.0)
     assert measured.calls == [[3.83, 4.8]] and flips == [(3.83, 4.8, "tie", "continuum")]
     row = confirmation(verdicts, flips, (3.83, 4.8, "tie", "continuum"))
-    assert row["confirmed"] and row["at_simulated_loads"] and (row["vllm_jps_below"], row["vllm_jps_above"]) == (3.83, 4.8)
+    assert row["confirmed"] and row["at_simulated_loads"]
+    assert (row["vllm_jps_below"], row["vllm_jps_above"]) == (3.83, 4.8)
 
 
 @pytest.mark.parametrize("true_flip", [1.7, 2.6, 5.5])
