@@ -5,10 +5,11 @@
         [--write-errors] [any sweep flag]
 
 1. Profiles the real engine once, on cells of their own: three trials of fcfs at 2 JPS on seed 7 with a
-   2400-block pool (sweep ``pressure-profile``, ``orchestrator/sweep/profiling.py``). Their step times fit
-   the CPU's roofline and their request latencies the API server's time per request
-   (``orchestrator/sim/profile.py``). That is the simulator's whole configuration of this machine: nothing
-   is fitted on the cells compared.
+   2400-block pool (sweep ``pressure-profile``, ``orchestrator/sweep/profiling.py``), run spread through the
+   study (a share of them before each pool's cells) so that the profile sees the machine at the speed it
+   runs the study at. Their step times fit the CPU's roofline and their request latencies the API server's
+   time per request (``orchestrator/sim/profile.py``). That is the simulator's whole configuration of this
+   machine: nothing is fitted on the cells compared.
 2. For each KV pool size, from one that holds every job in flight to one far too small, measures every
    policy at every load on the real engine (sweep ``pressure-<blocks>``) and simulates the same cells from
    the profile (``pressure-<blocks>-sim``: same schedules, same pool).
@@ -29,6 +30,7 @@ machine, so measure the profile and the cells in one go on a quiet machine.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from dataclasses import asdict
@@ -195,19 +197,27 @@ def compare(args) -> int:
         raise InputError(f"--pools {' '.join(args.pools)}: every pool needs at least 2 blocks "
                          "(vLLM keeps one out of use)")
     results = options.results_dir
+    profiling = profile_spec(base)
     if options.dry_run:  # the simulated twins need the profile, which only a real run measures
-        return max(run_sweep(spec, options) for spec in [profile_spec(base), *(pool_spec(base, b) for b in pools)])
+        return max(run_sweep(spec, options) for spec in [profiling, *(pool_spec(base, b) for b in pools)])
+    # On this machine the same work can take twice as long in one cell as in another (docs/simulator.md), so
+    # the profiling trials are spread through the measured cells instead of all run before them.
+    for index, blocks in enumerate(pools):
+        trials_so_far = math.ceil(profiling.trials * (index + 1) / len(pools))
+        for spec in (profiling.model_copy(update={"trials": trials_so_far}), pool_spec(base, blocks)):
+            if run_sweep(spec, options) != 0:
+                print(f"error: the sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
+                return 1
     profile = measure_cpu_profile(base, options)
-    print(f"CPU profile from {base.name}-profile: {profile.describe()}")
+    print(f"CPU profile from {profiling.name}: {profile.describe()}")
 
     all_cells, all_verdicts = [], []
     for blocks in pools:
         measured = pool_spec(base, blocks)
         simulated = simulated_twin(measured, profile)
-        for spec in (measured, simulated):
-            if run_sweep(spec, options) != 0:
-                print(f"error: the sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
-                return 1
+        if run_sweep(simulated, options) != 0:
+            print(f"error: the sweep {simulated.name} did not finish; see {results / simulated.name}", file=sys.stderr)
+            return 1
         pool_cells, pool_verdicts = compare_pool(base, blocks, SweepFiles(results / measured.name),
                                                  SweepFiles(results / simulated.name), profile,
                                                  load_model(base.model))  # fmt: skip
