@@ -60,6 +60,7 @@ SPEC = SweepSpec(
 CPU_SPEC = CPU_TINY.model_copy(update={"name": "crossover", "jps": (1.0,)})
 
 Judge = Callable[[list[float]], dict[float, str]]
+NOT_MEASURED = "not measured"  # a load whose cells could not run (their GPU type is absent): no verdict
 
 
 def start_loads(jps_min: float, jps_max: float, num_start: int = START_LOADS) -> list[float]:
@@ -102,20 +103,22 @@ def locate_flip(judge: Judge, flip: Flip, jps_min: float, jps_max: float,
                 resolution: float) -> tuple[dict[float, str], list[Flip]]:  # fmt: skip
     """Where the measured engine changes verdict near a simulated ``flip``: its two loads are measured; on a
     side where the measurement does not read the simulated verdict, the search walks away from the flip
-    (each step geometrically twice the last, within the range) until it does or the range ends, then
-    narrows every change between the loads measured. Measures nothing more when the two loads agree with
-    the simulation; a simulator that puts a flip at the wrong load costs a few loads, not a new search.
-    Returns the verdicts of the two loads and of the walk, and every change found."""
+    (each step geometrically twice the last, within the range) until it does, the range ends or a load
+    cannot be measured (its GPU type is absent), then narrows every change between the loads measured.
+    Measures nothing more when the two loads agree with the simulation; a simulator that puts a flip at the
+    wrong load costs a few loads, not a new search. Returns the verdicts of the two loads and of the walk,
+    and every change found."""
     below, above, sim_below, sim_above = flip
     verdicts = judge([below, above])
     ratio = above / below
     for side, wanted, limit in ((-1, sim_below, jps_min), (1, sim_above, jps_max)):
         load, step = (below, above)[side > 0], ratio
-        while verdicts[load] != wanted and load != limit:
+        while verdicts[load] not in (wanted, NOT_MEASURED) and load != limit:
             load = max(limit, round(load / step, 3)) if side < 0 else min(limit, round(load * step, 3))
             verdicts |= judge([load])
             step *= step
-    return verdicts, narrow_flips(judge, verdicts, resolution)
+    measured = {load: verdict for load, verdict in verdicts.items() if verdict != NOT_MEASURED}
+    return verdicts, narrow_flips(judge, measured, resolution)
 
 
 def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
@@ -141,7 +144,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
         summary = pd.read_parquet(files.summary)
         table, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_policy_errors())
         by_load = {row.jps: verdict_label(row) for row in table.itertuples()}
-        return {jps: by_load.get(jps, "not measured") for jps in loads}
+        return {jps: by_load.get(jps, NOT_MEASURED) for jps in loads}
 
     return judge
 

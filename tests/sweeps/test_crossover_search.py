@@ -7,7 +7,7 @@ import pytest
 
 import pandas as pd
 
-from sweeps.crossover import bisect_flips, confirmation, locate_flip
+from sweeps.crossover import NOT_MEASURED, bisect_flips, confirmation, locate_flip
 
 
 class Recorded:
@@ -77,3 +77,14 @@ def test_a_measurement_with_no_such_change_in_range_is_not_confirmed_and_says_wh
     row = confirmation(verdicts, flips, simulated)
     assert not row["confirmed"] and pd.isna(row["vllm_jps_below"])
     assert row["vllm_changes"].endswith(": continuum to lmcache") and len(flips) == 1
+
+
+def test_loads_that_cannot_be_measured_stop_the_walk_and_are_not_bisected():
+    def absent_gpu(loads: list[float]) -> dict[float, str]:
+        asked.append(list(loads))
+        return {jps: NOT_MEASURED for jps in loads}
+
+    asked: list[list[float]] = []
+    verdicts, flips = locate_flip(absent_gpu, (3.83, 4.8, "tie", "continuum"), 1.0, 6.0, resolution=0.5)
+    assert asked == [[3.83, 4.8]] and flips == []
+    assert not confirmation(verdicts, flips, (3.83, 4.8, "tie", "continuum"))["confirmed"]
