@@ -120,19 +120,25 @@ def test_a_launchable_type_scales_up_and_runs_an_absent_one_pends_and_a_stuck_on
     assert resource_requests_withdrawn(autoscaling_head)
 
 
+DEMAND_MARK = "request_demand="
+
+
 def resource_requests_withdrawn(address: str, timeout_s: float = 30) -> bool:
     """True once the autoscaler's status shows no request_resources demand (it refreshes every few seconds)."""
     probe = (
         "import json, ray; from ray.experimental.internal_kv import _internal_kv_get;"
         f"ray.init(address={address!r}, logging_level='ERROR');"
         "status = json.loads(_internal_kv_get('__autoscaling_status') or b'{}');"
-        "print(json.dumps(status.get('load_metrics_report', {}).get('request_demand')))"
+        f"print({DEMAND_MARK!r} + json.dumps(status.get('load_metrics_report', {{}}).get('request_demand')))"
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "RAY_AUTH_MODE": "disabled"}).stdout.strip()  # fmt: skip
-        if out and json.loads(out.splitlines()[-1]) in ([], None):
+                             env={**os.environ, "RAY_AUTH_MODE": "disabled"}).stdout  # fmt: skip
+        # The probe's driver also prints the cluster's autoscaler events ("(autoscaler +0s) Failed to launch"),
+        # so its answer is the marked line, wherever it falls.
+        demands = [line.removeprefix(DEMAND_MARK) for line in out.splitlines() if line.startswith(DEMAND_MARK)]
+        if demands and json.loads(demands[-1]) in ([], None):
             return True
         time.sleep(3)
     return False
