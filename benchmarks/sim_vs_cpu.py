@@ -53,9 +53,10 @@ from orchestrator.sim.profile import CpuProfile, cpu_sim_engine, step_pace  # no
 from orchestrator.sizing.models import ModelArch, load_model  # noqa: E402
 from orchestrator.sweep.cli import parse_list, parser, prepare, run_with_one_line_errors  # noqa: E402
 from orchestrator.sweep.driver import run_sweep  # noqa: E402
-from orchestrator.sweep.profiling import measure_cpu_profile, profile_spec  # noqa: E402
+from orchestrator.sweep.profiling import profile_spec, read_cpu_profile  # noqa: E402
 from orchestrator.sweep.spec import EngineKind, SweepSpec  # noqa: E402
 from orchestrator.validation import InputError  # noqa: E402
+from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
 from sweeps.cpu_tiny import SPEC as CPU_TINY  # noqa: E402
 
 JCT_TARGET = 0.20  # the simulator's mean JCT within 20% of the measurement in every cell
@@ -94,40 +95,39 @@ def done_shapes(files: SweepFiles) -> dict[tuple[str, float], CellShape]:
             for group, cells in done_trials(files).items()}  # fmt: skip
 
 
-def trial_paces(files: SweepFiles, profile: CpuProfile, arch: ModelArch) -> dict[tuple[str, float], dict[int, float]]:
-    """Per (policy, JPS) of a measured sweep, each done trial's step pace by its seed (``sim/profile.py``
-    ``step_pace``): how slowly the real engine stepped against the profile, the machine's speed while it ran."""
-    summary = pd.read_parquet(files.summary)
-    seeds = dict(zip(summary.cell_key, summary.seed))
-    return {group: {int(seeds[cell.directory.name]):
-                    step_pace(profile, arch, pd.read_json(cell.scheduler_trace, lines=True)) for cell in cells}
+def paced_trials(files: SweepFiles, profile: CpuProfile, arch: ModelArch) -> dict[tuple[str, float],
+                                                                                  list[tuple[WorkloadSpec, float]]]:
+    """Per (policy, JPS) of a measured sweep, each done trial's workload as its cell recorded it and its step pace
+    (``sim/profile.py`` ``step_pace``): how slowly the real engine stepped against the profile, the machine's
+    speed while it ran."""
+    return {group: [(WorkloadSpec.model_validate(json.loads(cell.config.read_text())["cell"]["workload"]),
+                     step_pace(profile, arch, pd.read_json(cell.scheduler_trace, lines=True))) for cell in cells]
             for group, cells in done_trials(files).items()}  # fmt: skip
 
 
-def jct_at_measured_pace(base: SweepSpec, num_kv_blocks: int, profile: CpuProfile, arch: ModelArch, policy: str,
-                         jps: float, paces: dict[int, float]) -> float:  # fmt: skip
-    """The simulated mean JCT of a (policy, JPS) with each trial simulated on the profile slowed to the pace its
-    real engine stepped at (``CpuProfile.at_pace``). A diagnostic, not a prediction: it takes the machine's
-    speed from the measured steps (never their latencies), so what error is left is the simulator's
+def jct_at_measured_pace(profile: CpuProfile, arch: ModelArch, policy: str, num_kv_blocks: int,
+                         trials: list[tuple[WorkloadSpec, float]]) -> float:  # fmt: skip
+    """The simulated mean JCT of a (policy, JPS) with each trial's workload simulated on the profile slowed to the
+    pace its real engine stepped at (``CpuProfile.at_pace``). A diagnostic, not a prediction: it takes the
+    machine's speed from the measured steps (never their latencies), so what error is left is the simulator's
     mechanisms (admission, eviction, pins, preemption), and the rest of the plain column's is the machine."""
     jobs = []
-    for seed, pace in paces.items():
-        workload = base.workload.model_copy(update={"jps": jps, "seed": seed})
+    for workload, pace in trials:
         engine = cpu_sim_engine(profile.at_pace(pace), arch, policy, 0, workload, num_kv_blocks)
         jobs += [asdict(job) for job in simulate(workload, engine).jobs]
     return float(censored_job_times(pd.DataFrame(jobs)).time_s.mean())
 
 
-def compare_pool(base: SweepSpec, num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles,
+def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles,
                  profile: CpuProfile, arch: ModelArch) -> tuple[list[dict], list[dict]]:  # fmt: skip
     """Cell rows and verdict rows of one pool size, for the cells done on both sides. The simulator's verdicts
     here carry no error band: they are what it predicts, judged against the measurement."""
-    real, sim, paces = done_shapes(measured), done_shapes(simulated), trial_paces(measured, profile, arch)
+    real, sim, trials = done_shapes(measured), done_shapes(simulated), paced_trials(measured, profile, arch)
     cells = []
     for key in sorted(real.keys() & sim.keys()):
-        paced_jct = jct_at_measured_pace(base, num_kv_blocks, profile, arch, *key, paces[key])
+        paced_jct = jct_at_measured_pace(profile, arch, key[0], num_kv_blocks, trials[key])
         cells.append({"kv_blocks": num_kv_blocks, "policy": key[0], "jps": key[1],
-                      "step_pace": statistics.fmean(paces[key].values()), "jct_mean_s_paced": paced_jct,
+                      "step_pace": statistics.fmean(pace for _, pace in trials[key]), "jct_mean_s_paced": paced_jct,
                       "jct_error_paced": relative_error(paced_jct, real[key].jct_mean_s)}
                      | shape_row(real[key], sim[key]))  # fmt: skip
     predicted = verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0].set_index("jps")
@@ -208,7 +208,7 @@ def compare(args) -> int:
             if run_sweep(spec, options) != 0:
                 print(f"error: the sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
                 return 1
-    profile = measure_cpu_profile(base, options)
+    profile = read_cpu_profile(base, results)  # the loop's last round ran every profiling trial
     print(f"CPU profile from {profiling.name}: {profile.describe()}")
 
     all_cells, all_verdicts = [], []
@@ -218,7 +218,7 @@ def compare(args) -> int:
         if run_sweep(simulated, options) != 0:
             print(f"error: the sweep {simulated.name} did not finish; see {results / simulated.name}", file=sys.stderr)
             return 1
-        pool_cells, pool_verdicts = compare_pool(base, blocks, SweepFiles(results / measured.name),
+        pool_cells, pool_verdicts = compare_pool(blocks, SweepFiles(results / measured.name),
                                                  SweepFiles(results / simulated.name), profile,
                                                  load_model(base.model))  # fmt: skip
         all_cells += pool_cells

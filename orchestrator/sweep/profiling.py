@@ -10,6 +10,7 @@ never shipped.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -44,11 +45,15 @@ def measure_cpu_profile(spec: SweepSpec, options) -> CpuProfile:
     """Run (or find done) the profiling cells of ``spec`` and fit the profile from their records."""
     from orchestrator.sweep.driver import run_sweep
 
-    profiling = profile_spec(spec)
-    code = run_sweep(profiling, options)
+    code = run_sweep(profile_spec(spec), options)
     if code != 0:
         raise SystemExit(code)
-    files = SweepFiles(options.results_dir / profiling.name)
+    return read_cpu_profile(spec, options.results_dir)
+
+
+def read_cpu_profile(spec: SweepSpec, results_dir: Path) -> CpuProfile:
+    """The profile fitted from ``spec``'s profiling cells in ``results_dir``, every one of them done."""
+    files = SweepFiles(results_dir / profile_spec(spec).name)
     cells, pools = [], set()
     for row in pd.read_parquet(files.summary).itertuples():
         if row.status != CellStatus.DONE.value:

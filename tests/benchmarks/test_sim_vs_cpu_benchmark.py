@@ -31,7 +31,7 @@ def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(local_
     files = {spec.name: SweepFiles(tmp_path / spec.name) for spec in (stand_in, same, slower)}
 
     arch = load_model(base.model)
-    cells, verdicts = compare_pool(base, POOL, files[stand_in.name], files[same.name], KNOWN, arch)
+    cells, verdicts = compare_pool(POOL, files[stand_in.name], files[same.name], KNOWN, arch)
     assert sorted((row["policy"], row["jps"]) for row in cells) == [("continuum", 1.0), ("continuum", 6.0),
                                                                      ("fcfs", 1.0), ("fcfs", 6.0)]  # fmt: skip
     assert all(row["jct_error"] == 0 and row["spike_same"] and row["kv_blocks"] == POOL for row in cells)
@@ -45,7 +45,7 @@ def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(local_
     # with a measurement carries no band and names Continuum.
     assert (verdicts[1]["measured"], verdicts[1]["agree"], verdicts[1]["simulated"]) == ("tie", None, "continuum")
 
-    cells, _ = compare_pool(base, POOL, files[stand_in.name], files[slower.name], half_flops, arch)
+    cells, _ = compare_pool(POOL, files[stand_in.name], files[slower.name], half_flops, arch)
     assert all(row["jct_error"] > 0 for row in cells), cells  # half the FLOP/s: every simulated job slower
     assert all(row["step_pace"] < 0.9 for row in cells), cells  # and the stand-in stepped faster than that profile
     # Simulated again at the pace the stand-in's steps ran, the slower profile's error mostly goes: the rest is
