@@ -24,6 +24,7 @@ PROVENANCE = {
     "sim": "simulated",
     "fake": "fake engine: orchestration check, not a measurement",
 }
+DUMMY_WEIGHTS = "dummy weights (random weights of the model's exact shapes, fixed-length answers)"
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,18 @@ class SweepData:
         return SweepFiles(self.directory)
 
     def provenance(self, rows: pd.DataFrame | None = None) -> str:
-        """What the numbers in ``rows`` (default: the whole sweep) are: measured, simulated or fake."""
-        engines = sorted(set((self.summary if rows is None else rows).engine))
-        devices = sorted({str(d) for d in (self.done if rows is None else rows).get("device_name", []) if d and d == d})
+        """What the numbers in ``rows`` (default: the whole sweep) are: measured, simulated or fake, and with
+        which weights where some were dummy ones."""
+        rows = self.summary if rows is None else rows
+        engines = sorted(set(rows.engine))
+        ran = self.done if rows is self.summary else rows
+        devices = sorted({str(d) for d in ran.get("device_name", []) if d and d == d})
         parts = [PROVENANCE.get(engine, engine) for engine in engines]
-        return "; ".join(parts) + (f" ({', '.join(devices)})" if devices and "vllm" in engines else "")
+        weights = {w for w in rows.get("weights", []) if w and w == w}
+        text = "; ".join(parts) + (f" ({', '.join(devices)})" if devices and "vllm" in engines else "")
+        if "dummy" in weights:
+            text += "; " + (DUMMY_WEIGHTS if weights == {"dummy"} else f"some cells with {DUMMY_WEIGHTS}")
+        return text
 
 
 def load_sweep(directory: Path) -> SweepData:

@@ -43,6 +43,11 @@ class Policy:
     cpu_tier_gb: float | None = None
     connector: Callable[[float], tuple[tuple[str, ...], dict[str, str]]] | None = field(default=None, repr=False)
 
+    @property
+    def uses_lmcache(self) -> bool:
+        """LMCache holds the tier: its compiled ops must load, and its tier survives a prefix-cache reset."""
+        return self.cpu_tier == "lmcache"
+
     def tier_gib(self, dram_gb: float) -> float:
         """The CPU tier this policy's connector allocates for a DRAM budget of ``dram_gb`` GiB (0 without one)."""
         if self.cpu_tier is None:

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from orchestrator.doctor import _driver_check, doctor_cells, format_table, not_checked_here
+from orchestrator.checks import _driver_check, format_table
+from orchestrator.doctor import doctor_cells, not_checked_here
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import NodeStack
 

@@ -55,7 +55,7 @@ class NodeStack:
     torch: str | None
     cuda: str | None  # the CUDA runtime torch was built with (torch.version.cuda)
     driver: str | None  # the NVIDIA driver, from nvidia-smi
-    lmcache_ops_error: str | None  # None when lmcache.cuda_ops loaded; why it did not otherwise
+    lmcache_ops_error: str | None  # None when LMCache's compiled ops loaded; why they did not otherwise
 
     @property
     def lmcache_ops_loaded(self) -> bool:

@@ -54,6 +54,7 @@ class SummaryRow:
     # The rest of the cell's identity and summary.
     seed: int | None = None
     model: str | None = None
+    weights: str | None = None  # real, or dummy (random weights of the model's shapes)
     scale: float | None = None
     duration_s: float | None = None
     tool_time_s: float | None = None  # the mean, where tool times are drawn
@@ -108,7 +109,8 @@ class SummaryRow:
         workload = cell.workload
         return cls(
             sweep=sweep, cell_key=cell.key, engine=cell.engine.value, gpu=cell.gpu, policy=cell.policy, jps=cell.jps,
-            dram_gb=cell.dram_gb, status=status.value, seed=cell.seed, model=cell.model, scale=workload.scale,
+            dram_gb=cell.dram_gb, status=status.value, seed=cell.seed, model=cell.model, weights=cell.weights.value,
+            scale=workload.scale,
             duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
             workload_source=workload.source, load_multiplier=workload.load_multiplier(), reason=reason,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),

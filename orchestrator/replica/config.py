@@ -17,6 +17,7 @@ class VllmEngineConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str = Field(description="Local model directory or model name.")
+    load_format: str = Field("auto", pattern="^(auto|dummy)$", description="dummy: random weights of its shapes.")
     served_model_name: str = "model"
     device: str = Field("cpu", pattern="^(cpu|gpu)$")
     block_size: int = Field(32, ge=16, description="Tokens per KV block (CPU attention needs a multiple of 32).")

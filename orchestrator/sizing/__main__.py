@@ -13,8 +13,9 @@ import sys
 from dataclasses import asdict
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.catalog import shipped_names
 from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, size
-from orchestrator.sizing.models import load_model, shipped_names
+from orchestrator.sizing.models import load_model
 from orchestrator.units import GIB
 
 

@@ -11,11 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.models.catalog import shipped_config, shipped_name, shipped_names
 from orchestrator.models.tiny import TINY_MODEL, tiny_config
-
-CONFIG_DIR = Path(__file__).parent / "configs"
-# Names the sweeps use for the models whose configs ship with the project.
-ALIASES = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct", "Qwen/Qwen3.6-35B-A3B": "qwen3.6-35b-a3b"}
 
 
 @dataclass(frozen=True)
@@ -32,26 +29,20 @@ class ModelArch:
     active_parameters: float = 0.0  # what one token's forward pass multiplies by (routed experts only)
 
 
-def shipped_names() -> list[str]:
-    return sorted(path.stem for path in CONFIG_DIR.glob("*.json"))
-
-
 def load_model(name_or_path: str) -> ModelArch:
     """A shipped config by name (``llama-3.1-8b-instruct``), the generated tiny model (``tiny``), a model
     directory, or a ``config.json``."""
     if name_or_path == TINY_MODEL:
         return arch_from_config(tiny_config(), name=TINY_MODEL)
-    name = ALIASES.get(name_or_path, name_or_path)
-    shipped = CONFIG_DIR / f"{name}.json"
+    if (name := shipped_name(name_or_path)) is not None:
+        return arch_from_config(shipped_config(name), name=name)
     path = Path(name_or_path)
-    if shipped.exists():
-        path = shipped
-    elif path.is_dir():
+    if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
         raise ValueError(f"unknown model {name_or_path!r}: not a shipped config ({', '.join(shipped_names())}), "
                          "a model directory or a config.json")  # fmt: skip
-    return arch_from_config(json.loads(path.read_text()), name=name if shipped.exists() else str(name_or_path))
+    return arch_from_config(json.loads(path.read_text()), name=str(name_or_path))
 
 
 def arch_from_config(config: dict, name: str = "model") -> ModelArch:

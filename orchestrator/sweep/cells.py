@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.gpus import CPU
+from orchestrator.models.served import Weights
 from orchestrator.policies import get_policy
 from orchestrator.sim.profile import CpuProfile
 from orchestrator.sweep.cluster import SIM
@@ -43,6 +44,7 @@ class CellSpec(BaseModel):
     workload: WorkloadSpec  # carries the cell's jps and seed
     engine_options: EngineOptions
     cpu_profile: CpuProfile | None = None  # a simulated cell of the cpu device: the engine it simulates
+    weights: Weights = Weights.REAL
 
     @property
     def jps(self) -> float:
@@ -59,6 +61,8 @@ class CellSpec(BaseModel):
         exclude: dict = {"workload": {"trace": True if self.workload.trace is None else {"path"}}}
         if self.cpu_profile is None:
             exclude["cpu_profile"] = True
+        if self.weights is Weights.REAL:
+            exclude["weights"] = True
         fields = self.model_dump(mode="json", exclude=exclude)
         canonical = json.dumps({"v": KEY_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -66,7 +70,8 @@ class CellSpec(BaseModel):
     @property
     def label(self) -> str:
         simulated = " (sim)" if self.engine is EngineKind.SIM else ""
-        return f"{self.gpu}{simulated} {self.policy} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}"
+        dummy = " weights=dummy" if self.weights is Weights.DUMMY else ""
+        return f"{self.gpu}{simulated} {self.policy} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}{dummy}"
 
     @property
     def placement(self) -> str:
@@ -76,7 +81,7 @@ class CellSpec(BaseModel):
     @property
     def server_group(self) -> tuple:
         """Cells with equal groups can share one replica (the load and seed are only the client's)."""
-        return (self.engine, self.gpu, self.policy, self.dram_gb, self.model, self.engine_options)
+        return (self.engine, self.gpu, self.policy, self.dram_gb, self.model, self.weights, self.engine_options)
 
     @property
     def device(self) -> str:
@@ -103,6 +108,7 @@ class CellSpec(BaseModel):
             "dram_gb": f"{self.dram_gb:g}",
             "seed": str(self.seed),
             "model": self.model,
+            "weights": self.weights.value,
             "workload.source": self.workload.source,
         }
         for prefix, section in (("workload", self.workload), ("engine_options", self.engine_options)):
@@ -136,6 +142,7 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
                     workload=spec.workload.model_copy(update={"jps": jps, "seed": seed}),
                     engine_options=spec.engine_options,
                     cpu_profile=spec.cpu_profile if engine is EngineKind.SIM and gpu == CPU else None,
+                    weights=spec.weights,
                 )
             )
     return cells

@@ -3,7 +3,8 @@
     python sweeps/cpu_tiny.py [--engine auto|vllm|sim|fake] [--results-dir DIR] [--tracking-uri URI]
         [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42] [--trials N]
         [--duration-s F] [--scale F] [--workload source-study|parametric|trace] [--trace PATH] [--load M,...]
-        [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--kv-blocks N]
+        [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--weights real|dummy]
+        [--kv-blocks N]
         [--max-num-seqs N] [--max-model-len N]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.models.served import Weights
 from orchestrator.sweep.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError, one_line
 from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
@@ -77,6 +79,11 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--tool-time-s", help=f"client-side tool time between turns: {shape}; "
                    f"default: {_shown(spec.workload.tool_time_s)}")
     p.add_argument("--model", help=f"default: {spec.model}")
+    p.add_argument("--weights", choices=[weights.value for weights in Weights],
+                   help="real: the model's own weights (its directory, or every GPU node's Hugging Face cache); dummy: "
+                   "random weights of its exact shapes from its shipped config and the project's tokenizer, no "
+                   "download (fixed-length answers keep the serving behaviour the real model's); "
+                   f"default: {spec.weights.value}")
     p.add_argument("--kv-blocks", type=int, help="fix the KV pool size in blocks")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-model-len", type=int, help="the longest prompt and answer vLLM takes; default: "
@@ -124,7 +131,8 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
                 value = Fixed(value=value)
             data["workload"][field] = value
     for flag, section, field in (
-        ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("trials", None, "trials"),
+        ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("weights", None, "weights"),
+        ("trials", None, "trials"),
         ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_model_len", "engine_options", "max_model_len"),

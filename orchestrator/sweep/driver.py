@@ -37,6 +37,7 @@ from orchestrator.sweep.cells import CellSpec, expand
 from orchestrator.sweep.cluster import Inventory, read_inventory
 from orchestrator.sweep.connect import connect_ray
 from orchestrator.sweep.ledger import CellLedger, StartedAttempt, is_done
+from orchestrator.sweep.model_check import check_model_files
 from orchestrator.sweep.pool import Worker, WorkerPool
 from orchestrator.sweep.preflight import preflight
 from orchestrator.sweep.progress import ProgressReporter, ProgressSnapshot, RunningCell
@@ -84,6 +85,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
         tracker = SweepTracker.read_only(options.tracking_uri, spec.name)
         _print_plan(spec, cells, inventory, tracker.cell_runs() if tracker else {}, results, options.rerun)
         return 0
+    check_model_files(cells, inventory)
     lock = _lock(results.sweep_dir)
     try:
         return _Sweep(spec, cells, inventory, results, options).run()

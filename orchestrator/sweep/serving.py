@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.models.served import ServedModel
 from orchestrator.policies import get_policy
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig
 from orchestrator.sweep.cells import CellSpec
@@ -22,19 +23,21 @@ class ServedCell:
     engine: EngineConfig
     served_model_name: str
     send_priority: bool
+    answer_token_ids: tuple[int, ...] | None = None  # what answers are restricted to (dummy weights)
 
 
-def served_cell(cell: CellSpec, model_dir: str) -> ServedCell:
-    """The replica configuration of ``cell`` with the model found at ``model_dir`` on the worker's node."""
+def served_cell(cell: CellSpec, model: ServedModel) -> ServedCell:
+    """The replica configuration of ``cell`` with ``model`` as the worker's node serves it."""
     policy = get_policy(cell.policy)
     served_name = cell.model.rstrip("/").split("/")[-1]
     if cell.engine is EngineKind.FAKE:
         engine = FakeEngineConfig(served_model_name=served_name, prefix_cache=True)
-        return ServedCell(engine, served_name, policy.job_priority)
+        return ServedCell(engine, served_name, policy.job_priority, model.answer_token_ids)
     options = cell.engine_options
     on_cpu = cell.device == "cpu"
     base = VllmEngineConfig(
-        model=model_dir,
+        model=model.directory,
+        load_format=model.load_format,
         served_model_name=served_name,
         device=cell.device,
         block_size=options.block_size_on(cell.gpu),
@@ -45,4 +48,5 @@ def served_cell(cell: CellSpec, model_dir: str) -> ServedCell:
         max_num_batched_tokens=options.max_num_batched_tokens,
         enforce_eager=options.enforce_eager if options.enforce_eager is not None else on_cpu,
     )
-    return ServedCell(policy.engine_config(base, cell.dram_gb), served_name, policy.job_priority)
+    engine = policy.engine_config(base, cell.dram_gb)
+    return ServedCell(engine, served_name, policy.job_priority, model.answer_token_ids)

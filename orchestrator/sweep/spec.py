@@ -12,6 +12,9 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.gpus import CPU, known_device_names
+from orchestrator.models.catalog import shipped_name
+from orchestrator.models.dummy import source_config
+from orchestrator.models.served import Weights
 from orchestrator.models.tiny import TINY_MODEL
 from orchestrator.policies import POLICIES
 from orchestrator.sim.config import check_simulable
@@ -103,6 +106,7 @@ class SweepSpec(BaseModel):
     seeds: tuple[int, ...] = (42,)
     trials: int = Field(1, ge=1, le=100, description="runs of each cell: the base seed, then seeds derived from it")
     model: str = TINY_MODEL
+    weights: Weights = Field(Weights.REAL, description="the model's own weights, or dummy ones of its exact shapes")
     workload: WorkloadSpec = WorkloadSpec(jps=1.0)
     engine_options: EngineOptions = EngineOptions()
     limits: RunLimits = RunLimits()
@@ -153,6 +157,8 @@ class SweepSpec(BaseModel):
             check_jobs_per_cell(max(self.jps), self.workload.duration_s)
         if self.engine is EngineKind.SIM:
             check_simulable(self.model, self.gpus, has_cpu_profile=self.cpu_profile is not None)
+        if self.weights is Weights.DUMMY and (self.model == TINY_MODEL or shipped_name(self.model) is not None):
+            source_config(self.model)  # a shipped config that describes shapes only cannot be served
         if self.engine in (EngineKind.AUTO, EngineKind.VLLM):
             if CPU in self.gpus:
                 self._check_cpu_policies()

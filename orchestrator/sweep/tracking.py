@@ -155,6 +155,7 @@ class SweepTracker:
             "engine": cell.engine.value,
             "gpu": cell.gpu,
             "policy": cell.policy,
+            "weights": cell.weights.value,
             "workload_source": cell.workload.source,
             "attempt": str(attempt),
             "slot": slot,

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.models.tiny import ensure_tiny_model
+from orchestrator.models.served import ModelUnavailable, served_model
 from orchestrator.records.cell import CellConfig, CellOutcome, CellStatus, EngineFacts, NodeStack, ResetProof, TierCounters
 from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.probe import PREEMPTIONS, TIER_COUNTERS, read_counters, work_done
@@ -31,7 +31,7 @@ from orchestrator.sim.profile import cpu_sim_engine
 from orchestrator.policies import get_policy
 from orchestrator.sweep.cells import CellSpec
 from orchestrator.sweep.serving import served_cell
-from orchestrator.sweep.spec import TINY_MODEL, EngineKind, RunLimits
+from orchestrator.sweep.spec import EngineKind, RunLimits
 from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
 from orchestrator.workload.client import RequestOptions
@@ -86,12 +86,16 @@ class CellWorker:
         deadline = time.monotonic() + limit_s
         self._status = WorkerStatus(cell.key, "starting")
         stack = self._node_stack() if cell.engine is EngineKind.VLLM else None
-        if stack is not None and get_policy(cell.policy).cpu_tier == "lmcache" and (refusal := lmcache_refusal(stack)):
+        if stack is not None and get_policy(cell.policy).uses_lmcache and (refusal := lmcache_refusal(stack)):
             self._status = WorkerStatus()
             return CellOutcome.failure(cell, refusal, False, self._node_id, started)
-        model_dir = str(ensure_tiny_model()) if cell.model == TINY_MODEL else cell.model
-        served = served_cell(cell, model_dir)
-        plan = build_plan(cell.workload, token_counter_for(model_dir), schedule)
+        try:  # the fake engine reads the model's tokenizer and config, not its weights
+            model = served_model(cell.model, cell.weights, need_weights=cell.engine is EngineKind.VLLM)
+        except ModelUnavailable as error:
+            self._status = WorkerStatus()
+            return CellOutcome.failure(cell, str(error), False, self._node_id, started)
+        served = served_cell(cell, model)
+        plan = build_plan(cell.workload, token_counter_for(model.directory), schedule)
         try:
             reuse = self._ensure_replica(served.engine, limits.health_timeout_s)
         except ServerStartError as error:
@@ -103,7 +107,7 @@ class CellWorker:
         replica = self._replica
         mark = replica.mark()
         counters_before = read_counters(replica.info.base_url) or {}
-        options = RequestOptions(served.served_model_name, served.send_priority)
+        options = RequestOptions(served.served_model_name, served.send_priority, served.answer_token_ids)
         self._status = WorkerStatus(cell.key, "running", 0, len(plan.jobs))
         load = self._start_load(plan, replica.info, options, limits)
         status, reason = self._watch(load, replica, limits, (deadline, limit_s), cell.key)

@@ -48,6 +48,7 @@ class RequestOptions:
 
     model: str
     send_priority: bool = False
+    answer_token_ids: tuple[int, ...] | None = None  # vLLM's allowed_token_ids: dummy weights answer in pool words
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class CompletionClient:
         }
         if options.send_priority:
             body["priority"] = job_index
+        if options.answer_token_ids is not None:
+            body["allowed_token_ids"] = list(options.answer_token_ids)
         return body
 
     async def complete(self, body: dict) -> Completion:

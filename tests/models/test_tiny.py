@@ -19,7 +19,7 @@ def test_generation_is_deterministic_and_cached(tmp_path, tiny_model_dir):
     mtime = (again / "model.safetensors").stat().st_mtime_ns
     assert ensure_tiny_model(tmp_path) == again
     assert (again / "model.safetensors").stat().st_mtime_ns == mtime
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tiny-")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".build-")]
 
 
 def test_config_vocabulary_matches_the_tokenizer(tiny_model_dir):

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.catalog import shipped_config
 from orchestrator.sizing.kv import KIB, Regime, kv_bytes_per_token, size
 from orchestrator.sizing.models import arch_from_config, estimate_parameters, load_model
 
@@ -38,8 +39,8 @@ def test_mla_caches_one_latent_per_layer_and_hybrid_layer_types_are_read():
 
 
 def test_the_dense_parameter_estimate_matches_llama_8b():
-    config = json.loads((load_model.__globals__["CONFIG_DIR"] / "llama-3.1-8b-instruct.json").read_text())
-    assert estimate_parameters(config) == pytest.approx(8.03e9, rel=0.005)
+    assert estimate_parameters(shipped_config("llama-3.1-8b-instruct")) == pytest.approx(8.03e9, rel=0.005)
+    assert estimate_parameters(shipped_config("qwen3-8b")) == pytest.approx(8.19e9, rel=0.005)  # the card's 8.2B
 
 
 def test_two_h100_at_0_9_hold_about_3_8m_qwen_tokens():

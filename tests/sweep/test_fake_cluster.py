@@ -94,3 +94,26 @@ def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_giv
     assert rows.loc["H100", "status"] == "done"
     assert rows.loc["L40S", "status"] == "pending" and rows.loc["L40S", "reason"].startswith("no L40S worker could start")
     assert set(runs_by_key(tmp_path, "phantom")) == {rows.loc["H100", "cell_key"]}  # no attempt for the L40S cell
+
+
+def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights_run_it(fake_gpu_cluster, tmp_path):
+    """The default model of the source study with no Hugging Face access: one line before any cell, naming the
+    model and --weights dummy; the same sweep with dummy weights serves its config and the project's tokenizer."""
+    from orchestrator.models.served import Weights
+
+    llama = dict(gpus=("H100",), jps=(2,), model="meta-llama/Llama-3.1-8B-Instruct")
+    with pytest.raises(InputError) as refused:
+        run_sweep(fake_spec("no-weights", **llama), options(tmp_path))
+    line = str(refused.value)
+    assert "\n" not in line and "'meta-llama/Llama-3.1-8B-Instruct'" in line and "--weights dummy" in line
+    assert "H100 node" in line and "Hugging Face cache" in line
+    assert not (tmp_path / "mlflow.db").exists()
+    assert run_sweep(fake_spec("dummy-weights", **llama, weights=Weights.DUMMY), options(tmp_path)) == 0
+    rows = summary(tmp_path, "dummy-weights")
+    assert list(rows.status) == ["done"] and list(rows.weights) == ["dummy"]
+    assert rows.n_completed[0] == rows.n_jobs[0] > 0
+    (runs,) = runs_by_key(tmp_path, "dummy-weights").values()
+    from mlflow import MlflowClient
+
+    run = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(runs[0].run_id)
+    assert run.data.params["weights"] == "dummy" and run.data.tags["weights"] == "dummy"

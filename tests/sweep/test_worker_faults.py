@@ -131,5 +131,6 @@ def test_an_lmcache_cell_refuses_to_start_when_lmcaches_compiled_ops_do_not_load
         worker.shutdown()
     assert outcome.status is CellStatus.FAILED and not outcome.retryable
     assert outcome.reason.startswith("LMCache's compiled CUDA ops did not load (lmcache is not installed)")
-    assert "install the pinned stack (vllm 0.32.0, lmcache 0.5.6, torch 2.13.0" in outcome.reason
+    assert "install a tested stack (vllm-0.32 (vllm 0.32.0, lmcache 0.5.6, torch 2.13.0)" in outcome.reason
+    assert "vllm-0.26 (vllm 0.26.0, lmcache 0.5.3, torch 2.11.0)" in outcome.reason
     assert time.monotonic() - started < 60 and not processes_matching("vllm.entrypoints")
