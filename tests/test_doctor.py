@@ -1,14 +1,8 @@
-"""The doctor: its pure verdicts, and the real thing on this machine (the CPU engine's subset)."""
+"""The doctor's verdicts (pure). The real doctor runs on this machine in a fresh environment installed from an
+offline bundle (tests/test_bundle.py)."""
 
-import os
-import subprocess
-import sys
-
-import pytest
-
-from orchestrator.checks import _driver_check, format_table
+from orchestrator.checks import _driver_check, _stack_check, format_table
 from orchestrator.doctor import doctor_cells, not_checked_here
-from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import NodeStack
 
 
@@ -37,17 +31,14 @@ def test_the_table_says_what_was_not_checked():
     assert "GPU-only checks" in table
 
 
-@pytest.mark.engine
-def test_the_doctor_runs_here_and_prints_its_table():
-    # Continuum alone: its cell shows the most (pins carried, a reset proven clean); an fcfs cell would add
-    # a replica start and a minute to the suite and check the same paths.
-    command = [sys.executable, "-m", "orchestrator.doctor", "--policies", "continuum", "--duration-s", "3"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=PROJECT_ROOT,
-                            env={**os.environ, "RAY_ADDRESS": ""})  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    rows = {tuple(line.split()[:2]): line for line in result.stdout.splitlines() if line.startswith("cpu ")}
-    for check in ("serving", "vllm", "weights", "cell", "reset"):
-        assert any(name == check and " ok " in line for (_, name), line in rows.items()), f"no ok {check} row"
-    assert "continuum did its job  ok" in result.stdout and "pins carried a job's KV to its next turn" in result.stdout
-    assert "proven clean: canary hit" in result.stdout and " 0 after" in result.stdout
-    assert "H100    everything" in result.stdout and "doctor: 0 failed" in result.stdout
+def test_the_stack_check_names_the_tested_stack_a_node_has_and_refuses_other_combinations():
+    ok = _stack_check("H100", NodeStack("0.26.0", "0.5.3", "2.11.0", "13.0", "580.65.06", None), needs_lmcache=True)
+    assert ok.ok and ok.detail.endswith("tested stack vllm-0.26")
+    mixed = _stack_check("H100", NodeStack("0.26.0", "0.5.6", "2.11.0", "13.0", "580.65.06", None), needs_lmcache=True)
+    assert mixed.ok is False and "\n" not in mixed.detail
+    found = "untested combination: vllm 0.26.0, lmcache 0.5.6, torch 2.11.0"
+    assert mixed.detail.startswith(f"{found}; tested stacks: vllm-0.32")
+    cpu = _stack_check("cpu", NodeStack("0.32.0", None, "2.13.0+cpu", None, None, "lmcache is not installed"), False)
+    assert cpu.ok and cpu.detail.endswith("tested stack vllm-0.32")
+    no_lmcache = _stack_check("H100", NodeStack("0.32.0", None, "2.13.0", "13.0", "580.65.06", "not installed"), True)
+    assert no_lmcache.ok is False  # an lmcache cell needs LMCache beside vLLM
