@@ -16,8 +16,9 @@ against the index's sha256, builds the project's own wheel, and writes:
 
 What is left out. A GPU image ships torch with its CUDA libraries (3 GB and more, several times the rest):
 by default a GPU bundle leaves out torch and everything torch itself requires, at the versions the stack
-resolves to, and the doctor's stack check tells on the node whether the image's torch is the stack's.
-``--provided NAME`` leaves out more (``numpy``: keep the image's). The CPU build's own requirement of
+resolves to, and the doctor's stack check tells on the node whether the image's torch is the stack's
+(``--include-torch`` bundles them too, for nodes without torch). ``--provided NAME`` leaves out more
+(``numpy``: keep the image's). The CPU build's own requirement of
 torch and of torchvision/torchaudio/torchcodec is replaced by the stack's torch: PyPI has no CPU build of
 torch 2.11, and those three are not on the serving path (their builds break transformers' imports).
 Nothing is resolved on the target: the install neither reaches an index nor changes what the bundle pins.
@@ -165,7 +166,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_bundle(stack: Stack, device: str, target: Target, out: Path, provided: tuple[str, ...] = ()) -> dict:
+def build_bundle(stack: Stack, device: str, target: Target, out: Path, provided: tuple[str, ...] = (),
+                 include_torch: bool = False) -> dict:  # fmt: skip
     """Write the bundle into ``out`` and return its manifest."""
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -173,7 +175,7 @@ def build_bundle(stack: Stack, device: str, target: Target, out: Path, provided:
     serving, no_deps = _serving_requirements(stack, device, target, wheels, what)
     print(f"bundle: resolving {what} ...", flush=True)
     entries = resolve([*serving, *project_requirements()], target, what)
-    left_out = _left_out(entries, stack, device, target, provided, what)
+    left_out = _left_out(entries, stack, device == "gpu" and not include_torch, target, provided, what)
     kept = [entry for entry in entries if _name(entry) not in {item.name for item in left_out}]
     print(f"bundle: downloading {len(kept)} wheels ({len(left_out)} left out) ...", flush=True)
     _pip(["download", "--no-deps", "--quiet", "-d", str(wheels), *target.pip_flags(),
@@ -218,11 +220,11 @@ def _serving_requirements(stack: Stack, device: str, target: Target, wheels: Pat
     return cpu_build_requirements(metadata, target, stack), [build]
 
 
-def _left_out(entries: list[dict], stack: Stack, device: str, target: Target, provided: tuple[str, ...],
+def _left_out(entries: list[dict], stack: Stack, image_has_torch: bool, target: Target, provided: tuple[str, ...],
               what: str) -> list[LeftOut]:  # fmt: skip
     versions = {_name(entry): entry["metadata"]["version"] for entry in entries}
     left = []
-    if device == "gpu":
+    if image_has_torch:
         # torch and what it requires, where the stack resolves to the same versions: the image's.
         for entry in resolve([f"torch=={stack.torch}"], target, what):
             name, version = _name(entry), entry["metadata"]["version"]
@@ -277,13 +279,16 @@ def main(argv: list[str] | None = None) -> int:
                    "for glibc 2.39 (`ldd --version` there)")  # fmt: skip
     p.add_argument("--provided", nargs="*", default=(), help="package names (wildcards allowed) the target already "
                    "has, to leave out")  # fmt: skip
+    p.add_argument("--include-torch", action="store_true", help="a GPU bundle for nodes without torch: bundle torch "
+                   "and the CUDA libraries it requires too (left out by default: GPU images ship them)")
     p.add_argument("--out", type=Path, required=True, help="an empty or new directory")
     args = p.parse_args(argv)
     try:
         stack, target = get_stack(args.stack), check_target(args.python, args.platform)
         if args.out.exists() and any(args.out.iterdir()):
             raise InputError(f"--out {args.out}: not empty; a bundle is written into a new or empty directory")
-        manifest = build_bundle(stack, args.device, target, args.out.absolute(), tuple(args.provided))
+        manifest = build_bundle(stack, args.device, target, args.out.absolute(), tuple(args.provided),
+                                args.include_torch)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -66,10 +66,14 @@ def _version(resolution, name: str) -> str:
     return resolution[canonicalize_name(name)]["metadata"]["version"]
 
 
-def test_the_gpu_extra_pins_one_exact_stack():
-    pins = {Requirement(text).name: Requirement(text) for text in PYPROJECT["project"]["optional-dependencies"]["gpu"]}
+@pytest.mark.parametrize(("extra", "stack"), [("gpu", "vllm-0.32"), ("gpu-vllm-0-26", "vllm-0.26")])
+def test_each_gpu_extra_pins_one_exact_tested_stack(extra, stack):
+    from orchestrator.stacks import get_stack
+
+    pins = {Requirement(text).name: Requirement(text) for text in PYPROJECT["project"]["optional-dependencies"][extra]}
+    tested = get_stack(stack)
     assert {name: str(req.specifier) for name, req in pins.items()} == {
-        "vllm": "==0.32.0", "lmcache": "==0.5.6", "torch": "==2.13.0",
+        "vllm": f"=={tested.vllm}", "lmcache": f"=={tested.lmcache}", "torch": f"=={tested.torch}",
     }  # fmt: skip
 
 
@@ -156,3 +160,20 @@ print(json.dumps({"named": named, "launched": launched, "default": DEFAULT_AMI_N
     assert all(image.startswith("resolve:ssm:") for image in seen["launched"].values())
     # Without an ImageId the node would boot Ray's default, the image the wheels do not install on.
     assert seen["unnamed"].startswith("ami-") and "18.04" in seen["default"]
+
+
+@pytest.mark.parametrize("stack", ["vllm-0.32", "vllm-0.26"])
+def test_each_stacks_lmcache_ships_the_compiled_ops_module_the_workers_check(tmp_path, pip_env, package_index, stack):
+    """LMCache renamed its compiled extension (c_ops up to 0.5.3, cuda_ops from 0.5.4): the check that refuses
+    an lmcache cell whose ops do not load must import the module that version ships."""
+    from orchestrator.stacks import get_stack
+
+    tested = get_stack(stack)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(tmp_path), *TARGET_FLAGS,
+               f"lmcache=={tested.lmcache}"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=pip_env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        extensions = {name.split(".")[0].replace("/", ".") for name in archive.namelist() if name.endswith(".so")}
+    assert tested.lmcache_ops in extensions, sorted(extensions)

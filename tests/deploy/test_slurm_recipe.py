@@ -99,3 +99,11 @@ def test_with_every_setting_good_it_goes_on_to_the_allocation(tmp_path):
     model.mkdir()
     result = _run(tmp_path, KVSWEEP_VENV=sys.prefix, KVSWEEP_DIR=str(PROJECT_ROOT), MODEL=str(model), GPU_TYPE="L40S")
     assert result.returncode == 2 and "not inside a Slurm allocation" in result.stderr
+
+
+def test_dummy_weights_need_no_cache_and_a_bad_weights_setting_is_refused(tmp_path):
+    empty_cache = str(tmp_path / "hf")
+    dummy = _run(tmp_path, KVSWEEP_VENV=sys.prefix, KVSWEEP_DIR=str(PROJECT_ROOT), HF_HOME=empty_cache, WEIGHTS="dummy")
+    assert dummy.returncode == 2 and "not inside a Slurm allocation" in dummy.stderr
+    bad = _run(tmp_path, KVSWEEP_VENV=sys.prefix, KVSWEEP_DIR=str(PROJECT_ROOT), WEIGHTS="random")
+    assert bad.returncode == 2 and "WEIGHTS=random; valid: real, dummy" in bad.stderr
