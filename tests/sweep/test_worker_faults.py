@@ -26,8 +26,8 @@ def fake_engine_with(monkeypatch):
     def configure(**settings):
         real = worker_module.served_cell
 
-        def served(cell, model_dir):
-            cell_served = real(cell, model_dir)
+        def served(cell, model):
+            cell_served = real(cell, model)
             return replace(cell_served, engine=cell_served.engine.model_copy(update=settings))
 
         monkeypatch.setattr(worker_module, "served_cell", served)
@@ -134,3 +134,18 @@ def test_an_lmcache_cell_refuses_to_start_when_lmcaches_compiled_ops_do_not_load
     assert "install a tested stack (vllm-0.32 (vllm 0.32.0, lmcache 0.5.6, torch 2.13.0)" in outcome.reason
     assert "vllm-0.26 (vllm 0.26.0, lmcache 0.5.3, torch 2.11.0)" in outcome.reason
     assert time.monotonic() - started < 60 and not processes_matching("vllm.entrypoints")
+
+
+def test_a_model_this_node_cannot_read_fails_the_cell_at_once_without_a_retry(tmp_path, monkeypatch):
+    """Where the driver could not check a node (a type that came up later), the worker refuses before any
+    replica starts, with the line the driver would have printed."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    cell = expand(fake_spec("unreadable", gpus=("H100",), model="meta-llama/Llama-3.1-8B-Instruct"))[0]
+    worker = CellWorker(node_id="local")
+    try:
+        outcome = worker.run(cell, LIMITS)
+    finally:
+        worker.shutdown()
+    assert outcome.status is CellStatus.FAILED and not outcome.retryable
+    assert "'meta-llama/Llama-3.1-8B-Instruct': not in this node's Hugging Face cache" in outcome.reason
+    assert "--weights dummy" in outcome.reason and not processes_matching(FAKE_ENGINE)
