@@ -25,7 +25,6 @@ RESULTS ?= $(CURDIR)/results
 
 define where_results_are
 	@echo "Report: $(RESULTS)/$(1)/report/report.html"
-	@echo "MLflow UI on these results:  $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(RESULTS)/mlflow.db  (then open http://127.0.0.1:5000)"
 endef
 
 demo: install

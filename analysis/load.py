@@ -17,7 +17,6 @@ from analysis.verdicts import CellRecords, censored_job_times
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 
-
 # What the numbers of an engine are, said on every table of a report.
 PROVENANCE = {
     "vllm": "measured on real vLLM",

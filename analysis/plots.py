@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from orchestrator.records.verdict import Verdict, VerdictKind  # noqa: E402
+
 
 def _png(figure) -> bytes:
     buffer = io.BytesIO()
@@ -38,34 +40,43 @@ def jct_vs_jps(per_policy: pd.DataFrame, policies: list[str], title: str) -> byt
     return _png(figure)
 
 
-def verdict_map(verdicts: pd.DataFrame) -> bytes:
+def verdict_map(found: list[Verdict]) -> bytes:
     """Per GPU, a grid of load (x) by DRAM budget (y): each square the winner's name and margin over the
-    closest rival, shaded by the margin's lower bound; ties grey, named as ties."""
-    gpus = sorted(verdicts.gpu.unique())
+    closest rival, shaded by the margin's lower bound; ties grey, named as ties; trade-offs hatched, naming
+    the faster policy and the jobs it lost."""
+    gpus = sorted({verdict.gpu for verdict in found})
     figure, panels = plt.subplots(len(gpus), 1, figsize=(7.5, 1.4 + 1.1 * len(gpus) * 1.2), squeeze=False)
-    policies = sorted(set(verdicts.winner) - {"tie", None})
+    policies = sorted({verdict.leader for verdict in found if verdict.significant})
     colours = dict(zip(policies, plt.cm.tab10.colors))
     for panel, gpu in zip(panels[:, 0], gpus):
-        rows = verdicts[verdicts.gpu == gpu]
-        loads, budgets = sorted(rows.jps.unique()), sorted(rows.dram_gb.unique())
-        for row in rows.itertuples():
-            x, y = loads.index(row.jps), budgets.index(row.dram_gb)
-            if row.significant:
-                shade = 0.35 + 0.65 * min(max(row.margin_lo_pct, 0.0), 50.0) / 50.0
-                text = f"{row.winner}\n+{row.margin_pct:.0f}%"
-                panel.add_patch(plt.Rectangle((x, y), 1, 1, color=colours[row.winner], alpha=shade))
-            else:
-                text = "tie\n" + "\n".join(str(row.tied_with).split(", ")[:3])
-                panel.add_patch(plt.Rectangle((x, y), 1, 1, color="0.85"))
-            panel.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=7)
+        of_gpu = [verdict for verdict in found if verdict.gpu == gpu]
+        loads, budgets = sorted({v.jps for v in of_gpu}), sorted({v.dram_gb for v in of_gpu})
+        for verdict in of_gpu:
+            corner = (loads.index(verdict.jps), budgets.index(verdict.dram_gb))
+            text, patch = _verdict_square(verdict, colours)
+            panel.add_patch(plt.Rectangle(corner, 1, 1, **patch))
+            panel.text(corner[0] + 0.5, corner[1] + 0.5, text, ha="center", va="center", fontsize=7)
         panel.set_xlim(0, len(loads))
         panel.set_ylim(0, len(budgets))
         panel.set_xticks([i + 0.5 for i in range(len(loads))], [f"{jps:g}" for jps in loads])
         panel.set_yticks([i + 0.5 for i in range(len(budgets))], [f"{gib:g} GiB" for gib in budgets])
-        panel.set_title(f"{gpu} ({', '.join(sorted(rows.engine.unique()))})", fontsize=9)
+        panel.set_title(f"{gpu} ({', '.join(sorted({v.engine for v in of_gpu}))})", fontsize=9)
         panel.set_xlabel("jobs per second", fontsize=8)
     figure.tight_layout()
     return _png(figure)
+
+
+def _verdict_square(verdict: Verdict, colours: dict[str, tuple]) -> tuple[str, dict]:
+    """A verdict's text and its square's look."""
+    if verdict.significant:
+        shade = 0.35 + 0.65 * min(max(verdict.margin_lo_pct, 0.0), 50.0) / 50.0
+        return f"{verdict.leader}\n+{verdict.margin_pct:.0f}%", {"color": colours[verdict.leader], "alpha": shade}
+    if verdict.kind is VerdictKind.TRADE_OFF:
+        text = f"trade-off\n{verdict.faster} -{verdict.faster_by_pct:.0f}%\nlost {verdict.jobs_lost}/{verdict.n_jobs}"
+        return text, {"facecolor": "0.95", "edgecolor": "0.6", "hatch": "//"}
+    if verdict.kind is VerdictKind.TIE:
+        return "tie\n" + "\n".join(verdict.tied_with[:3]), {"color": "0.85"}
+    return "undecided", {"color": "0.95"}
 
 
 def per_turn_curves(latency: pd.DataFrame, title: str) -> bytes:

@@ -23,6 +23,7 @@ from analysis.load import SweepData, cell_records, load_sweep
 from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
+from orchestrator.records.verdict import VerdictKind, verdict_frame
 from orchestrator.sim.error_bands import load_policy_errors
 
 REPORT_FILE = "report.html"
@@ -99,21 +100,26 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     statistics behind the verdicts, for the GPU sections."""
     if not len(data.done):
         return pd.DataFrame(columns=["gpu", "policy"])
-    table, per_policy = verdicts(data.summary, cell_records(data.files), load_policy_errors())
+    found, per_policy = verdicts(data.summary, cell_records(data.files), load_policy_errors())
+    table = verdict_frame(found)
     report.heading("Verdicts")
-    report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie)",
-                  plots.verdict_map(table))  # fmt: skip
+    report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie; "
+                  "hatched: a trade-off)", plots.verdict_map(found))  # fmt: skip
     trials = int(table.n_trials.max()) if len(table) else 0
     report.paragraph(
         "A winner beats every other policy by at least 1% at the lower end of a 95% interval; otherwise the "
-        "policies are tied. Timed-out jobs count at the time they were cut. "
+        "policies are tied, or, where a faster policy lost jobs that the leader completed, they trade speed for "
+        "completed jobs. Timed-out jobs count at the time they were cut. "
         + ("One trial per cell: the intervals are over its jobs and cannot show run-to-run spread (use --trials)."
            if trials <= 1 else f"Up to {trials} trials per cell: intervals over trials (Student t).")
     )  # fmt: skip
+    trade_offs = [verdict for verdict in found if verdict.kind is VerdictKind.TRADE_OFF]
+    if trade_offs:
+        report.paragraph("Trade-offs, not ties: " + "; ".join(f"{v.where}: {v.in_words()}" for v in trade_offs) + ".")
     provenance = data.provenance(data.done)
     report.table(Path(VERDICTS_FILE).stem, "Winner per GPU, DRAM budget and load, with its margin over the closest "
                  "rival (%)", table, provenance)  # fmt: skip
-    changes = flips(table)
+    changes = flips(found)
     if len(changes):
         report.table("flips", "Where the verdict changes between adjacent loads", changes, provenance)
     report.table("policy_stats", "Per policy: mean job time (timed-out jobs at their cut) with its 95% interval, its "

@@ -18,15 +18,18 @@ run-to-run spread (in the source study the same policy on the same GPU differed 
 runs).
 
 A winner must beat every rival by at least ``MIN_EFFECT_PCT`` at the interval's lower end; otherwise the
-verdict is a tie naming the tied policies. Simulated cells carry the simulator's own error
-(``sim/sim_error.toml``): a simulated margin that does not clear the combined error of the two policies is
-"too close to call in simulation", and the verdict names the cells whose measurement would settle it.
+verdict is a tie naming the tied policies, or, where a rival is faster than the leader beyond the uncertainty
+but lost jobs the leader completed, a trade-off naming the faster policy and the jobs it lost (the verdict a
+mean over censored times would otherwise hide as a tie with a large negative margin). Simulated cells carry
+the simulator's own error (``sim/sim_error.toml``): a simulated margin that does not clear the combined error
+of the two policies is "too close to call in simulation", and the verdict names the cells whose measurement
+would settle it. The verdict is one typed value, ``records.verdict.Verdict``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,13 +38,12 @@ import pandas as pd
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
 from orchestrator.records.schema import JobStatus
+from orchestrator.records.verdict import Verdict, VerdictKind
 
 # The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
 # uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
 MIN_EFFECT_PCT = 1.0
 GROUP = ["gpu", "dram_gb", "jps", "engine"]
-VERDICT_COLUMNS = ["gpu", "dram_gb", "jps", "engine", "winner", "significant", "tied_with", "margin_pct",
-                   "margin_lo_pct", "margin_hi_pct", "n_trials", "note"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -119,14 +121,16 @@ def request_tails(requests: pd.DataFrame) -> dict:
     return tails
 
 
-def verdict(runs: list[PolicyRuns], sim_error: dict[str, float] | None = None) -> dict:
-    """The verdict of one comparison. ``sim_error`` (relative error per policy) is given for simulated
-    cells: a margin must then also clear the two policies' combined error."""
+def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: dict[str, float] | None = None) -> Verdict:
+    """The verdict of one comparison (``where``: its gpu, dram_gb, jps and engine). ``sim_error`` (relative
+    error per policy) is given for simulated cells: a margin must then also clear the two policies' combined
+    error."""
     n_trials = len(runs[0].times) if runs else 0
     if len(runs) < 2 or n_trials == 0:
-        return {"winner": None, "significant": False, "tied_with": "", "margin_pct": np.nan, "margin_lo_pct": np.nan,
-                "margin_hi_pct": np.nan, "n_trials": n_trials, "note": "fewer than two policies done"}  # fmt: skip
-    by_mean = sorted(runs, key=lambda r: float(np.mean([t.mean() for t in r.times])))
+        return Verdict(**where, kind=VerdictKind.UNDECIDED, leader=None, tied_with=(), margin_pct=np.nan,
+                       margin_lo_pct=np.nan, margin_hi_pct=np.nan, n_trials=n_trials,
+                       note="fewer than two policies done")  # fmt: skip
+    by_mean = sorted(runs, key=_mean_time)
     completion = {}
     for index, a in enumerate(runs):
         for b in runs[index + 1:]:
@@ -139,24 +143,28 @@ def verdict(runs: list[PolicyRuns], sim_error: dict[str, float] | None = None) -
     rivals = [r for r in by_mean if r is not leader]
     margins = {r.policy: interval(list(zip(leader.times, r.times)), margin_pct) for r in rivals}
     bands = {r.policy: _sim_band_pct(sim_error, leader.policy, r.policy) for r in rivals}
-    tied = [p for p, m in margins.items() if m.lo <= max(bands[p], MIN_EFFECT_PCT)]
+    # Faster than the leader beyond the uncertainty: then it lost jobs the leader completed (or it would lead).
+    faster = [r for r in rivals if margins[r.policy].hi < -max(bands[r.policy], MIN_EFFECT_PCT)]
+    slower = [p for p in margins if p not in {r.policy for r in faster}]
+    tied = [p for p in slower if margins[p].lo <= max(bands[p], MIN_EFFECT_PCT)]
     out_completed = [p for p in margins if completion[(leader.policy, p)].hi < 0]
     closest = min(margins, key=lambda p: margins[p].estimate)
-    significant = not tied and not out_completed
+    kind = (VerdictKind.TRADE_OFF if faster else VerdictKind.TIE if tied or out_completed else VerdictKind.WIN)
     note = "" if n_trials > 1 else "one trial: intervals over jobs, no run-to-run spread"
     if sim_error is not None and any(MIN_EFFECT_PCT < margins[p].lo <= bands[p] for p in tied):
         settle = ", ".join(sorted({leader.policy, *tied}))
         note = f"too close to call in simulation (within the simulator's error); measure {settle} to settle it"
-    return {
-        "winner": leader.policy if significant else "tie",
-        "significant": significant,
-        "tied_with": ", ".join(sorted({leader.policy, *tied})) if tied else "",
-        "margin_pct": margins[closest].estimate,
-        "margin_lo_pct": margins[closest].lo,
-        "margin_hi_pct": margins[closest].hi,
-        "n_trials": n_trials,
-        "note": note,
-    }
+    lossy = {"faster": faster[0].policy, "jobs_lost": sum(int((1 - c).sum()) for c in faster[0].completed),
+             "n_jobs": sum(len(c) for c in faster[0].completed),
+             "faster_by_pct": (1 - _mean_time(faster[0]) / _mean_time(leader)) * 100} if faster else {}  # fmt: skip
+    return Verdict(**where, kind=kind, leader=leader.policy,
+                   tied_with=tuple(sorted({leader.policy, *tied})) if tied else (),
+                   margin_pct=margins[closest].estimate, margin_lo_pct=margins[closest].lo,
+                   margin_hi_pct=margins[closest].hi, n_trials=n_trials, note=note, **lossy)  # fmt: skip
+
+
+def _mean_time(runs: PolicyRuns) -> float:
+    return float(np.mean([times.mean() for times in runs.times]))
 
 
 def _completion_gap(leader: PolicyRuns, rival: PolicyRuns) -> Interval:
@@ -177,39 +185,33 @@ def _sim_band_pct(sim_error: dict[str, float] | None, a: str, b: str) -> float:
 
 
 def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
-             sim_error: dict[str, float]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
-    """``verdicts.csv`` (one row per comparison), and per policy of each comparison the statistics behind
-    it with its tails, timeouts, errors and preemptions, from the done rows of ``summary``."""
+             sim_error: dict[str, float]) -> tuple[list[Verdict], pd.DataFrame]:  # fmt: skip
+    """One verdict per comparison, and per policy of each comparison the statistics behind it with its tails,
+    timeouts, errors and preemptions, from the done rows of ``summary``."""
     done = summary[summary.status == CellStatus.DONE.value]
-    rows, policy_rows = [], []
+    found, policy_rows = [], []
     for key, cells in done.groupby(GROUP, sort=True):
+        where = dict(zip(GROUP, key))
         runs = policy_runs(cells, records_of)
-        simulated = key[GROUP.index("engine")] == "sim"
-        rows.append(dict(zip(GROUP, key)) | verdict(runs, sim_error if simulated else None))
+        found.append(verdict(where, runs, sim_error if where["engine"] == "sim" else None))
         for run in runs:
             of_policy = cells[cells.policy == run.policy]
             requests = pd.concat([records_of(cell_key).requests for cell_key in of_policy.cell_key])
             counts = {name: of_policy[name].sum(min_count=1) if name in of_policy else np.nan
                       for name in ("n_timeouts", "n_errors", "n_preemptions")}  # fmt: skip
-            policy_rows.append(dict(zip(GROUP, key)) | {"n_trials": len(run.times)} | policy_stats(run) | counts
+            policy_rows.append(where | {"n_trials": len(run.times)} | policy_stats(run) | counts
                                | request_tails(requests))  # fmt: skip
-    return pd.DataFrame(rows, columns=VERDICT_COLUMNS), pd.DataFrame(policy_rows)
+    return found, pd.DataFrame(policy_rows)
 
 
-def verdict_label(row) -> str:
-    """A verdict in one word: the winner's name, or ``tie``."""
-    return row.winner if row.significant else "tie"
-
-
-def flips(verdicts_table: pd.DataFrame) -> pd.DataFrame:
+def flips(found: list[Verdict]) -> pd.DataFrame:
     """Where the verdict changes between adjacent loads of one GPU, DRAM budget and engine: the loads that
     bracket each change, and the verdict on either side."""
     rows = []
-    for (gpu, dram_gb, engine), group in verdicts_table.groupby(["gpu", "dram_gb", "engine"], sort=True):
-        ordered = list(group.sort_values("jps").itertuples())
-        for below, above in zip(ordered, ordered[1:]):
-            if verdict_label(below) != verdict_label(above):
-                rows.append({"gpu": gpu, "dram_gb": dram_gb, "engine": engine, "jps_below": below.jps,
-                             "jps_above": above.jps, "below": verdict_label(below),
-                             "above": verdict_label(above)})  # fmt: skip
+    by_line = sorted(found, key=lambda v: (v.gpu, v.dram_gb, v.engine, v.jps))
+    for below, above in zip(by_line, by_line[1:]):
+        same_line = (below.gpu, below.dram_gb, below.engine) == (above.gpu, above.dram_gb, above.engine)
+        if same_line and below.label != above.label:
+            rows.append({"gpu": below.gpu, "dram_gb": below.dram_gb, "engine": below.engine, "jps_below": below.jps,
+                         "jps_above": above.jps, "below": below.label, "above": above.label})  # fmt: skip
     return pd.DataFrame(rows, columns=["gpu", "dram_gb", "engine", "jps_below", "jps_above", "below", "above"])

@@ -26,21 +26,18 @@ import time
 import urllib.request
 from pathlib import Path
 
-if __name__ == "__main__":
-    sys.path[0] = str(Path(__file__).resolve().parents[1])  # the project root instead of benchmarks/
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from orchestrator.models.tiny import ensure_tiny_model  # noqa: E402
-from orchestrator.replica.config import FakeEngineConfig  # noqa: E402
-from orchestrator.replica.fake_engine import fake_server_command  # noqa: E402
-from orchestrator.replica.server import ServerProcess, free_port  # noqa: E402
-from orchestrator.workload.actor import merge_shards  # noqa: E402
-from orchestrator.workload.client import RequestOptions  # noqa: E402
-from orchestrator.workload.loadgen import LoadGenerator  # noqa: E402
-from orchestrator.workload.plan import WorkloadPlan, build_plan  # noqa: E402
-from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
-from orchestrator.workload.tokenizer import token_counter_for  # noqa: E402
+from orchestrator.models.tiny import ensure_tiny_model
+from orchestrator.replica.config import FakeEngineConfig
+from orchestrator.replica.fake_engine import fake_server_command
+from orchestrator.replica.server import ServerProcess, free_port
+from orchestrator.workload.actor import merge_shards
+from orchestrator.workload.client import RequestOptions
+from orchestrator.workload.loadgen import LoadGenerator
+from orchestrator.workload.plan import WorkloadPlan, build_plan
+from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.tokenizer import token_counter_for
 
 OPTIONS = RequestOptions(model="tiny")
 START_LEAD_S = 2.0

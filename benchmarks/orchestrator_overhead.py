@@ -18,15 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-if __name__ == "__main__":
-    sys.path[0] = str(Path(__file__).resolve().parents[1])  # the project root instead of benchmarks/
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from orchestrator.sweep.driver import SweepOptions, run_sweep  # noqa: E402
-from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec  # noqa: E402
-from orchestrator.sweep.tracking import default_tracking_uri  # noqa: E402
-from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
+from orchestrator.sweep.planning.options import SweepOptions
+from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.tracking import default_tracking_uri
+from orchestrator.workload.spec import WorkloadSpec
 
 
 def main(argv: list[str] | None = None) -> int:

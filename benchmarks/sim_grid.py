@@ -24,15 +24,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-if __name__ == "__main__":
-    sys.path[0] = str(Path(__file__).resolve().parents[1])  # the project root instead of benchmarks/
-
-from orchestrator.sweep.cells import CellSpec, expand  # noqa: E402
-from orchestrator.sweep.driver import SweepOptions, run_sweep  # noqa: E402
-from orchestrator.sweep.spec import EngineKind  # noqa: E402
-from orchestrator.sweep.tracking import default_tracking_uri  # noqa: E402
-from orchestrator.sweep.worker import CellWorker  # noqa: E402
-from sweeps.large_dram import SPEC  # noqa: E402
+from orchestrator.sweep.planning.cells import CellSpec, expand
+from orchestrator.sweep.planning.options import SweepOptions
+from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.tracking import default_tracking_uri
+from orchestrator.sweep.runtime.worker import CellWorker
+from sweeps.large_dram import SPEC
 
 GRID = SPEC.model_copy(update={"engine": EngineKind.SIM})
 

@@ -5,7 +5,7 @@
         [--write-errors] [any sweep flag]
 
 1. Profiles the real engine once, on cells of their own: three trials of fcfs at 2 JPS on seed 7 with a
-   2400-block pool (sweep ``pressure-profile``, ``orchestrator/sweep/profiling.py``), run spread through the
+   2400-block pool (sweep ``pressure-profile``, ``orchestrator/sweep/runtime/profiling.py``), run spread through the
    study (a share of them before each pool's cells) so that the profile sees the machine at the speed it
    runs the study at. Their step times fit the CPU's roofline and their request latencies the API server's
    time per request (``orchestrator/sim/profile.py``). That is the simulator's whole configuration of this
@@ -34,30 +34,27 @@ import math
 import statistics
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
-if __name__ == "__main__":
-    sys.path[0] = str(Path(__file__).resolve().parents[1])  # the project root instead of benchmarks/
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from analysis.fidelity import CellShape, cell_shape, error_by_policy, relative_error, shape_row  # noqa: E402
-from analysis.load import cell_records  # noqa: E402
-from analysis.verdicts import censored_job_times, verdicts  # noqa: E402
-from orchestrator.records.cell import CellStatus  # noqa: E402
-from orchestrator.records.layout import CellFiles, SweepFiles  # noqa: E402
-from orchestrator.records.trace import read_trace  # noqa: E402
-from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors  # noqa: E402
-from orchestrator.sim.engine import simulate  # noqa: E402
-from orchestrator.sim.profile import CpuProfile, cpu_sim_engine, step_pace  # noqa: E402
-from orchestrator.sizing.models import ModelArch, load_model  # noqa: E402
-from orchestrator.sweep.cli import parse_list, parser, prepare, run_with_one_line_errors  # noqa: E402
-from orchestrator.sweep.driver import run_sweep  # noqa: E402
-from orchestrator.sweep.profiling import profile_spec, read_cpu_profile  # noqa: E402
-from orchestrator.sweep.spec import EngineKind, SweepSpec  # noqa: E402
-from orchestrator.validation import InputError  # noqa: E402
-from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
-from sweeps.cpu_tiny import SPEC as CPU_TINY  # noqa: E402
+from analysis.fidelity import CellShape, cell_shape, error_by_policy, relative_error, shape_row
+from analysis.load import cell_records
+from analysis.verdicts import censored_job_times, verdicts
+from orchestrator.records.cell import CellStatus
+from orchestrator.records.layout import CellFiles, SweepFiles
+from orchestrator.records.trace import read_trace
+from orchestrator.records.verdict import VerdictKind, read_verdicts
+from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
+from orchestrator.sim.loop import simulate
+from orchestrator.sim.profile import CpuProfile, cpu_sim_engine, step_pace
+from orchestrator.sizing.models import ModelArch, load_model
+from orchestrator.sweep.cli import parse_list, parser, prepare, run_with_one_line_errors
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.profiling import profile_spec, read_cpu_profile
+from orchestrator.validation import InputError
+from orchestrator.workload.spec import WorkloadSpec
+from sweeps.cpu_tiny import SPEC as CPU_TINY
 
 JCT_TARGET = 0.20  # the simulator's mean JCT within 20% of the measurement in every cell
 PRESSURE = CPU_TINY.model_copy(update={
@@ -130,16 +127,17 @@ def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles
                       "step_pace": statistics.fmean(pace for _, pace in trials[key]), "jct_mean_s_paced": paced_jct,
                       "jct_error_paced": relative_error(paced_jct, real[key].jct_mean_s)}
                      | shape_row(real[key], sim[key]))  # fmt: skip
-    predicted = verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0].set_index("jps")
+    predicted = {verdict.jps: verdict.label
+                 for verdict in verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0]}
     rows = []
-    for row in pd.read_csv(measured.verdicts).itertuples():
-        if row.jps not in predicted.index or pd.isna(row.winner):
+    for verdict in read_verdicts(measured.verdicts):
+        if verdict.jps not in predicted or verdict.kind is VerdictKind.UNDECIDED:
             continue
-        sim_winner = predicted.loc[row.jps].winner
-        rows.append({"kv_blocks": num_kv_blocks, "jps": float(row.jps), "measured": row.winner,
-                     "significant": bool(row.significant), "margin_pct": row.margin_pct,
-                     "margin_lo_pct": row.margin_lo_pct, "margin_hi_pct": row.margin_hi_pct,
-                     "simulated": sim_winner, "agree": sim_winner == row.winner if row.significant else None})  # fmt: skip
+        rows.append({"kv_blocks": num_kv_blocks, "jps": verdict.jps, "measured": verdict.label,
+                     "significant": verdict.significant, "margin_pct": verdict.margin_pct,
+                     "margin_lo_pct": verdict.margin_lo_pct, "margin_hi_pct": verdict.margin_hi_pct,
+                     "simulated": predicted[verdict.jps],
+                     "agree": predicted[verdict.jps] == verdict.label if verdict.significant else None})  # fmt: skip
     return cells, rows
 
 
@@ -168,7 +166,7 @@ def print_tables(cells: pd.DataFrame, judgements: pd.DataFrame) -> None:
               f"| {row.engine_mean_s_real:.2f} + {row.wait_mean_s_real:.2f} / "
               f"{row.engine_mean_s_sim:.2f} + {row.wait_mean_s_sim:.2f} s "
               f"| {row.cached_of_best_real:.0%} / {row.cached_of_best_sim:.0%} "
-              f"| {row.preemptions_real} / {row.preemptions_sim} | {row.step_pace:.2f}x "
+              f"| {row.n_preemptions_real} / {row.n_preemptions_sim} | {row.step_pace:.2f}x "
               f"| {row.jct_mean_s_paced:.1f} s, {row.jct_error_paced:+.0%} |")  # fmt: skip
     print("\n| pool (blocks) | JPS | measured verdict | margin [95% interval] | simulated verdict | agree |")
     print("|---|---|---|---|---|---|")
@@ -196,38 +194,65 @@ def compare(args) -> int:
     if min(pools) < 2:
         raise InputError(f"--pools {' '.join(args.pools)}: every pool needs at least 2 blocks "
                          "(vLLM keeps one out of use)")
-    results = options.results_dir
-    profiling = profile_spec(base)
     if options.dry_run:  # the simulated twins need the profile, which only a real run measures
-        return max(run_sweep(spec, options) for spec in [profiling, *(pool_spec(base, b) for b in pools)])
-    # On this machine the same work can take twice as long in one cell as in another (docs/simulator.md), so
-    # the profiling trials are spread through the measured cells instead of all run before them.
+        return max(run_sweep(spec, options) for spec in [profile_spec(base), *(pool_spec(base, b) for b in pools)])
+    profile = measure(base, options, pools)
+    print(f"CPU profile from {profile_spec(base).name}: {profile.describe()}")
+    cells, judgements = compare_pools(base, options, pools, profile)
+    print_tables(cells, judgements)
+    summary = fidelity_summary(cells, judgements)
+    print(f"\n{describe(summary)}")
+    report = {"profile": asdict(profile), "summary": summary, "cells": cells.to_dict("records"),
+              "verdicts": judgements.to_dict("records")}  # fmt: skip
+    (options.results_dir / "pressure.json").write_text(json.dumps(report, indent=2, default=str))
+    print(f"wrote {options.results_dir / 'pressure.json'}")
+    if args.write_errors:
+        write_errors("cpu_pressure", error_by_policy(cells))
+        print(f"wrote the cpu_pressure table of {SIM_ERROR_FILE}")
+    print(json.dumps(summary))
+    return 0
+
+
+def measure(base: SweepSpec, options, pools: list[int]) -> CpuProfile:
+    """Every pool's measured cells and the profile. On this machine the same work can take twice as long in one
+    cell as in another (docs/simulator.md), so the profiling trials are spread through the measured cells
+    instead of all run before them."""
+    profiling = profile_spec(base)
     for index, blocks in enumerate(pools):
         trials_so_far = math.ceil(profiling.trials * (index + 1) / len(pools))
         for spec in (profiling.model_copy(update={"trials": trials_so_far}), pool_spec(base, blocks)):
-            if run_sweep(spec, options) != 0:
-                print(f"error: the sweep {spec.name} did not finish; see {results / spec.name}", file=sys.stderr)
-                return 1
-    profile = read_cpu_profile(base, results)  # the loop's last round ran every profiling trial
-    print(f"CPU profile from {profiling.name}: {profile.describe()}")
+            run_to_the_end(spec, options)
+    return read_cpu_profile(base, options.results_dir)  # the loop's last round ran every profiling trial
 
+
+def compare_pools(base: SweepSpec, options, pools: list[int], profile: CpuProfile) -> tuple[pd.DataFrame,
+                                                                                            pd.DataFrame]:
+    """Each pool's simulated twin, run, and compared with its measurement: cell rows and verdict rows."""
     all_cells, all_verdicts = [], []
     for blocks in pools:
         measured = pool_spec(base, blocks)
         simulated = simulated_twin(measured, profile)
-        if run_sweep(simulated, options) != 0:
-            print(f"error: the sweep {simulated.name} did not finish; see {results / simulated.name}", file=sys.stderr)
-            return 1
-        pool_cells, pool_verdicts = compare_pool(blocks, SweepFiles(results / measured.name),
-                                                 SweepFiles(results / simulated.name), profile,
+        run_to_the_end(simulated, options)
+        pool_cells, pool_verdicts = compare_pool(blocks, SweepFiles(options.results_dir / measured.name),
+                                                 SweepFiles(options.results_dir / simulated.name), profile,
                                                  load_model(base.model))  # fmt: skip
         all_cells += pool_cells
         all_verdicts += pool_verdicts
-    cells, judgements = pd.DataFrame(all_cells), pd.DataFrame(all_verdicts)
-    print_tables(cells, judgements)
+    return pd.DataFrame(all_cells), pd.DataFrame(all_verdicts)
 
+
+def run_to_the_end(spec: SweepSpec, options) -> None:
+    """Run a sweep of the study; one that does not finish ends the study with exit code 1."""
+    if run_sweep(spec, options) != 0:
+        print(f"error: the sweep {spec.name} did not finish; see {options.results_dir / spec.name}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def fidelity_summary(cells: pd.DataFrame, judgements: pd.DataFrame) -> dict:
+    """The study's figures over every cell and verdict compared."""
     judged = judgements[judgements.agree.notna()]
-    summary = {
+    within_paced = int((cells.jct_error_paced.abs() <= JCT_TARGET).sum())
+    return {
         "worst_jct_error": round(float(cells.jct_error.abs().max()), 3),
         "cells_within_target": f"{int((cells.jct_error.abs() <= JCT_TARGET).sum())}/{len(cells)}",
         "spike_same": f"{int(cells.spike_same.sum())}/{len(cells)}",
@@ -237,26 +262,19 @@ def compare(args) -> int:
         "median_error_waiting": median_error(cells, "wait_mean_s"),
         "median_step_pace": round(float(cells.step_pace.median()), 3),
         "worst_jct_error_at_measured_pace": round(float(cells.jct_error_paced.abs().max()), 3),
-        "cells_within_target_at_measured_pace":
-            f"{int((cells.jct_error_paced.abs() <= JCT_TARGET).sum())}/{len(cells)}",
+        "cells_within_target_at_measured_pace": f"{within_paced}/{len(cells)}",
     }
-    print(f"\nworst mean-JCT error {summary['worst_jct_error']:.0%} (target: within {JCT_TARGET:.0%} in every cell); "
-          f"within target {summary['cells_within_target']}; spike on the same turn {summary['spike_same']}; "
-          f"winner the same where the measured one is significant {summary['winner_same_where_measured_significant']}; "
-          f"median error of the time in the engine {summary['median_error_in_engine']:+.0%}, "
-          f"of the wait {summary['median_error_waiting']:+.0%}; the real engine stepped "
-          f"{summary['median_step_pace']:.2f}x as long as profiled (median); simulated at the pace each trial's engine "
-          f"stepped, worst error {summary['worst_jct_error_at_measured_pace']:.0%}, within target "
-          f"{summary['cells_within_target_at_measured_pace']}")  # fmt: skip
-    report = {"profile": asdict(profile), "summary": summary, "cells": cells.to_dict("records"),
-              "verdicts": judgements.to_dict("records")}  # fmt: skip
-    (results / "pressure.json").write_text(json.dumps(report, indent=2, default=str))
-    print(f"wrote {results / 'pressure.json'}")
-    if args.write_errors:
-        write_errors("cpu_pressure", error_by_policy(cells))
-        print(f"wrote the cpu_pressure table of {SIM_ERROR_FILE}")
-    print(json.dumps(summary))
-    return 0
+
+
+def describe(summary: dict) -> str:
+    return (f"worst mean-JCT error {summary['worst_jct_error']:.0%} (target: within {JCT_TARGET:.0%} in every cell); "
+            f"within target {summary['cells_within_target']}; spike on the same turn {summary['spike_same']}; "
+            f"winner the same where the measured one is significant {summary['winner_same_where_measured_significant']}; "
+            f"median error of the time in the engine {summary['median_error_in_engine']:+.0%}, "
+            f"of the wait {summary['median_error_waiting']:+.0%}; the real engine stepped "
+            f"{summary['median_step_pace']:.2f}x as long as profiled (median); simulated at the pace each trial's engine "
+            f"stepped, worst error {summary['worst_jct_error_at_measured_pace']:.0%}, within target "
+            f"{summary['cells_within_target_at_measured_pace']}")  # fmt: skip
 
 
 if __name__ == "__main__":

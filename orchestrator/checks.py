@@ -14,12 +14,12 @@ from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies import get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
-from orchestrator.records.trace import Unpin, read_trace
+from orchestrator.records.trace import Unpin, UnpinReason, read_trace
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, size
 from orchestrator.sizing.models import load_model
 from orchestrator.stacks import lmcache_ops_module, stack_of, untested
-from orchestrator.sweep.cells import CellSpec
+from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.units import GIB
 from orchestrator.validation import first_line
 
@@ -160,9 +160,9 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
     name = f"{cell.policy} did its job"
     if policy.pins is not None:
         events = read_trace(outcome.scheduler_trace)
-        carried = sum(isinstance(event, Unpin) and event.reason == "next_turn" for event in events)
+        carried = sum(isinstance(event, Unpin) and event.reason is UnpinReason.NEXT_TURN for event in events)
         return Check(target, name, carried > 0, f"{carried} pins carried a job's KV to its next turn")
-    if policy.cpu_tier is not None:
+    if policy.has_cpu_tier:
         counters = outcome.config.tier_counters
         stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
         return Check(target, name, stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB")

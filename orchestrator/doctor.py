@@ -22,14 +22,14 @@ from collections.abc import Iterable
 
 from orchestrator.checks import Check, can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, GPU_TYPES
+from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.policies import cpu_policy_names, get_policy
-from orchestrator.sweep.cells import CellSpec, expand
-from orchestrator.sweep.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.planning.cells import CellSpec, expand
+from orchestrator.sweep.planning.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 
-LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 GPU_POLICIES = ("fcfs", "continuum", "lmcache", "native-offload")
 CPU_POLICIES = ("fcfs", "continuum")
 
@@ -48,7 +48,7 @@ def doctor_cells(target: str, policies: Iterable[str], model: str, duration_s: f
         gpus=(target,),
         policies=policies,
         jps=(1,),
-        dram_gb=(16,) if any(get_policy(name).cpu_tier for name in policies) else (0,),
+        dram_gb=(16,) if any(get_policy(name).has_cpu_tier for name in policies) else (0,),
         model=model,
         weights=weights,
         workload=WorkloadSpec(jps=1, duration_s=duration_s, scale=0.25 if on_cpu else 1.0, request_timeout_s=300,
@@ -66,9 +66,9 @@ def run_doctor(targets: list[str], policies: dict[str, tuple[str, ...]], model_f
     """Every check on every target of the connected cluster."""
     import ray
 
-    from orchestrator.sweep.autoscaler import read_launchable_types
-    from orchestrator.sweep.cluster import read_inventory
-    from orchestrator.sweep.worker import worker_actor_class
+    from orchestrator.sweep.cluster.autoscaler import read_launchable_types
+    from orchestrator.sweep.cluster.inventory import read_inventory
+    from orchestrator.sweep.runtime.worker import worker_actor_class
 
     inventory = read_inventory(read_launchable_types())
     checks = []
@@ -110,7 +110,7 @@ def not_checked_here(targets: list[str]) -> list[Check]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator.sweep.connect import connect_ray
+    from orchestrator.sweep.cluster.connect import connect_ray
 
     p = argparse.ArgumentParser(prog="python -m orchestrator.doctor", description=__doc__.split("\n\n")[0])
     p.add_argument("--ray-address", help="default: RAY_ADDRESS, a running local cluster, or a new one")
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--gpus: unknown GPU type {gpu!r}; known: {', '.join([*GPU_TYPES, CPU])}")
         connect_ray(args.ray_address)
         if not chosen:
-            from orchestrator.sweep.cluster import read_inventory
+            from orchestrator.sweep.cluster.inventory import read_inventory
 
             chosen = sorted(read_inventory().gpu_types()) or [CPU]
         requested = tuple(name for name in (args.policies or "").split(",") if name)

@@ -7,6 +7,7 @@ Every policy runs under the tracing scheduler (or a subclass), so every cell has
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,13 @@ ASYNC_CONTINUUM = f"{_SCHEDULERS}.async_variants.AsyncContinuumScheduler"
 NOCACHE_TIER_GB = 1.0  # GiB: the source study's LMCACHE_MAX_LOCAL_CPU_SIZE=1 ablation
 
 
+class TierKind(str, enum.Enum):
+    """A policy's CPU tier, as the simulator models it."""
+
+    LMCACHE = "lmcache"  # loads block the step; every prefill step waits for its save (wait_for_save)
+    NATIVE = "native"  # vLLM's OffloadingConnector: stores and loads run beside the forward pass
+
+
 class PolicyError(InputError):
     """An unknown policy, or one the engine cannot run; the message is one line naming the valid ones."""
 
@@ -37,20 +45,27 @@ class Policy:
     pins: ContinuumConfig | None = None  # None: finished turns are freed (stock vLLM)
     job_priority: bool = False  # vLLM priority scheduling with the job's arrival index as priority
     needs_cuda: bool = False
-    # The CPU tier the connector gives the engine, as the simulator models it: "lmcache" (blocking
-    # saves and loads) or "native" (vLLM's offload, asynchronous), and a size that overrides the budget.
-    cpu_tier: str | None = None
-    cpu_tier_gb: float | None = None
+    cpu_tier: TierKind | None = None  # the CPU tier its connector gives the engine
+    cpu_tier_gb: float | None = None  # the tier's size where it is not the DRAM budget
     connector: Callable[[float], tuple[tuple[str, ...], dict[str, str]]] | None = field(default=None, repr=False)
+
+    @property
+    def has_cpu_tier(self) -> bool:
+        return self.cpu_tier is not None
+
+    @property
+    def tier_is_the_budget(self) -> bool:
+        """Its CPU tier is the cell's DRAM budget (so a budget of 0 leaves it without one)."""
+        return self.has_cpu_tier and self.cpu_tier_gb is None
 
     @property
     def uses_lmcache(self) -> bool:
         """LMCache holds the tier: its compiled ops must load, and its tier survives a prefix-cache reset."""
-        return self.cpu_tier == "lmcache"
+        return self.cpu_tier is TierKind.LMCACHE
 
     def tier_gib(self, dram_gb: float) -> float:
         """The CPU tier this policy's connector allocates for a DRAM budget of ``dram_gb`` GiB (0 without one)."""
-        if self.cpu_tier is None:
+        if not self.has_cpu_tier:
             return 0.0
         return self.cpu_tier_gb if self.cpu_tier_gb is not None else dram_gb
 
@@ -119,13 +134,14 @@ POLICIES: dict[str, Policy] = {
         Policy("continuum-yielding", "continuum whose pins always yield to a blocked admission",
                pins=ContinuumConfig(admission_release=AdmissionRelease.ALWAYS), job_priority=True),
         Policy("lmcache", "LMCache CPU offload (LMCacheConnectorV1) with the DRAM budget as its CPU tier",
-               needs_cuda=True, cpu_tier="lmcache", connector=_lmcache()),
+               needs_cuda=True, cpu_tier=TierKind.LMCACHE, connector=_lmcache()),
         Policy("lmcache-nocache", "LMCache with a 1 GiB CPU tier (the source study's ablation)",
-               needs_cuda=True, cpu_tier="lmcache", cpu_tier_gb=NOCACHE_TIER_GB, connector=_lmcache(NOCACHE_TIER_GB)),
+               needs_cuda=True, cpu_tier=TierKind.LMCACHE, cpu_tier_gb=NOCACHE_TIER_GB,
+               connector=_lmcache(NOCACHE_TIER_GB)),
         Policy("native-offload", "vLLM's OffloadingConnector: eager async copy to a CPU tier of the DRAM budget",
-               needs_cuda=True, cpu_tier="native", connector=_native_offload(simple=False)),
+               needs_cuda=True, cpu_tier=TierKind.NATIVE, connector=_native_offload(simple=False)),
         Policy("simple-offload", "vLLM's SimpleCPUOffloadConnector with a CPU tier of the DRAM budget",
-               needs_cuda=True, cpu_tier="native", connector=_native_offload(simple=True)),
+               needs_cuda=True, cpu_tier=TierKind.NATIVE, connector=_native_offload(simple=True)),
     )
 }  # fmt: skip
 

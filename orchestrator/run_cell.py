@@ -20,19 +20,19 @@ from pydantic import ValidationError
 
 from orchestrator.checks import can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, known_device_names
+from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.policies import POLICIES, get_policy
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.render import render_cell_summary
 from orchestrator.records.summary import summarize
-from orchestrator.sweep.cells import CellSpec
-from orchestrator.sweep.results import write_attempt_files
-from orchestrator.sweep.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
-from orchestrator.sweep.worker import CellWorker
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.runtime.results import write_attempt_files
+from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.validation import one_line
 from orchestrator.workload.spec import WorkloadSpec
 
-GPU_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 CPU_KV_BLOCKS = 2400  # the CPU engine's pool: a few JPS of the 0.25-scale workload fill it
 
 
@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default="fcfs", help=f"KV policy, one of: {', '.join(POLICIES)}")
     p.add_argument("--dram-gb", type=float, default=0.0, help="CPU DRAM budget (GiB) for policies with a CPU tier")
     p.add_argument("--model", help=f"'tiny' (generated offline), a shipped config, a Hugging Face name or a model "
-                   f"directory; default: {TINY_MODEL} on cpu, {GPU_MODEL} on a GPU")  # fmt: skip
+                   f"directory; default: {TINY_MODEL} on cpu, {LLAMA_8B} on a GPU")  # fmt: skip
     p.add_argument("--weights", choices=[weights.value for weights in Weights], default=Weights.REAL.value,
                    help="real: the model's own weights; dummy: random weights of its exact shapes, no download")
     p.add_argument("--jps", type=float, default=1.0, help="job arrival rate (jobs per second)")
@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
 def cell_from(args: argparse.Namespace) -> CellSpec:
     """The cell the flags describe, checked as a one-cell sweep is (raises pydantic's ``ValidationError``)."""
     on_cpu = args.gpu == CPU
-    model = args.model or (TINY_MODEL if on_cpu else GPU_MODEL)
+    model = args.model or (TINY_MODEL if on_cpu else LLAMA_8B)
     workload = WorkloadSpec(
         jps=args.jps,
         duration_s=args.duration_s,

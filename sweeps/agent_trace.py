@@ -11,18 +11,13 @@ recorded; only the arrivals are rescaled.
 """
 
 import sys
-from pathlib import Path
 
-if __name__ == "__main__":
-    # The project root replaces this script's folder on the path: orchestrator becomes importable (also in
-    # a Ray job's working-dir copy) and sweeps/bottleneck.py no longer shadows pandas' bottleneck package.
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-from orchestrator.sweep.cli import sweep_main  # noqa: E402
-from orchestrator.sweep.spec import EngineKind, SweepSpec  # noqa: E402
-from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
-from orchestrator.workload.traces.generate import SHIPPED  # noqa: E402
-from orchestrator.workload.traces.schema import TraceRef, load_trace  # noqa: E402
+from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.sweep.cli import sweep_main
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.traces.generate import SHIPPED
+from orchestrator.workload.traces.schema import TraceRef, load_trace
 
 LOADS = (0.5, 1, 2, 4)
 TRACE = TraceRef.of(SHIPPED)
@@ -34,7 +29,7 @@ SPEC = SweepSpec(
     policies=("fcfs", "continuum", "continuum-adaptive", "lmcache", "native-offload"),
     jps=tuple(round(load * load_trace(TRACE).native_jps, 6) for load in LOADS),
     dram_gb_by_gpu={"H200": (400,), "H100": (400,), "A100": (200,), "L40S": (100,)},
-    model="meta-llama/Llama-3.1-8B-Instruct",
+    model=LLAMA_8B,
     # The window only cuts arrivals: a day is the whole of any trace that fits in a cell.
     workload=WorkloadSpec(jps=1, duration_s=86_400, trace=TRACE),
 )

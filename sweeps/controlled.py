@@ -2,17 +2,11 @@
 and LMCache at 1, 3, 6, 10 and 15 jobs per second; Llama-3.1-8B-Instruct, full scale."""
 
 import sys
-from pathlib import Path
 
-if __name__ == "__main__":
-    # The project root replaces this script's folder on the path: orchestrator becomes importable (also in
-    # a Ray job's working-dir copy) and sweeps/bottleneck.py no longer shadows pandas' bottleneck package.
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-from orchestrator.sweep.cli import sweep_main  # noqa: E402
-from orchestrator.sweep.spec import SweepSpec  # noqa: E402
-from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
-from sweeps.large_dram import LLAMA_8B  # noqa: E402
+from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.sweep.cli import sweep_main
+from orchestrator.sweep.planning.spec import SweepSpec
+from orchestrator.workload.spec import WorkloadSpec
 
 SPEC = SweepSpec(
     name="controlled",

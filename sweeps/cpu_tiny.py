@@ -7,16 +7,10 @@ and at 6 jobs per second FCFS loses most of its prefix hits while Continuum keep
 """
 
 import sys
-from pathlib import Path
 
-if __name__ == "__main__":
-    # The project root replaces this script's folder on the path: orchestrator becomes importable (also in
-    # a Ray job's working-dir copy) and sweeps/bottleneck.py no longer shadows pandas' bottleneck package.
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-from orchestrator.sweep.cli import sweep_main  # noqa: E402
-from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec  # noqa: E402
-from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
+from orchestrator.sweep.cli import sweep_main
+from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.workload.spec import WorkloadSpec
 
 SPEC = SweepSpec(
     name="cpu_tiny",

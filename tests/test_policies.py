@@ -5,8 +5,8 @@ import json
 import pytest
 
 from orchestrator.policies import POLICIES, PolicyError, cpu_policy_names, get_policy
-from orchestrator.replica.schedulers.pins import CONFIG_ENV
 from orchestrator.replica.config import VllmEngineConfig
+from orchestrator.replica.schedulers.pins import CONFIG_ENV
 from orchestrator.replica.vllm_server import vllm_server_command
 
 GPU = VllmEngineConfig(model="meta-llama/Llama-3.1-8B-Instruct", device="gpu", block_size=16)
@@ -77,8 +77,9 @@ def test_ordering_and_pinning_are_separate_axes():
 def test_gpu_engines_keep_async_scheduling_under_our_schedulers():
     assert get_policy("fcfs").engine_config(GPU, 0).scheduler_cls.endswith("AsyncTracingScheduler")
     assert get_policy("continuum").engine_config(GPU, 0).scheduler_cls.endswith("AsyncContinuumScheduler")
-    from orchestrator.replica.schedulers.async_variants import AsyncContinuumScheduler
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    from orchestrator.replica.schedulers.async_variants import AsyncContinuumScheduler
 
     assert issubclass(AsyncContinuumScheduler, AsyncScheduler)
 

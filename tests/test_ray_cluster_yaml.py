@@ -13,8 +13,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.paths import PROJECT_ROOT
-from sweeps.large_dram import LLAMA_8B
 
 CONFIG = yaml.safe_load((PROJECT_ROOT / "ray_cluster.yaml").read_text())
 VENV_BIN = "~/kvsweep-venv/bin/"

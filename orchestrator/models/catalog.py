@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"  # the source study's model, every GPU sweep's default
 # The Hugging Face names the sweeps use, for the shipped configs they stand for.
 ALIASES = {
-    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct",
+    LLAMA_8B: "llama-3.1-8b-instruct",
     "Qwen/Qwen3-8B": "qwen3-8b",
     "Qwen/Qwen3.6-35B-A3B": "qwen3.6-35b-a3b",
 }

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from orchestrator.records.schema import JobRecord, RequestRecord
 
 if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
-    from orchestrator.sweep.cells import CellSpec
+    from orchestrator.sweep.planning.cells import CellSpec
 
 
 class CellStatus(str, enum.Enum):
@@ -86,13 +87,24 @@ class TierCounters:
     external_prefix_cache_queries: float | None = None
     external_prefix_cache_hits: float | None = None
 
+    @staticmethod
+    def metric(name: str) -> str:
+        """The Prometheus counter a field is named after."""
+        return f"vllm:{name}_total"
+
     @classmethod
-    def from_counts(cls, counts: dict[str, float]) -> TierCounters:
-        """From counts keyed by these names; others are not tier counters and are left out."""
-        return cls(**{spec.name: counts[spec.name] for spec in fields(cls) if spec.name in counts})
+    def between(cls, before: Mapping[str, float], after: Mapping[str, float]) -> TierCounters:
+        """How much each tier counter grew between two reads of a server's metrics (``after`` lacks the
+        counters the engine does not export)."""
+        grown = {spec.name: after[cls.metric(spec.name)] - before.get(cls.metric(spec.name), 0.0)
+                 for spec in fields(cls) if cls.metric(spec.name) in after}  # fmt: skip
+        return cls(**grown)
 
     def present(self) -> dict[str, float]:
         return {name: value for name, value in asdict(self).items() if value is not None}
+
+
+_RENAMED = {"num_preemptions": "n_preemptions"}  # in cell.json files written before the rename
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ class CellConfig:
     engine: dict | None = None
     engine_facts: EngineFacts | None = None
     tier_counters: TierCounters = field(default_factory=TierCounters)
-    num_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
+    n_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
     stack: NodeStack | None = None  # real vLLM cells only
     # How the cell got its replica: reused after a proven reset, or started in ``replica_start_s``.
     replica_reused: bool = False
@@ -137,11 +149,12 @@ class CellConfig:
         """The configuration ``cell.json`` holds (it also carries the attempt's status and reason, which are
         the tracking store's to keep, and are left out here)."""
         known = {spec.name for spec in fields(cls)}
+        payload = {_RENAMED.get(name, name): value for name, value in payload.items()}
         values = {name: value for name, value in payload.items() if name in known}
         for name, value_type in (("engine_facts", EngineFacts), ("stack", NodeStack), ("reset_proof", ResetProof)):
             if values.get(name) is not None:
                 values[name] = value_type(**values[name])
-        values["tier_counters"] = TierCounters.from_counts(values.get("tier_counters") or {})
+        values["tier_counters"] = TierCounters(**(values.get("tier_counters") or {}))
         values["server_argv"] = tuple(values.get("server_argv") or ())
         return cls(**values)
 

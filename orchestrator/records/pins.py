@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.records.schema import RequestRecord
-from orchestrator.records.trace import Finish, TraceEvent, released_pins
+from orchestrator.records.trace import Finish, TraceEvent, UnpinReason, released_pins
 
 TRACE_KINDS = ("finish", "unpin")  # all this module reads of a trace
 
@@ -40,7 +40,7 @@ class Pin:
     job_id: str
     turn: int  # the turn whose finish pinned it
     outcome: PinOutcome
-    reason: str | None  # the release's reason in the trace; None if the run ended with the pin held
+    reason: UnpinReason | None  # the release's reason in the trace; None if the run ended with the pin held
     held_s: float | None
     num_blocks: int | None
 
@@ -69,9 +69,9 @@ def pin_outcomes(events: Iterable[TraceEvent], requests: Sequence[RequestRecord]
         reason = unpin.reason if unpin else None
         if (event.job_id, event.turn + 1) not in sent:
             outcome = PinOutcome.ABANDONED
-        elif reason == "next_turn":
+        elif reason is UnpinReason.NEXT_TURN:
             outcome = PinOutcome.CARRIED
-        elif reason == "ttl":
+        elif reason is UnpinReason.TTL:
             outcome = PinOutcome.EXPIRED
         else:
             outcome = PinOutcome.GAVE_WAY

@@ -14,7 +14,7 @@ from orchestrator.records.cell import CellConfig, CellStatus, NodeStack
 from orchestrator.records.summary import CellSummary
 
 if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
-    from orchestrator.sweep.cells import CellSpec
+    from orchestrator.sweep.planning.cells import CellSpec
 
 # Names an older version wrote to a done cell's summary.json (read back when a sweep resumes).
 _LEGACY_NAMES = {"t8_mean_s": "t_last_mean_s", "t8_over_t1": "t_last_over_t1"}
@@ -148,7 +148,7 @@ def attempt_columns(attempt: Attempt) -> dict:
         "replica_replaced": config.replica_replaced,
         "replica_start_s": config.replica_start_s,
         "schedule_fingerprint": config.schedule_fingerprint,
-        "n_preemptions": config.num_preemptions,
+        "n_preemptions": config.n_preemptions,
         **asdict(config.tier_counters),
         **{f"stack_{name}": value for name, value in asdict(stack).items()},
     }

@@ -65,6 +65,17 @@ class RequestRecord:
         return None if self.finished_at is None else self.finished_at - self.scheduled_at
 
 
+def best_cached_after(previous: RequestRecord | None) -> int | None:
+    """A turn's theoretical best prefix hit: everything its job's previous turn sent and received (0 for a
+    job's first turn; None where the previous turn's counts are unknown). A replay's is its declared shared
+    blocks instead (``workload.schedule.Schedule.with_best_cached``)."""
+    if previous is None:
+        return 0
+    if previous.prompt_tokens is None or previous.completion_tokens is None:
+        return None
+    return previous.prompt_tokens + previous.completion_tokens
+
+
 @dataclass(frozen=True)
 class JobRecord:
     job_id: str

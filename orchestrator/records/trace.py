@@ -7,8 +7,7 @@ read these files, and the simulator's fingerprint hashes them, so a field is add
 - ``Step``: after every ``schedule()``; what the step's cost depends on, and the pool's state after it.
 - ``Admit``: a request admitted for the first time, with its prefix-cache hit.
 - ``Finish``: a request finished; its blocks were freed (``action=free``) or kept for the job (``action=pin``).
-- ``Unpin``: a pin was released, with its reason (``next_turn``, ``ttl``, ``pressure``, ``replaced``, ``abort``,
-  ``reset``).
+- ``Unpin``: a pin was released, with its reason (``UnpinReason``).
 
 Imports nothing of vLLM, Ray or the filesystem: the plugin writes the lines where it must, the simulator keeps them.
 """
@@ -37,6 +36,17 @@ class FinishAction(str, enum.Enum):
     @property
     def is_pin(self) -> bool:
         return self is FinishAction.PIN
+
+
+class UnpinReason(str, enum.Enum):
+    """Why a pin was released, by the vLLM plugin and the simulator alike."""
+
+    NEXT_TURN = "next_turn"  # the job's next turn arrived while the pin held its KV
+    TTL = "ttl"  # the tool call outlasted the pin's time to live
+    PRESSURE = "pressure"  # taken for another request's admission under memory pressure
+    REPLACED = "replaced"  # the job pinned a later turn
+    ABORT = "abort"  # the job's request was aborted (the client gave up)
+    RESET = "reset"  # the replica's prefix cache was reset
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,7 @@ class Unpin:
     kind: ClassVar[str] = "unpin"
     t: float
     job_id: str
-    reason: str
+    reason: UnpinReason
     num_blocks: int
     held_s: float
     free_blocks: int
@@ -135,7 +145,7 @@ def released_pins(events: Iterable[TraceEvent]) -> dict[tuple[str, int], Unpin]:
     return releases
 
 
-def pin_releases(events: Iterable[TraceEvent]) -> dict[tuple[str, int], str]:
+def pin_releases(events: Iterable[TraceEvent]) -> dict[tuple[str, int], UnpinReason]:
     """How each pin ended: the reason of the ``Unpin`` that released it (``next_turn`` when the job's next turn
     arrived while its blocks were still held), keyed as ``released_pins``."""
     return {key: unpin.reason for key, unpin in released_pins(events).items()}
@@ -153,6 +163,8 @@ def read_trace(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceEve
         kind = _KINDS.get(payload.pop("kind", None))
         if kind is Finish:
             payload["action"] = FinishAction(payload["action"])
+        elif kind is Unpin:
+            payload["reason"] = UnpinReason(payload["reason"])
         if kind is not None:
             events.append(kind(**payload))
     return events

@@ -14,9 +14,8 @@ import subprocess
 import urllib.request
 import uuid
 
-from orchestrator.records.cell import EngineFacts
+from orchestrator.records.cell import EngineFacts, TierCounters
 from orchestrator.workload.text import WORD_POOL
-
 
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -32,15 +31,8 @@ def parse_cache_config(metrics_text: str) -> dict[str, str]:
 # Counters that grow with every step that does work; a replica whose counters stand still while
 # requests are in flight is making no progress.
 WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
-EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"  # prompt tokens a KV connector's tier served
-# What a CPU KV tier moved and served: GPU->CPU and CPU->GPU bytes, external prefix-cache lookups.
+EXTERNAL_HITS = TierCounters.metric("external_prefix_cache_hits")  # prompt tokens a KV connector's tier served
 PREEMPTIONS = "vllm:num_preemptions_total"  # running requests preempted (recomputed later) for want of blocks
-TIER_COUNTERS = (
-    "vllm:kv_offload_store_bytes_total",
-    "vllm:kv_offload_load_bytes_total",
-    "vllm:external_prefix_cache_queries_total",
-    EXTERNAL_HITS,
-)
 
 
 def counter_totals(metrics_text: str) -> dict[str, float]:

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.engine import simulate
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
 from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device
+from orchestrator.sim.loop import simulate
 from orchestrator.workload.spec import WorkloadSpec
 
 MEASURED_DIR = Path(__file__).parent / "measured"

@@ -13,10 +13,10 @@ from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.policies import get_policy
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.hardware import Calibration, Device, StepCost, gpu_kv_blocks
-from orchestrator.sim.scheduler import SchedulerConfig, TierKind
+from orchestrator.sim.scheduler import SchedulerConfig
 from orchestrator.sizing.kv import kv_bytes_per_token
-from orchestrator.units import GIB
 from orchestrator.sizing.models import ModelArch, load_model
+from orchestrator.units import GIB
 from orchestrator.workload.spec import WorkloadSpec
 
 
@@ -59,7 +59,7 @@ def sim_engine(
         block_size=block_size,
         job_priority=chosen.job_priority,
         pins=chosen.pins,
-        tier=TierKind(chosen.cpu_tier) if chosen.cpu_tier else None,
+        tier=chosen.cpu_tier,
         # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says.
         tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, 2)),
     )

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.engine import SimEngine, SimResult, simulate
+from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.hardware import Calibration, Device, StepCost
+from orchestrator.sim.loop import SimResult, simulate
 from orchestrator.sizing.models import ModelArch
 from orchestrator.workload.spec import WorkloadSpec
 

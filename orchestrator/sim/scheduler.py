@@ -20,13 +20,11 @@ or vLLM's native offload) saves prompts and turns GPU misses into loads.
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from enum import Enum
+from typing import NamedTuple
 
+from orchestrator.policies import TierKind
+from orchestrator.records.trace import UnpinReason
 from orchestrator.replica.schedulers.continuum_rules import (
     keeps_finished_blocks,
     must_wait_for_reserve,
@@ -37,11 +35,7 @@ from orchestrator.replica.schedulers.continuum_rules import (
 )
 from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
 from orchestrator.sim.blocks import BlockPool, CpuTier
-
-
-class TierKind(str, Enum):
-    LMCACHE = "lmcache"  # loads block the step; every prefill step waits for its save (wait_for_save)
-    NATIVE = "native"  # vLLM's OffloadingConnector: stores and loads run beside the forward pass
+from orchestrator.sim.request_queue import request_queue
 
 
 @dataclass(frozen=True)
@@ -98,59 +92,31 @@ class SimRequest:
         return self.priority, self.arrival
 
 
+class Release(NamedTuple):
+    """A pin released, and why."""
+
+    pin: Pin
+    reason: UnpinReason
+
+
+class Scheduled(NamedTuple):
+    """A request given tokens in a step."""
+
+    request: SimRequest
+    num_new: int  # tokens computed in this step
+    context_before: int  # tokens already computed before them
+
+
 @dataclass
 class StepPlan:
-    """What one ``schedule()`` decided: ``(request, new tokens, context before)`` per scheduled request."""
+    """What one ``schedule()`` decided: each scheduled request with its new tokens and context before them."""
 
-    scheduled: list[tuple[SimRequest, int, int]] = field(default_factory=list)
+    scheduled: list[Scheduled] = field(default_factory=list)
     admitted: list[SimRequest] = field(default_factory=list)  # first admissions only
     preempted: int = 0
     loads: list[tuple[SimRequest, int]] = field(default_factory=list)  # CPU-tier tokens, before the forward
     async_loads: list[tuple[SimRequest, int]] = field(default_factory=list)  # landing beside the forward
-    unpins: list[tuple[Pin, str]] = field(default_factory=list)
-
-
-class _Waiting:
-    """The waiting queue: arrival order (FCFS), or a heap by (priority, arrival) under priority scheduling."""
-
-    def __init__(self, by_priority: bool):
-        self._by_priority = by_priority
-        self._fifo: deque[SimRequest] = deque()
-        self._heap: list[tuple[int, float, int, SimRequest]] = []
-        self._order = itertools.count()
-
-    def __len__(self) -> int:
-        return len(self._heap) if self._by_priority else len(self._fifo)
-
-    def add(self, request: SimRequest) -> None:
-        if self._by_priority:
-            heapq.heappush(self._heap, (request.priority, request.arrival, next(self._order), request))
-        else:
-            self._fifo.append(request)
-
-    def prepend(self, request: SimRequest) -> None:
-        if self._by_priority:
-            self.add(request)
-        else:
-            self._fifo.appendleft(request)
-
-    def peek(self) -> SimRequest:
-        return self._heap[0][3] if self._by_priority else self._fifo[0]
-
-    def pop(self) -> SimRequest:
-        return heapq.heappop(self._heap)[3] if self._by_priority else self._fifo.popleft()
-
-    def job_ids(self) -> Iterator[str]:
-        """The waiting requests' jobs, lazily (read only when a rule needs them)."""
-        entries = (entry[3] for entry in self._heap) if self._by_priority else self._fifo
-        return (request.job_id for request in entries)
-
-    def remove(self, request: SimRequest) -> None:
-        if self._by_priority:
-            self._heap = [entry for entry in self._heap if entry[3] is not request]
-            heapq.heapify(self._heap)
-        else:
-            self._fifo.remove(request)
+    unpins: list[Release] = field(default_factory=list)
 
 
 class SimScheduler:
@@ -168,8 +134,8 @@ class SimScheduler:
         self.tier = CpuTier(config.tier_tokens) if config.tier else None
         self.pins = PinTable(config.pins) if config.pins else None
         self.running: list[SimRequest] = []
-        self.waiting = _Waiting(config.job_priority)
-        self.num_preemptions = 0
+        self.waiting = request_queue(config.job_priority)
+        self.n_preemptions = 0
 
     # Requests in and out.
     def add(self, request: SimRequest) -> None:
@@ -180,16 +146,16 @@ class SimScheduler:
             request.priority = waiting_priority(self.pins, request, request.priority)
         self.waiting.add(request)
 
-    def abort(self, request: SimRequest, unpins: list[tuple[Pin, str]]) -> None:
-        """The client gave up on ``request``: it leaves the engine and its blocks are freed."""
+    def abort(self, request: SimRequest) -> list[Release]:
+        """The client gave up on ``request``: it leaves the engine and its blocks are freed, and so is its job's
+        pin; the pins released."""
         if request in self.running:
             self.running.remove(request)
         else:
             self.waiting.remove(request)
         self._free(request)
         pin = take_for_aborted_job(self.pins, request.job_id) if self.pins is not None else None
-        if pin is not None:
-            self._release(pin, "abort", unpins)
+        return [self._release(pin, UnpinReason.ABORT)] if pin is not None else []
 
     @property
     def has_work(self) -> bool:
@@ -203,8 +169,8 @@ class SimScheduler:
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
         if self.pins is not None:
-            for pin in self.pins.take_expired(now, self.waiting.job_ids()):
-                self._release(pin, "ttl", plan.unpins)
+            plan.unpins += [self._release(pin, UnpinReason.TTL)
+                            for pin in self.pins.take_expired(now, self.waiting.job_ids())]  # fmt: skip
         budget = self.config.max_num_batched_tokens
         scheduled: set[int] = set()  # ids of the running requests still scheduled (a preemption undoes one)
         index = 0
@@ -217,11 +183,11 @@ class SimScheduler:
             if not self._allocate_running(request, num_new, plan, scheduled):
                 break  # it had to preempt itself
             scheduled.add(id(request))
-            plan.scheduled.append((request, num_new, request.num_computed))
+            plan.scheduled.append(Scheduled(request, num_new, request.num_computed))
             budget -= num_new
             index += 1
-        budget += sum(num for request, num, _ in plan.scheduled if id(request) not in scheduled)
-        plan.scheduled = [entry for entry in plan.scheduled if id(entry[0]) in scheduled]
+        budget += sum(entry.num_new for entry in plan.scheduled if id(entry.request) not in scheduled)
+        plan.scheduled = [entry for entry in plan.scheduled if id(entry.request) in scheduled]
         if not plan.preempted:
             self._admit(now, budget, plan)
         for request, num_new, _ in plan.scheduled:
@@ -282,7 +248,7 @@ class SimScheduler:
                 continue
             if load_tokens:
                 plan.loads.append((request, load_tokens))
-            plan.scheduled.append((request, num_new, computed))
+            plan.scheduled.append(Scheduled(request, num_new, computed))
             budget -= num_new
 
     # Blocks.
@@ -315,7 +281,7 @@ class SimScheduler:
             pin = take_for_next_turn(self.pins, request.job_id)
             # The next turn now references the pinned blocks; only the uncached tail block goes back.
             self.pool.release_uncached(len(pin.blocks) - hit_blocks)
-            plan.unpins.append((pin, "next_turn"))
+            plan.unpins.append(Release(pin, UnpinReason.NEXT_TURN))
         else:
             self.pool.touch(request.job_id, hit_blocks)
         request.num_blocks = hit_blocks
@@ -338,7 +304,7 @@ class SimScheduler:
             victim = self._take_pressure_victim(request)
             if victim is None:
                 return False
-            self._release(victim, "pressure", plan.unpins)
+            plan.unpins.append(self._release(victim, UnpinReason.PRESSURE))
         return True
 
     def _take_pressure_victim(self, request: SimRequest) -> Pin | None:
@@ -358,7 +324,7 @@ class SimScheduler:
         )  # fmt: skip
 
     def _preempt(self, request: SimRequest) -> None:
-        self.num_preemptions += 1
+        self.n_preemptions += 1
         self._free(request)
         request.num_computed = 0
         request.ready_at = 0.0
@@ -374,22 +340,24 @@ class SimScheduler:
             self.pool.free(request.job_id, request.num_blocks, self._cached_blocks_of(request))
         request.num_blocks = 0
 
-    def finish(self, request: SimRequest, now: float, unpins: list[tuple[Pin, str]]) -> None:
-        """The request's last token is out: its blocks are freed, or pinned until the job's next turn."""
+    def finish(self, request: SimRequest, now: float) -> list[Release]:
+        """The request's last token is out: its blocks are freed, or pinned until the job's next turn; the
+        pins that pin replaced, released."""
         self.running.remove(request)
         request.done = True
         pins = self.pins
         if pins is None or not keeps_finished_blocks(pins, request, request.num_tokens, self.config.block_size):
             self._free(request)
-            return
+            return []
         self.pool.hold(request.job_id, self._cached_blocks_of(request))
-        for replaced in pins.pin(request.job_id, request.job_index, range(request.num_blocks), now):
-            self._release(replaced, "replaced", unpins)
+        replaced = pins.pin(request.job_id, request.job_index, range(request.num_blocks), now)
+        released = [self._release(pin, UnpinReason.REPLACED) for pin in replaced]
         request.num_blocks = 0
+        return released
 
-    def _release(self, pin: Pin, reason: str, unpins: list[tuple[Pin, str]]) -> None:
+    def _release(self, pin: Pin, reason: UnpinReason) -> Release:
         self.pool.free(pin.job_id, len(pin.blocks), min(self.pool.cached_blocks(pin.job_id), len(pin.blocks)))
-        unpins.append((pin, reason))
+        return Release(pin, reason)
 
     # The CPU tier.
     def save_prompt(self, request: SimRequest, num_new: int, context_before: int) -> int:

@@ -24,7 +24,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.models.served import Weights
-from orchestrator.sweep.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.options import SweepOptions
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError, one_line
 from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
 from orchestrator.workload.schedule import schedule_for
@@ -93,12 +94,14 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--hang-timeout-s", type=float, help=f"no engine progress this long: hung; default: {spec.limits.hang_timeout_s:g}")
     p.add_argument("--client-actors", type=int, help=f"load-generator actors per cell; default: {spec.limits.client_actors}")
     p.add_argument("--ray-address", help="Ray cluster address; default: RAY_ADDRESS, a running local cluster, or a new one")
-    p.add_argument("--scale-up-timeout-s", type=float, default=1800.0,
-                   help="wait this long for the autoscaler's first node of a GPU type, then report its cells pending; default: 1800")
+    p.add_argument("--scale-up-timeout-s", type=float, default=SweepOptions.scale_up_timeout_s,
+                   help="wait this long for the autoscaler's first node of a GPU type, then report its cells pending; "
+                        f"default: {SweepOptions.scale_up_timeout_s:g}")  # fmt: skip
     p.add_argument("--autoscaler-config", type=Path,
                    help="the cluster YAML the autoscaler runs with, where it publishes none (default: found on the head)")
     p.add_argument("--name", help=f"sweep name (results subdirectory, MLflow experiment); default: {spec.name}")
-    p.add_argument("--progress-interval-s", type=float, default=10.0, help="plain progress lines every this many seconds")
+    p.add_argument("--progress-interval-s", type=float, default=SweepOptions.progress_interval_s,
+                   help="plain progress lines every this many seconds")
     p.add_argument("--dry-run", action="store_true", help="print the cells, which are done, and where each would run")
     p.add_argument("--rerun", action="store_true", help="run cells again even if done")
     return p
@@ -174,7 +177,7 @@ def _apply_trace_flags(spec: SweepSpec, args: argparse.Namespace, data: dict) ->
 def check_requests_fit(spec: SweepSpec) -> None:
     """Raises ``InputError`` when a cell's schedule has a request longer than vLLM's ``max_model_len`` (it
     would be refused mid-run): each load and seed's schedule is drawn here, as its cell will draw it."""
-    from orchestrator.sweep.cells import expand
+    from orchestrator.sweep.planning.cells import expand
 
     for workload in dict.fromkeys(cell.workload for cell in expand(spec)):
         if error := schedule_for(workload).context_error(spec.engine_options.max_model_len):
@@ -207,8 +210,7 @@ def check_writable(results_dir: Path) -> None:
 def prepare(spec: SweepSpec, args: argparse.Namespace):
     """The sweep and its options from the parsed flags, every check done (raises ``InputError`` or
     pydantic's ``ValidationError`` with the one line to print)."""
-    from orchestrator.sweep.driver import SweepOptions
-    from orchestrator.sweep.tracking import absolute_tracking_uri, check_tracking_server, default_tracking_uri
+    from orchestrator.sweep.runtime.tracking import absolute_tracking_uri, check_tracking_server, default_tracking_uri
 
     spec = apply_flags(spec, args)
     check_requests_fit(spec)
@@ -226,7 +228,7 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
 
 
 def sweep_main(spec: SweepSpec, argv: list[str] | None = None) -> int:
-    from orchestrator.sweep.driver import run_sweep
+    from orchestrator.sweep.runtime.driver import run_sweep
 
     args = parser(spec).parse_args(argv)
     return run_with_one_line_errors(lambda: run_sweep(*prepare(spec, args)))

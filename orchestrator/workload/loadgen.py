@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
+from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, best_cached_after
 from orchestrator.workload.client import Completion, CompletionClient, EpochClock, RequestOptions, open_session
 from orchestrator.workload.plan import JobPlan, TurnPlan, WorkloadPlan
 from orchestrator.workload.text import TOOL_SEPARATOR
@@ -157,7 +157,7 @@ class _JobRunner:
             target_prompt_tokens=turn.target_prompt_tokens,
             prompt_tokens=completion.prompt_tokens if completion else None,
             cached_tokens=completion.cached_tokens if completion else None,
-            best_cached_tokens=_best_cached(previous),
+            best_cached_tokens=best_cached_after(previous),
             completion_tokens=completion.completion_tokens if completion else None,
             error=error,
         )
@@ -173,11 +173,3 @@ class _JobRunner:
             num_turns_completed=sum(record.status.is_ok for record in records),
         )
 
-
-def _best_cached(previous: RequestRecord | None) -> int | None:
-    """The theoretical best prefix hit: everything the previous turn sent and received."""
-    if previous is None:
-        return 0
-    if previous.prompt_tokens is None or previous.completion_tokens is None:
-        return None
-    return previous.prompt_tokens + previous.completion_tokens

@@ -9,6 +9,7 @@ import pytest
 
 from analysis.verdicts import PolicyRuns, censored_job_times, margin_pct, verdict
 from orchestrator.records.intervals import interval
+from orchestrator.records.verdict import Verdict, VerdictKind, read_verdicts, verdict_frame
 
 TRUE_MARGIN_PCT = 10.0  # the leader's jobs take 10% less time than the rival's, in expectation
 
@@ -42,6 +43,9 @@ def test_trials_t_interval_covers_the_true_margin_about_95_percent_of_the_time()
     assert 0.90 <= covered / num_runs <= 0.99
 
 
+WHERE = {"gpu": "H100", "dram_gb": 400.0, "jps": 6.0, "engine": "vllm"}
+
+
 def _runs(policy: str, times: list[np.ndarray], completed: list[np.ndarray] | None = None) -> PolicyRuns:
     return PolicyRuns(policy, times, completed or [np.ones_like(t) for t in times])
 
@@ -49,34 +53,56 @@ def _runs(policy: str, times: list[np.ndarray], completed: list[np.ndarray] | No
 def test_a_clear_margin_is_a_significant_winner_and_equal_policies_tie():
     rng = np.random.default_rng(3)
     leader, rival = _paired_jobs(rng, 300)
-    clear = verdict([_runs("continuum", [leader]), _runs("fcfs", [rival])])
-    assert clear["winner"] == "continuum" and clear["significant"] and clear["margin_lo_pct"] > 0
-    assert clear["margin_lo_pct"] < TRUE_MARGIN_PCT < clear["margin_hi_pct"] and clear["n_trials"] == 1
-    assert "no run-to-run spread" in clear["note"]
-    same = verdict([_runs("continuum", [rival * 0.999]), _runs("fcfs", [rival * rng.uniform(0.99, 1.01, 300)])])
-    assert same["winner"] == "tie" and not same["significant"] and same["tied_with"] == "continuum, fcfs"
+    clear = verdict(WHERE, [_runs("continuum", [leader]), _runs("fcfs", [rival])])
+    assert clear.label == "continuum" and clear.significant and clear.margin_lo_pct > 0
+    assert clear.margin_lo_pct < TRUE_MARGIN_PCT < clear.margin_hi_pct and clear.n_trials == 1
+    assert "no run-to-run spread" in clear.note
+    same = verdict(WHERE, [_runs("continuum", [rival * 0.999]), _runs("fcfs", [rival * rng.uniform(0.99, 1.01, 300)])])
+    assert same.label == "tie" and not same.significant and same.tied_with == ("continuum", "fcfs")
 
 
-def test_a_faster_policy_that_completed_fewer_jobs_beyond_the_uncertainty_is_not_the_winner():
+def test_a_faster_policy_that_lost_jobs_beyond_the_uncertainty_is_a_trade_off_not_a_winner_nor_a_tie(tmp_path):
     rng = np.random.default_rng(4)
     times = rng.lognormal(3.0, 0.5, 300)
     completed = np.ones(300)
     completed[:60] = 0  # 20% of its jobs timed out, censored early at a short cut
     quick_but_lossy = _runs("continuum", [times * 0.5], [completed])
     steady = _runs("fcfs", [times])
-    found = verdict([quick_but_lossy, steady])
-    assert found["winner"] != "continuum"
+    found = verdict(WHERE, [quick_but_lossy, steady])
+    assert found.kind is VerdictKind.TRADE_OFF and found.leader == "fcfs" and found.label == "trade-off"
+    assert (found.faster, found.jobs_lost, found.n_jobs) == ("continuum", 60, 300) and not found.significant
+    assert found.faster_by_pct == pytest.approx(50.0) and found.margin_pct == pytest.approx(-100.0)
+    assert found.in_words() == ("trade-off: continuum's mean job time is 50% lower than fcfs's, but 60 of its 300 "
+                                "jobs were lost (timed out or failed)")  # fmt: skip
+    verdict_frame([found]).to_csv(tmp_path / "verdicts.csv", index=False)
+    assert read_verdicts(tmp_path / "verdicts.csv") == [found]  # the file says as much as the value
+
+
+def test_the_csv_keeps_the_contract_columns_first_and_reads_back_every_kind(tmp_path):
+    rng = np.random.default_rng(3)
+    leader, rival = _paired_jobs(rng, 300)
+    found = [verdict(WHERE, [_runs("continuum", [leader]), _runs("fcfs", [rival])]),
+             verdict(WHERE | {"jps": 1.0}, [_runs("continuum", [rival]), _runs("fcfs", [rival])]),
+             verdict(WHERE | {"jps": 2.0}, [_runs("fcfs", [rival])])]  # fmt: skip
+    table = verdict_frame(found)
+    assert list(table.columns)[:12] == ["gpu", "dram_gb", "jps", "engine", "winner", "significant", "tied_with",
+                                        "margin_pct", "margin_lo_pct", "margin_hi_pct", "n_trials", "note"]  # fmt: skip
+    table.to_csv(tmp_path / "verdicts.csv", index=False)
+    back = read_verdicts(tmp_path / "verdicts.csv")
+    assert [v.label for v in back] == ["continuum", "tie", "undecided"] == [v.label for v in found]
+    assert [v.in_words() for v in back] == [v.in_words() for v in found]
+    assert isinstance(back[0], Verdict) and back[1].tied_with == ("continuum", "fcfs")
 
 
 def test_a_simulated_margin_inside_the_simulators_error_is_too_close_to_call():
     rng = np.random.default_rng(5)
     leader, rival = _paired_jobs(rng, 600)
     runs = [_runs("continuum", [leader]), _runs("fcfs", [rival])]
-    assert verdict(runs)["significant"]  # measured: 10% beyond the job-level uncertainty
-    simulated = verdict(runs, sim_error={"continuum": 0.19, "fcfs": 0.09})  # a band of 21%
-    assert simulated["winner"] == "tie" and "too close to call in simulation" in simulated["note"]
-    assert "continuum" in simulated["note"] and "fcfs" in simulated["note"]
-    assert verdict(runs, sim_error={"continuum": 0.02, "fcfs": 0.02})["significant"]
+    assert verdict(WHERE, runs).significant  # measured: 10% beyond the job-level uncertainty
+    simulated = verdict(WHERE, runs, sim_error={"continuum": 0.19, "fcfs": 0.09})  # a band of 21%
+    assert simulated.label == "tie" and "too close to call in simulation" in simulated.note
+    assert "continuum" in simulated.note and "fcfs" in simulated.note
+    assert verdict(WHERE, runs, sim_error={"continuum": 0.02, "fcfs": 0.02}).significant
 
 
 def test_a_timed_out_job_counts_at_the_time_it_was_cut_never_dropped():

@@ -11,8 +11,8 @@ import pytest
 from benchmarks.sim_vs_cpu import PRESSURE, compare_pool, pool_spec, simulated_twin
 from orchestrator.records.layout import SweepFiles
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.driver import run_sweep
-from orchestrator.sweep.spec import EngineKind
+from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.sweep.runtime.driver import run_sweep
 from tests.sim.test_profile import KNOWN
 from tests.sweep.conftest import options
 

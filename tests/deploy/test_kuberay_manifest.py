@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.paths import PROJECT_ROOT
-from sweeps.large_dram import LLAMA_8B
 
 MANIFEST = PROJECT_ROOT / "deploy" / "kuberay" / "raycluster.yaml"
 DOCUMENTS = list(yaml.safe_load_all(MANIFEST.read_text()))

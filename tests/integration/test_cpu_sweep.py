@@ -5,8 +5,8 @@ trace of each cell, MLflow, the verdicts with their intervals, and the policies'
 At 4 JPS (scale 0.25) the 1200 x 32-token pool cannot hold every job in flight: FCFS's LRU prefix cache
 loses most hits and latency spirals, while Continuum's pins keep each admitted job's context (the pressure
 benchmark, benchmarks/sim_vs_cpu.py, measured 20% against 91% of the reachable prefix kept, and mean job
-times of 63 s against 25 s). At 1 JPS everything fits: neither policy loses a prefix hit, and the gap
-between them is a fraction of the gap at saturation.
+times of 63 s against 25 s). At 1 JPS everything fits: neither policy preempts or loses a prefix hit. The
+checks are of mechanisms, not of margins that move with the machine's speed.
 
 One trial per cell: the verdicts' intervals are then a paired bootstrap over the jobs of the trial. Repeated
 trials are machinery that does not depend on the engine (tests/analysis/test_sim_verdicts.py runs them);
@@ -27,10 +27,10 @@ import pytest
 
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
-from orchestrator.records.trace import Finish, Step, pin_releases, read_trace
-from orchestrator.sweep.driver import run_sweep
-from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
-from orchestrator.sweep.tracking import default_tracking_uri
+from orchestrator.records.trace import Finish, Step, Unpin, UnpinReason, pin_releases, read_trace
+from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec
 from tests.processes import replica_processes, vllm_processes, wait_for_serving_vllm
 from tests.sweep.conftest import options, runs_by_key
@@ -188,15 +188,19 @@ def test_each_load_gets_a_verdict_with_its_interval_over_the_jobs(sweep):
     assert (stats.jct_mean_s < stats.jct_hi_s).all() and stats.n_preemptions.notna().all()
 
 
-def test_at_low_load_no_policy_loses_a_prefix_hit_and_the_gap_is_a_fraction_of_the_gap_at_saturation(sweep):
-    # Who leads at low load is not asserted: one trial's interval over its jobs leaves out the run-to-run
-    # spread (fcfs led by 6% [5, 7] in one run here, where three trials had given a tie).
-    low, heavy = sweep.verdict(LOW), sweep.verdict(HEAVY)
-    assert low.margin_pct < 0.5 * heavy.margin_pct, (low.to_dict(), heavy.to_dict())
+def test_at_low_load_the_pool_holds_every_job_in_flight_so_no_policy_loses_a_prefix_hit(sweep):
+    # Who leads at low load, and by how much, is not asserted: with one trial it moves with the machine's
+    # speed (fcfs +6% [5, 7] in one run, a tie over three trials in another, Continuum +10.2% in a fresh-clone
+    # run on a slow day). The mechanism holds on any day: nothing is preempted, no pin gives way to memory
+    # pressure, and every later turn finds the prefix its job's previous turns left.
     for policy in SPEC.policies:
         requests = sweep.requests(policy, LOW)
         for turn in LATER_TURNS:
             assert kept_share_of_best_hits(requests[requests.turn == turn]) >= 0.9, (policy, turn)
+        for cell in sweep.cells(policy, LOW):
+            events = read_trace(cell.scheduler_trace.read_bytes(), ("step", "unpin"))
+            assert sum(event.preempted for event in events if isinstance(event, Step)) == 0, policy
+            assert not [event for event in events if isinstance(event, Unpin) and event.reason is UnpinReason.PRESSURE]
 
 
 def test_at_saturation_fcfs_loses_most_prefix_hits_and_continuum_keeps_them(sweep):

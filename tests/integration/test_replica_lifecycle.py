@@ -15,10 +15,10 @@ import pytest
 from orchestrator.policies import get_policy
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.replica import Replica
-from orchestrator.sweep.cells import expand
-from orchestrator.sweep.cluster import read_inventory
-from orchestrator.sweep.spec import EngineOptions, RunLimits, SweepSpec
-from orchestrator.sweep.worker import worker_actor_class
+from orchestrator.sweep.cluster.inventory import read_inventory
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.runtime.worker import worker_actor_class
 from orchestrator.workload.spec import WorkloadSpec
 from tests.processes import vllm_processes, wait_for_serving_vllm
 

@@ -8,9 +8,9 @@ import pytest
 
 from orchestrator.gpus import CPU
 from orchestrator.records.schema import RequestStatus
-from orchestrator.sweep.cells import CellSpec
-from orchestrator.sweep.spec import EngineKind, EngineOptions, RunLimits
-from orchestrator.sweep.worker import CellWorker
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits
+from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces.generate import SHIPPED

@@ -4,6 +4,7 @@ older summary.json files still readable, and cell.json in the shape other tools 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,8 +12,8 @@ from orchestrator.records.cell import CellConfig, CellOutcome, CellStatus, Engin
 from orchestrator.records.row import Attempt, SummaryRow, attempt_columns
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
 from orchestrator.records.summary import summarize
-from orchestrator.sweep.cells import expand
-from orchestrator.sweep.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 BRIEF_COLUMNS = ["sweep", "cell_key", "engine", "gpu", "policy", "jps", "dram_gb", "status", "n_jobs", "n_completed",
@@ -38,7 +39,8 @@ def _config() -> CellConfig:
     return CellConfig(
         cell_key=CELL.key, cell=CELL.model_dump(mode="json"), node_id="n1", host="h",
         engine_facts=EngineFacts("0.32.0", 16, 1000, 16000, "NVIDIA H100 80GB HBM3"),
-        tier_counters=TierCounters.from_counts({"kv_offload_store_bytes": 2.0, "not_a_tier_counter": 9.0}),
+        tier_counters=TierCounters.between({"vllm:kv_offload_store_bytes_total": 1.0},
+                                           {"vllm:kv_offload_store_bytes_total": 3.0, "vllm:num_preemptions_total": 9.0}),
         replica_reused=True, reset_proof=ResetProof(320, 0, 0.0),
     )  # fmt: skip
 
@@ -82,6 +84,12 @@ def test_cell_json_keeps_its_shape_with_only_the_tier_counters_the_engine_has():
     assert written["engine_facts"]["block_size"] == 16 and written["reset_proof"]["cached_before"] == 320
     assert written["cell"]["policy"] == "lmcache" and written["replica_reused"] is True
     assert CellConfig.from_json(written) == _config()
+
+
+def test_a_cell_json_written_before_preemptions_had_one_name_reads_the_same():
+    written = json.loads(json.dumps(replace(_config(), n_preemptions=4).to_json()))
+    written["num_preemptions"] = written.pop("n_preemptions")
+    assert CellConfig.from_json(written).n_preemptions == 4
 
 
 def test_a_failure_outcome_has_no_records_and_names_its_node():

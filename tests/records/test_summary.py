@@ -3,8 +3,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
 from orchestrator.records.layout import CellFiles
+from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
 from orchestrator.records.store import write_cell_records
 from orchestrator.records.summary import summarize
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.policies import POLICIES
-from orchestrator.records.store import records_frame
 from orchestrator.records.cell import CellStatus
-from orchestrator.sweep.cells import expand
-from orchestrator.sweep.spec import EngineKind, RunLimits, SweepSpec
-from orchestrator.sweep.worker import CellWorker
+from orchestrator.records.store import records_frame
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
+from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.spec import WorkloadSpec
 
 STORED = Path(__file__).with_name("sim_fingerprint.json")

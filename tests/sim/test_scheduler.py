@@ -32,7 +32,7 @@ def _step(scheduler: SimScheduler, now: float = 0.0, finish: bool = True) -> Ste
         if request.num_computed >= request.num_tokens and not request.done:
             request.num_output += 1
             if finish and request.num_output >= request.output_tokens:
-                scheduler.finish(request, now, plan.unpins)
+                plan.unpins += scheduler.finish(request, now)
     _assert_blocks_add_up(scheduler)
     return plan
 
@@ -66,7 +66,7 @@ def test_a_decode_short_of_blocks_preempts_the_newest_running_request_by_recompu
     assert _step(scheduler).admitted == [older, newer]  # 2 blocks each: the pool is full
     assert _step(scheduler).preempted == 0  # token 32 still fits in the second block
     plan = _step(scheduler)  # token 33 needs a third block for each
-    assert plan.preempted == 1 and scheduler.num_preemptions == 1
+    assert plan.preempted == 1 and scheduler.n_preemptions == 1
     assert [request for request, _, _ in plan.scheduled] == [older] and scheduler.running == [older]
     # Recompute: "b" lost its blocks and progress and waits at the head of the queue.
     assert newer.num_blocks == 0 and newer.num_computed == 0 and scheduler.waiting.peek() is newer
@@ -239,7 +239,6 @@ def test_an_aborted_turn_frees_its_blocks_and_its_jobs_pin():
     _step(scheduler)
     second = _turn("a", 0, 2, 130)
     scheduler.add(second)
-    unpins: list = []
-    scheduler.abort(second, unpins)
+    unpins = scheduler.abort(second)
     assert [(pin.job_id, reason) for pin, reason in unpins] == [("a", "abort")]
     assert scheduler.num_pinned_blocks == 0 and scheduler.pool.num_free == 64 and not scheduler.has_work

@@ -1,6 +1,6 @@
 from orchestrator.sizing.kv import Regime
-from orchestrator.sweep.cells import expand
-from orchestrator.sweep.preflight import preflight
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.preflight import preflight
 from sweeps.large_dram import SPEC as LARGE_DRAM
 
 

@@ -5,9 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.sweep.driver import SweepOptions
-from orchestrator.sweep.spec import EngineKind, RunLimits, SweepSpec
-from orchestrator.sweep.tracking import SweepTracker, default_tracking_uri
+from orchestrator.sweep.planning.options import SweepOptions
+from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
+from orchestrator.sweep.runtime.tracking import SweepTracker, default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec
 
 GB = 10**9

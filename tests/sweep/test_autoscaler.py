@@ -3,9 +3,9 @@
 import yaml
 
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.sweep.autoscaler import node_types_from_cluster_config, node_types_from_launcher_config
-from orchestrator.sweep.cluster import NodeType
-from orchestrator.sweep.scaling import ScaleUp, gpus_to_ask
+from orchestrator.sweep.cluster.autoscaler import node_types_from_cluster_config, node_types_from_launcher_config
+from orchestrator.sweep.cluster.inventory import NodeType
+from orchestrator.sweep.planning.scaling import ScaleUp, gpus_to_ask
 
 
 def test_the_projects_cluster_yaml_offers_every_gpu_type_of_the_source_study_at_zero_minimum():

@@ -80,8 +80,8 @@ def autoscaling_head():
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    from ray._private.utils import read_ray_address
     from ray._common.utils import reset_ray_address
+    from ray._private.utils import read_ray_address
 
     if read_ray_address() == address:
         reset_ray_address()

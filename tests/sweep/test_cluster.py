@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.sweep.cluster import NodeType, inventory_from_nodes
+from orchestrator.sweep.cluster.inventory import NodeType, inventory_from_nodes
 from orchestrator.units import GIB
 from orchestrator.validation import InputError
 

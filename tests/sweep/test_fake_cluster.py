@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.records.cell import CellStatus
-from orchestrator.sweep.driver import run_sweep
+from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.validation import InputError
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 
@@ -78,8 +78,8 @@ def test_a_forced_re_run_supersedes_the_old_run_so_one_run_per_cell_stays_done(f
 def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_given_up(fake_gpu_cluster, tmp_path, monkeypatch):
     """A node Ray lists but cannot place on (here one that does not exist; on a real cluster a node that has
     just joined, for a moment): the worker is created again, never charged to a cell, then given up."""
-    from orchestrator.sweep import driver
-    from orchestrator.sweep.cluster import NodeInfo
+    from orchestrator.sweep.cluster.inventory import NodeInfo
+    from orchestrator.sweep.runtime import driver
 
     def with_a_phantom_l40s(launchable=()):
         inventory = read_inventory(launchable)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis.report import build_report
-from orchestrator.sweep.driver import run_sweep
+from orchestrator.sweep.runtime.driver import run_sweep
 from tests.sweep.conftest import fake_spec, options
 
 CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
@@ -31,7 +31,7 @@ def partial_sweep(fake_gpu_cluster, tmp_path_factory):
 def test_the_sweep_ends_with_its_report_also_on_the_parent_mlflow_run(partial_sweep):
     from mlflow import MlflowClient
 
-    from orchestrator.sweep.tracking import SweepTracker, default_tracking_uri
+    from orchestrator.sweep.runtime.tracking import SweepTracker, default_tracking_uri
 
     assert (partial_sweep / "report" / "report.html").exists()
     tracker = SweepTracker.read_only(default_tracking_uri(partial_sweep.parent), "report")

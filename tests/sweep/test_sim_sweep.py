@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.cell import CellConfig, CellStatus
-from orchestrator.sweep.cells import expand
-from orchestrator.sweep.driver import run_sweep
-from orchestrator.sweep.spec import EngineKind, SweepSpec
-from orchestrator.sweep.tracking import default_tracking_uri
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.tracking import default_tracking_uri, runs_page
 from orchestrator.workload.distributions import PRESETS
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
@@ -64,11 +64,22 @@ def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(
     assert config.tier_counters.kv_offload_store_bytes > 0 and config.engine_facts.device_name == "simulated L40S"
 
 
-def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing(simulated):
+def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing_and_ends_on_its_runs_page(simulated, capsys):
     before = runs_by_key(simulated, "simulated")
     assert run_sweep(SPEC, options(simulated)) == 0
     assert runs_by_key(simulated, "simulated") == before
     assert all([run.status for run in runs] == [CellStatus.DONE] for runs in before.values())
+    from mlflow import MlflowClient
+
+    uri = default_tracking_uri(simulated)
+    experiment_id = MlflowClient(uri).get_experiment_by_name("simulated").experiment_id
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == (f"[simulated] MLflow runs: http://127.0.0.1:5000/#/experiments/{experiment_id}/runs "
+                    f"(start the UI: mlflow ui --backend-store-uri {uri})")  # fmt: skip
+
+
+def test_on_a_tracking_server_the_runs_page_is_the_servers_own():
+    assert runs_page("https://mlflow.example.org/", "7") == "https://mlflow.example.org/#/experiments/7/runs"
 
 
 def test_the_report_labels_every_table_as_simulated(simulated):
@@ -148,8 +159,8 @@ def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_
 
 
 def test_a_cell_with_a_request_past_max_model_len_fails_before_it_runs_and_is_not_retried():
-    from orchestrator.sweep.spec import EngineOptions, RunLimits
-    from orchestrator.sweep.worker import CellWorker
+    from orchestrator.sweep.planning.spec import EngineOptions, RunLimits
+    from orchestrator.sweep.runtime.worker import CellWorker
 
     cell = expand(SPEC)[0]
     cell = cell.model_copy(update={"engine_options": EngineOptions(max_model_len=4096)})

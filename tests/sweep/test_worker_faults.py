@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.sweep import worker as worker_module
 from orchestrator.records.cell import CellStatus
-from orchestrator.sweep.cells import expand
-from orchestrator.sweep.spec import EngineKind, RunLimits
-from orchestrator.sweep.worker import CellWorker
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineKind, RunLimits
+from orchestrator.sweep.runtime import worker as worker_module
+from orchestrator.sweep.runtime.worker import CellWorker
 from tests.processes import FAKE_ENGINE, processes_matching, wait_until_gone
 from tests.sweep.conftest import fake_spec
 

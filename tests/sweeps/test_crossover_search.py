@@ -1,13 +1,13 @@
-"""The crossover search's bisection (pure): it brackets every change of verdict to the resolution, asks for
-each round's loads at once, and asks the same loads when run again (so a resumed search finds its cells)."""
+"""The crossover search's bisection (``orchestrator/crossover/bisection.py``, pure): it brackets every change of
+verdict to the resolution, asks for each round's loads at once, and asks the same loads when run again (so a
+resumed search finds its cells)."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
-import pandas as pd
-
-from sweeps.crossover import NOT_MEASURED, bisect_flips, confirmation, locate_flip
+from orchestrator.crossover.bisection import NOT_MEASURED, Flip, bisect_flips, confirmation, locate_flip
 
 
 class Recorded:
@@ -52,16 +52,16 @@ def test_every_bracket_is_no_wider_than_the_resolution(resolution):
 
 def test_a_measured_flip_where_the_simulator_put_it_is_confirmed_with_its_two_loads_alone():
     measured = Recorded(flip_at=4.0)
-    verdicts, flips = locate_flip(measured, (3.83, 4.8, "tie", "continuum"), 1.0, 6.0, resolution=1.0)
-    assert measured.calls == [[3.83, 4.8]] and flips == [(3.83, 4.8, "tie", "continuum")]
-    row = confirmation(verdicts, flips, (3.83, 4.8, "tie", "continuum"))
+    verdicts, flips = locate_flip(measured, Flip(3.83, 4.8, "tie", "continuum"), 1.0, 6.0, resolution=1.0)
+    assert measured.calls == [[3.83, 4.8]] and flips == [Flip(3.83, 4.8, "tie", "continuum")]
+    row = confirmation(verdicts, flips, Flip(3.83, 4.8, "tie", "continuum"))
     assert row["confirmed"] and row["at_simulated_loads"]
     assert (row["vllm_jps_below"], row["vllm_jps_above"]) == (3.83, 4.8)
 
 
 @pytest.mark.parametrize("true_flip", [1.7, 2.6, 5.5])
 def test_a_measured_flip_away_from_the_simulated_one_is_walked_to_and_bracketed(true_flip):
-    simulated = (3.83, 4.8, "tie", "continuum")
+    simulated = Flip(3.83, 4.8, "tie", "continuum")
     measured = Recorded(flip_at=true_flip)
     verdicts, flips = locate_flip(measured, simulated, 1.0, 6.0, resolution=0.5)
     row = confirmation(verdicts, flips, simulated)
@@ -72,7 +72,7 @@ def test_a_measured_flip_away_from_the_simulated_one_is_walked_to_and_bracketed(
 
 
 def test_a_measurement_with_no_such_change_in_range_is_not_confirmed_and_says_what_it_found():
-    simulated = (3.83, 4.8, "tie", "continuum")
+    simulated = Flip(3.83, 4.8, "tie", "continuum")
     verdicts, flips = locate_flip(Recorded(flip_at=0.5, second_flip_at=3.0), simulated, 1.0, 6.0, resolution=0.5)
     row = confirmation(verdicts, flips, simulated)
     assert not row["confirmed"] and pd.isna(row["vllm_jps_below"])
@@ -85,6 +85,6 @@ def test_loads_that_cannot_be_measured_stop_the_walk_and_are_not_bisected():
         return {jps: NOT_MEASURED for jps in loads}
 
     asked: list[list[float]] = []
-    verdicts, flips = locate_flip(absent_gpu, (3.83, 4.8, "tie", "continuum"), 1.0, 6.0, resolution=0.5)
+    verdicts, flips = locate_flip(absent_gpu, Flip(3.83, 4.8, "tie", "continuum"), 1.0, 6.0, resolution=0.5)
     assert asked == [[3.83, 4.8]] and flips == []
-    assert not confirmation(verdicts, flips, (3.83, 4.8, "tie", "continuum"))["confirmed"]
+    assert not confirmation(verdicts, flips, Flip(3.83, 4.8, "tie", "continuum"))["confirmed"]

@@ -6,8 +6,8 @@ import threading
 import pytest
 from aiohttp import web
 
-from orchestrator.replica.server import free_port
 from orchestrator.replica.fake_engine import FakeEngineState, make_app
+from orchestrator.replica.server import free_port
 
 
 class RunningInstantServer:

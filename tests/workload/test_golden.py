@@ -9,9 +9,9 @@ with old ones."""
 from __future__ import annotations
 
 from orchestrator.sim.profile import CpuProfile
-from orchestrator.sweep.cells import expand
-from orchestrator.sweep.profiling import profile_spec
-from orchestrator.sweep.spec import EngineKind
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.sweep.runtime.profiling import profile_spec
 from orchestrator.workload.plan import build_plan
 from orchestrator.workload.spec import WorkloadSpec
 from sweeps.cpu_tiny import SPEC as CPU_TINY

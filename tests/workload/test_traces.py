@@ -11,8 +11,8 @@ from tokenizers import Tokenizer
 
 from orchestrator.records.schema import RequestRecord, RequestStatus
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.engine import simulate
 from orchestrator.sim.hardware import Device
+from orchestrator.sim.loop import simulate
 from orchestrator.workload.plan import build_plan
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
@@ -153,8 +153,8 @@ def test_the_simulator_replays_the_trace_and_hits_exactly_the_declared_shared_pr
 
 
 def test_shipped_trace_copies_elsewhere_are_the_same_cell(tmp_path):
-    from orchestrator.sweep.cells import CellSpec
-    from orchestrator.sweep.spec import EngineKind, EngineOptions
+    from orchestrator.sweep.planning.cells import CellSpec
+    from orchestrator.sweep.planning.spec import EngineKind, EngineOptions
 
     copy = tmp_path / "copy.jsonl"
     shutil.copy(SHIPPED, copy)

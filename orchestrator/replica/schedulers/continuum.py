@@ -94,7 +94,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.records.trace import Unpin
+from orchestrator.records.trace import Unpin, UnpinReason
 from orchestrator.replica.schedulers.continuum_rules import (
     keeps_finished_blocks,
     must_wait_for_reserve,
@@ -127,7 +127,7 @@ class ContinuumScheduler(TracingScheduler):
                 victim = self._take_pressure_victim(request)
                 if victim is None:
                     break
-                if self._release(victim, "pressure"):  # a delayed release frees nothing this step
+                if self._release(victim, UnpinReason.PRESSURE):  # a delayed release frees nothing this step
                     blocks = allocate(request, *alloc_args, **alloc_kwargs)
             return blocks
 
@@ -149,13 +149,13 @@ class ContinuumScheduler(TracingScheduler):
     def schedule(self, *args, **kwargs):
         waiting_jobs = (JobTag(request).job_id for request in self.waiting)
         for pin in self.pins.take_expired(time.time(), waiting_jobs):
-            self._release(pin, "ttl")
+            self._release(pin, UnpinReason.TTL)
         output = super().schedule(*args, **kwargs)
         for new in output.scheduled_new_reqs:
             request = self.requests.get(new.req_id)
             pin = take_for_next_turn(self.pins, JobTag(request).job_id) if request is not None else None
             if pin is not None:
-                self._release(pin, "next_turn")
+                self._release(pin, UnpinReason.NEXT_TURN)
         return output
 
     def _must_wait_for_reserve(self, request: Any) -> bool:
@@ -174,20 +174,20 @@ class ContinuumScheduler(TracingScheduler):
             return False
         blocks = self.kv_cache_manager.pop_blocks_for_free(request)
         for replaced in self.pins.pin(tag.job_id, tag.job_index, blocks, time.time()):
-            self._release(replaced, "replaced")
+            self._release(replaced, UnpinReason.REPLACED)
         self._pin_fences[tag.job_id] = request.last_sched_seq
         return True
 
     def reset_prefix_cache(self, *args, **kwargs) -> bool:
         for pin in self.pins.reset():
-            self._release(pin, "reset")
+            self._release(pin, UnpinReason.RESET)
         return super().reset_prefix_cache(*args, **kwargs)
 
     def _take_pressure_victim(self, request: Any) -> Pin | None:
         num_others_running = len(self.running) - (request in self.running)
         return take_pressure_victim(self.pins, JobTag(request), num_others_running)
 
-    def _release(self, pin: Pin, reason: str) -> bool:
+    def _release(self, pin: Pin, reason: UnpinReason) -> bool:
         """Give ``pin``'s blocks back; False when they must wait for an in-flight step (vLLM then frees
         them in ``update_from_output`` once that step is processed)."""
         fence = self._pin_fences.pop(pin.job_id, 0)

@@ -13,8 +13,8 @@
 5. On SIGTERM or SIGINT: stop submitting, kill the workers (their replicas die with them), mark the
    cells in flight ``interrupted``, and exit, well inside ``ray job stop``'s grace period.
 
-The workers and scale-up are ``sweep.pool``; every write (tracking store, results, summary) is
-``sweep.ledger``; this module is the loop between them.
+The workers and scale-up are ``runtime.pool``; every write (tracking store, results, summary) is
+``runtime.ledger``; this module is the loop between them.
 """
 
 from __future__ import annotations
@@ -25,26 +25,26 @@ import json
 import signal
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from orchestrator.records.cell import CellOutcome, CellStatus
+from orchestrator.records.verdict import read_verdicts
 from orchestrator.sim.config import check_simulable
-from orchestrator.sweep.autoscaler import read_launchable_types
-from orchestrator.sweep.cells import CellSpec, expand
-from orchestrator.sweep.cluster import Inventory, read_inventory
-from orchestrator.sweep.connect import connect_ray
-from orchestrator.sweep.ledger import CellLedger, StartedAttempt, is_done
-from orchestrator.sweep.model_check import check_model_files
-from orchestrator.sweep.pool import Worker, WorkerPool
-from orchestrator.sweep.preflight import preflight
-from orchestrator.sweep.progress import ProgressReporter, ProgressSnapshot, RunningCell
-from orchestrator.sweep.results import SweepResults
-from orchestrator.sweep.spec import EngineKind, SweepSpec
-from orchestrator.sweep.tracking import CellRun, SweepTracker
-from orchestrator.sweep.worker import WorkerStatus
+from orchestrator.sweep.cluster.autoscaler import read_launchable_types
+from orchestrator.sweep.cluster.connect import connect_ray
+from orchestrator.sweep.cluster.inventory import Inventory, read_inventory
+from orchestrator.sweep.cluster.model_check import check_model_files
+from orchestrator.sweep.planning.cells import CellSpec, expand
+from orchestrator.sweep.planning.options import SweepOptions
+from orchestrator.sweep.planning.preflight import preflight
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.runtime.ledger import CellLedger, is_done
+from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState
+from orchestrator.sweep.runtime.progress import ProgressReporter, ProgressSnapshot, RunningCell
+from orchestrator.sweep.runtime.results import SweepResults
+from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker, runs_page
+from orchestrator.sweep.runtime.worker import WorkerPhase, WorkerStatus
 from orchestrator.validation import InputError, first_line
 
 # Extra time the driver allows a worker beyond the cell's own limit before it kills the worker.
@@ -52,23 +52,37 @@ DRIVER_GRACE_S = 120.0
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
 
 
-@dataclass(frozen=True)
-class SweepOptions:
-    results_dir: Path
-    tracking_uri: str
-    dry_run: bool = False
-    rerun: bool = False
-    ray_address: str | None = None
-    progress_interval_s: float = 10.0
-    live: bool | None = None  # None: live display when stdout is a terminal
-    scale_up_timeout_s: float = 1800.0  # wait this long for a first node of a launchable type
-    autoscaler_config: Path | None = None  # the cluster YAML, where the autoscaler publishes none
-    report: bool = True  # the HTML report at the end; a search running many rounds builds it once, last
-
-
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
-    """Run (or with ``dry_run`` describe) the sweep; the process exit code."""
+    """Plan the sweep on the cluster, then open its tracking, then run it (with ``dry_run``, describe the
+    plan instead); the process exit code."""
     connect_ray(options.ray_address)
+    plan = plan_sweep(spec, options)
+    if options.dry_run:
+        tracker = SweepTracker.read_only(options.tracking_uri, spec.name)
+        _print_plan(plan, tracker.cell_runs() if tracker else {}, options.rerun)
+        return 0
+    check_model_files(plan.cells, plan.inventory)
+    lock = _lock(plan.results.sweep_dir)
+    try:
+        tracker = SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec))
+        return _Sweep(plan, tracker, options).run()
+    finally:
+        lock.close()
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep's cells on the cluster as it is, every check that needs no worker done."""
+
+    spec: SweepSpec
+    cells: list[CellSpec]
+    inventory: Inventory
+    results: SweepResults
+
+
+def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
+    """The sweep's cells on the connected cluster (what it has and can launch), with one clear error for a
+    replica that no node of its type can hold or a GPU type the simulator cannot run."""
     inventory = read_inventory(read_launchable_types(options.autoscaler_config))
     cells = expand(spec, inventory.has)
     for cell in cells:
@@ -80,30 +94,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
             check_simulable(spec.model, simulated, has_cpu_profile=spec.cpu_profile is not None)
         except ValueError as error:
             raise InputError(f"--engine {spec.engine.value} would simulate {', '.join(simulated)}: {error}") from None
-    results = SweepResults(options.results_dir / spec.name)
-    if options.dry_run:
-        tracker = SweepTracker.read_only(options.tracking_uri, spec.name)
-        _print_plan(spec, cells, inventory, tracker.cell_runs() if tracker else {}, results, options.rerun)
-        return 0
-    check_model_files(cells, inventory)
-    lock = _lock(results.sweep_dir)
-    try:
-        return _Sweep(spec, cells, inventory, results, options).run()
-    finally:
-        lock.close()
-
-
-@dataclass
-class _InFlight:
-    """A cell attempt running on a worker."""
-
-    started: StartedAttempt
-    ref: object  # the worker's pending ``run`` call
-    started_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def cell(self) -> CellSpec:
-        return self.started.cell
+    return SweepPlan(spec, cells, inventory, SweepResults(options.results_dir / spec.name))
 
 
 def publish_report(results: SweepResults, tracker: SweepTracker) -> None:
@@ -118,8 +109,7 @@ def publish_report(results: SweepResults, tracker: SweepTracker) -> None:
         return
     tracker.log_parent_artifacts(path.parent, "report")
     if results.files.verdicts.exists():
-        verdicts = pd.read_csv(results.files.verdicts, keep_default_na=False, na_values=[""])
-        tracker.log_verdicts(verdicts.to_dict("records"))
+        tracker.log_verdicts(read_verdicts(results.files.verdicts))
     print(f"[{name}] report: {path}", flush=True)
 
 
@@ -127,14 +117,12 @@ class _Sweep:
     """The loop: assign queued cells to idle workers, collect outcomes, retry crashed cells, enforce the
     backstop, show progress; the pool owns the workers and scale-up, the ledger every write."""
 
-    def __init__(self, spec: SweepSpec, cells: list[CellSpec], inventory: Inventory, results: SweepResults,
-                 options: SweepOptions):  # fmt: skip
-        self.spec = spec
-        self.cells = cells
+    def __init__(self, plan: SweepPlan, tracker: SweepTracker, options: SweepOptions):
+        self.spec = plan.spec
+        self.cells = plan.cells
         self.options = options
-        tracker = SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec))
-        self.ledger = CellLedger(spec.name, tracker, results, _package_versions())
-        self.pool = WorkerPool(inventory, options.scale_up_timeout_s)
+        self.ledger = CellLedger(plan.spec.name, tracker, plan.results, _package_versions())
+        self.pool = WorkerPool(plan.inventory, options.scale_up_timeout_s)
         self.reporter = ProgressReporter(options.progress_interval_s, options.live)
         self.queues: dict[str, list[CellSpec]] = defaultdict(list)
         # Attempts this driver made per cell: a crashed cell is retried until it has had max_attempts here
@@ -221,19 +209,19 @@ class _Sweep:
             queue = self.queues[worker.slot.gpu]
             if worker.attempt is not None or not queue:
                 continue
-            up = self.pool.is_up(worker)
-            if isinstance(up, str):
-                self.reporter.event(f"gave up slot {worker.slot.name}: its worker could not start ({up})")
+            readiness = self.pool.readiness(worker)
+            if readiness.state is WorkerState.GONE:
+                why = readiness.reason
+                self.reporter.event(f"gave up slot {worker.slot.name}: its worker could not start ({why})")
                 if not any(other.slot.gpu == worker.slot.gpu for other in self.pool.workers):
-                    self._give_up(worker.slot.gpu, f"no {worker.slot.gpu} worker could start: {up}")
-            if up is not True:
+                    self._give_up(worker.slot.gpu, f"no {worker.slot.gpu} worker could start: {why}")
+            if readiness.state is not WorkerState.UP:
                 continue
             index = next((i for i, cell in enumerate(queue) if cell.server_group == worker.group), 0)
             cell = queue.pop(index)
             self.attempts_this_run[cell.key] += 1
             started = self.ledger.start(cell, worker.slot.name, {"preflight": self.preflights[cell.key].note})
-            worker.attempt = _InFlight(started, worker.actor.run.remote(cell, self.spec.limits))
-            worker.group = cell.server_group
+            self.pool.run(worker, started, self.spec.limits)
             self.reporter.event(f"start {cell.label} (attempt {started.number}) on {worker.slot.name}")
 
     def _collect(self, timeout_s: float) -> None:
@@ -246,16 +234,16 @@ class _Sweep:
         ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
         for ref in ready:
             worker = by_ref[ref]
-            attempt = worker.attempt
             try:
                 outcome = ray.get(ref)
             except ray.exceptions.RayActorError as error:
-                outcome = _lost_outcome(attempt, worker, f"worker died: {first_line(error)}", retryable=True)
-                self.pool.restart(worker)
+                attempt = self.pool.release(worker, restart=True)
+                self._record(attempt, _lost_outcome(attempt, worker, f"worker died: {first_line(error)}", True))
             except ray.exceptions.RayTaskError as error:
-                outcome = _lost_outcome(attempt, worker, f"worker raised: {_last_line(error)}", retryable=False)
-            worker.attempt = None
-            self._record(attempt, outcome)
+                attempt = self.pool.release(worker)
+                self._record(attempt, _lost_outcome(attempt, worker, f"worker raised: {_last_line(error)}", False))
+            else:
+                self._record(self.pool.release(worker), outcome)
 
     def _enforce_backstop(self) -> None:
         """A worker that has not answered long after its cell's limit is killed (its replica dies with it)."""
@@ -263,11 +251,10 @@ class _Sweep:
             attempt = worker.attempt
             limit_s = self.spec.limits.cell_limit_s(attempt.cell.workload) + DRIVER_GRACE_S
             if time.monotonic() - attempt.started_at > limit_s:
-                self.pool.restart(worker)
-                worker.attempt = None
+                self.pool.release(worker, restart=True)
                 self._record(attempt, _lost_outcome(attempt, worker, f"worker silent for {limit_s:g} s", False))
 
-    def _record(self, attempt: _InFlight, outcome: CellOutcome) -> None:
+    def _record(self, attempt: InFlight, outcome: CellOutcome) -> None:
         cell = attempt.cell
         row = self.ledger.record(attempt.started, outcome)
         if outcome.status.is_done:
@@ -297,9 +284,9 @@ class _Sweep:
         for worker, status in zip(in_flight, self.pool.statuses(in_flight)):
             attempt = worker.attempt
             if status is None or status.cell_key != attempt.cell.key:
-                status = WorkerStatus(attempt.cell.key, "waiting for its worker")
+                status = WorkerStatus(attempt.cell.key, WorkerPhase.WAITING)
             running.append(
-                RunningCell(attempt.cell.label, attempt.started.number, status.phase, status.jobs_finished,
+                RunningCell(attempt.cell.label, attempt.started.number, status.phase.value, status.jobs_finished,
                             status.jobs_total, time.monotonic() - attempt.started_at)
             )  # fmt: skip
         queued = sum(len(queue) for queue in self.queues.values())
@@ -352,10 +339,12 @@ class _Sweep:
             f"{len(pending)} pending ({'; '.join(reasons) or 'none'}); summary: {self.ledger.results.files.summary}",
             flush=True,
         )
+        page = runs_page(self.options.tracking_uri, self.ledger.tracker.experiment_id)
+        print(f"[{self.spec.name}] MLflow runs: {page}", flush=True)
         return 1 if not_done else 0
 
 
-def _lost_outcome(attempt: _InFlight, worker: Worker, reason: str, retryable: bool) -> CellOutcome:
+def _lost_outcome(attempt: InFlight, worker: Worker, reason: str, retryable: bool) -> CellOutcome:
     started_unix = time.time() - (time.monotonic() - attempt.started_at)
     return CellOutcome.failure(attempt.cell, reason, retryable, worker.slot.node_id, started_unix)
 
@@ -395,7 +384,8 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
-def _print_plan(spec, cells, inventory: Inventory, history: dict[str, list[CellRun]], results, rerun: bool) -> None:
+def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool) -> None:
+    spec, cells, inventory, results = plan.spec, plan.cells, plan.inventory, plan.results
     print(f"sweep {spec.name}: {len(cells)} cells (engine {spec.engine.value}); results {results.sweep_dir}")
     for placement in dict.fromkeys(cell.placement for cell in cells):
         largest = max(cell.replica_host_gib for cell in cells if cell.placement == placement)

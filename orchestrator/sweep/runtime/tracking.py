@@ -7,6 +7,7 @@ writes here (MLflow's sqlite store races on first use when several processes cre
 
 from __future__ import annotations
 
+import math
 import time
 import urllib.error
 import urllib.request
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from orchestrator.records.summary import CellSummary
 from orchestrator.records.cell import CellStatus
-from orchestrator.sweep.cells import CellSpec
+from orchestrator.records.summary import CellSummary
+from orchestrator.records.verdict import Verdict
+from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.validation import InputError
 
 SQLITE_PREFIX = "sqlite:///"
@@ -71,6 +73,16 @@ def store_exists(uri: str) -> bool:
     if uri.startswith("file:"):
         return Path(urlparse(uri).path).exists()
     return True
+
+
+def runs_page(tracking_uri: str, experiment_id: str) -> str:
+    """Where a user sees the sweep's runs: the experiment's runs page (a bare experiment link can open on
+    MLflow 3's GenAI overview, empty for us, since that switch is kept per browser), on the tracking server
+    itself, or, for a local store, on the UI that ``mlflow ui`` serves over it."""
+    page = f"#/experiments/{experiment_id}/runs"
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page} (start the UI: mlflow ui --backend-store-uri {tracking_uri})"
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,10 @@ class SweepTracker:
     def parent_run_id(self) -> str | None:
         return self._parent_run_id
 
+    @property
+    def experiment_id(self) -> str:
+        return self._experiment_id
+
     def cell_runs(self) -> dict[str, list[CellRun]]:
         """Every cell attempt recorded for this sweep, by cell key, oldest first."""
         runs: dict[str, list[CellRun]] = {}
@@ -181,18 +197,19 @@ class SweepTracker:
         if status is not CellStatus.RUNNING:
             self._client.set_terminated(run_id, _RUN_STATUS[status])
 
-    def log_verdicts(self, verdicts: list[dict]) -> None:
-        """Each verdict on the sweep's parent run: the winner (or the tie) as a tag, the margin over the
-        closest rival and its interval as metrics, keyed ``<gpu>/<dram>GiB/<jps>jps``."""
+    def log_verdicts(self, verdicts: list[Verdict]) -> None:
+        """Each verdict on the sweep's parent run: in words as a tag (the winner alone where one wins), the
+        margin over the closest rival and its interval as metrics, keyed ``<gpu>/<dram>GiB/<jps>jps``."""
         from mlflow.entities import Metric, RunTag
 
         now, metrics, tags = int(time.time() * 1000), [], []
-        for row in verdicts:
-            where = f"{row['gpu']}/{row['dram_gb']:g}GiB/{row['jps']:g}jps"
-            outcome = row["winner"] if row["significant"] else f"tie: {row['tied_with']}"
-            tags.append(RunTag(f"verdict/{where}", str(outcome)))
-            metrics += [Metric(f"{name}/{where}", float(row[name]), now, 0)
-                        for name in ("margin_pct", "margin_lo_pct", "margin_hi_pct") if row[name] == row[name]]  # fmt: skip
+        for verdict in verdicts:
+            outcome = verdict.label if verdict.significant else verdict.in_words()
+            tags.append(RunTag(f"verdict/{verdict.where}", outcome))
+            margins = {"margin_pct": verdict.margin_pct, "margin_lo_pct": verdict.margin_lo_pct,
+                       "margin_hi_pct": verdict.margin_hi_pct}  # fmt: skip
+            metrics += [Metric(f"{name}/{verdict.where}", value, now, 0)
+                        for name, value in margins.items() if not math.isnan(value)]  # fmt: skip
         self._client.log_batch(self._parent_run_id, metrics=metrics, tags=tags)
 
     def log_parent_artifacts(self, directory: Path, artifact_path: str) -> None:

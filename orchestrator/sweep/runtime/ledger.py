@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from orchestrator.records.cell import CellOutcome, CellStatus
 from orchestrator.records.row import Attempt, SummaryRow, attempt_columns
 from orchestrator.records.summary import summarize
-from orchestrator.sweep.cells import CellSpec
-from orchestrator.sweep.results import SweepResults
-from orchestrator.sweep.tracking import CellRun, SweepTracker
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.runtime.results import SweepResults
+from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ from orchestrator.policies import get_policy
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, kv_bytes_per_token, regime, size
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.cells import CellSpec
+from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.units import GIB
-
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ def preflight(cell: CellSpec) -> Preflight:
                       overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=block)  # fmt: skip
         gpu_tokens = sizing.gpu_kv_tokens
     fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
-    has_cpu_tier = get_policy(cell.policy).connector is not None
+    has_cpu_tier = get_policy(cell.policy).has_cpu_tier
     note = (f"{fit.value}: live {sets.live_tokens / 1e3:,.0f}K, corpus {sets.corpus_tokens / 1e3:,.0f}K tokens "
             f"vs GPU KV {gpu_tokens / 1e3:,.0f}K; offered load {sets.offered_load:.2f}")  # fmt: skip
     if has_cpu_tier and cell.dram_gb > 0:

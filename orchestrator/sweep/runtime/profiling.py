@@ -27,7 +27,7 @@ from orchestrator.sim.profile import (
     profile_from_cells,
 )
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -43,7 +43,7 @@ def profile_spec(spec: SweepSpec) -> SweepSpec:
 
 def measure_cpu_profile(spec: SweepSpec, options) -> CpuProfile:
     """Run (or find done) the profiling cells of ``spec`` and fit the profile from their records."""
-    from orchestrator.sweep.driver import run_sweep
+    from orchestrator.sweep.runtime.driver import run_sweep
 
     code = run_sweep(profile_spec(spec), options)
     if code != 0:

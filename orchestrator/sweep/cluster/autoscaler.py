@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.sweep.cluster import ACCELERATOR_PREFIX, NodeType
+from orchestrator.sweep.cluster.inventory import ACCELERATOR_PREFIX, NodeType
 from orchestrator.units import GIB
 from orchestrator.validation import InputError
 

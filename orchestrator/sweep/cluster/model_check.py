@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
-from orchestrator.sweep.cells import CellSpec
-from orchestrator.sweep.cluster import Inventory
-from orchestrator.sweep.spec import EngineKind
+from orchestrator.sweep.cluster.inventory import Inventory
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 
 CHECK_TIMEOUT_S = 60.0  # generating the tiny model on a node imports torch: seconds, not minutes

@@ -9,20 +9,49 @@ use, and tells the driver which placements to give up on and why.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from orchestrator.sweep.autoscaler import request_gpus
-from orchestrator.sweep.cluster import Inventory, Slot, read_inventory
-from orchestrator.sweep.scaling import ScaleUp, gpus_to_ask
-from orchestrator.sweep.worker import WorkerStatus, worker_actor_class
+from orchestrator.sweep.cluster.autoscaler import request_gpus
+from orchestrator.sweep.cluster.inventory import Inventory, Slot, read_inventory
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.scaling import ScaleUp, gpus_to_ask
+from orchestrator.sweep.planning.spec import RunLimits
+from orchestrator.sweep.runtime.ledger import StartedAttempt
+from orchestrator.sweep.runtime.worker import WorkerStatus, worker_actor_class
 from orchestrator.validation import first_line
 
 # How often the pool looks for nodes the autoscaler brought up and updates its request.
 SCALE_REFRESH_S = 2.0
 # A worker whose actor cannot be created this many times in a row gives up its slot.
 MAX_WORKER_CREATIONS = 20
+
+
+class WorkerState(enum.Enum):
+    STARTING = "starting"  # its actor is being created (again, after a failed creation)
+    UP = "up"  # its actor answered: it takes cells
+    GONE = "gone"  # left the pool: its actor could not be created MAX_WORKER_CREATIONS times in a row
+
+
+@dataclass(frozen=True)
+class Readiness:
+    state: WorkerState
+    reason: str | None = None  # why a worker is gone
+
+
+@dataclass
+class InFlight:
+    """A cell attempt running on a worker."""
+
+    started: StartedAttempt
+    ref: object  # the worker's pending ``run`` call
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def cell(self) -> CellSpec:
+        return self.started.cell
 
 
 @dataclass
@@ -36,7 +65,7 @@ class Worker:
     ready: object = None  # the first status() call; None once it answered
     num_creations: int = 0  # in a row, without the actor coming up
     group: tuple | None = None  # server group of the last cell, to prefer cells that reuse the replica
-    attempt: object = None  # the driver's attempt in flight on this worker, None while idle
+    attempt: InFlight | None = None  # the attempt in flight on this worker, None while idle
 
     def create(self) -> None:
         self.actor = worker_actor_class().options(**self.slot.actor_options()).remote(self.slot.node_id)
@@ -97,26 +126,40 @@ class WorkerPool:
         """Drop the request to the autoscaler, so that nodes the sweep no longer needs can go."""
         self._scale.withdraw()
 
-    def is_up(self, worker: Worker) -> bool | str:
-        """True once the worker's actor answered, False while it starts; an actor whose creation failed is
-        created again, and after ``MAX_WORKER_CREATIONS`` failures in a row the worker leaves the pool and
-        this returns why."""
+    def readiness(self, worker: Worker) -> Readiness:
+        """Up once the worker's actor answered, starting while it starts; an actor whose creation failed is
+        created again, and after ``MAX_WORKER_CREATIONS`` failures in a row the worker leaves the pool,
+        gone with the reason."""
         import ray
 
         if worker.ready is None:
-            return True
+            return Readiness(WorkerState.UP)
         if not ray.wait([worker.ready], timeout=0)[0]:
-            return False
+            return Readiness(WorkerState.STARTING)
         try:
             ray.get(worker.ready)
             worker.ready, worker.num_creations = None, 0
-            return True
+            return Readiness(WorkerState.UP)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError) as error:
             if worker.num_creations < MAX_WORKER_CREATIONS:
                 worker.create()
-                return False
+                return Readiness(WorkerState.STARTING)
             self.workers.remove(worker)
-            return first_line(error)
+            return Readiness(WorkerState.GONE, first_line(error))
+
+    def run(self, worker: Worker, started: StartedAttempt, limits: RunLimits) -> None:
+        """Start ``started``'s cell on ``worker`` (up and idle)."""
+        worker.attempt = InFlight(started, worker.actor.run.remote(started.cell, limits))
+        worker.group = started.cell.server_group
+
+    def release(self, worker: Worker, restart: bool = False) -> InFlight:
+        """End the worker's attempt and hand it back; with ``restart``, its actor is replaced first (a dead
+        or silent worker)."""
+        attempt = worker.attempt
+        if restart:
+            self.restart(worker)
+        worker.attempt = None
+        return attempt
 
     def restart(self, worker: Worker) -> None:
         import ray

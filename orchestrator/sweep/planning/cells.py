@@ -19,8 +19,8 @@ from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.policies import get_policy
 from orchestrator.sim.profile import CpuProfile
-from orchestrator.sweep.cluster import SIM
-from orchestrator.sweep.spec import EngineKind, EngineOptions, SweepSpec
+from orchestrator.sweep.cluster.inventory import SIM
+from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 # Bump when the meaning of a field changes, so old results are not mistaken for new ones.

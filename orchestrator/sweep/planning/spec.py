@@ -1,7 +1,7 @@
 """A sweep: the grid of cells to measure, with its model, workload, engine options and run limits.
 
 Typed and frozen; every field is checked on construction, so a bad GPU name, policy or load level is
-one clear line before Ray or MLflow is touched. Expanding the grid into cells is ``sweep.cells``.
+one clear line before Ray or MLflow is touched. Expanding the grid into cells is ``planning.cells``.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class SweepSpec(BaseModel):
 
     def _check_tier_budgets(self) -> None:
         """A policy whose CPU tier is the DRAM budget has no tier at all with a budget of 0."""
-        tiered = [name for name in self.policies if POLICIES[name].cpu_tier and POLICIES[name].cpu_tier_gb is None]
+        tiered = [name for name in self.policies if POLICIES[name].tier_is_the_budget]
         for gpu in self.gpus:
             if tiered and 0 in self.dram_for(gpu):
                 raise ValueError(

@@ -10,6 +10,7 @@ log and scheduler trace go back to the driver, the only writer of results and tr
 
 from __future__ import annotations
 
+import enum
 import platform
 import shutil
 import tempfile
@@ -17,25 +18,34 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.models.served import ModelUnavailable, served_model
-from orchestrator.records.cell import CellConfig, CellOutcome, CellStatus, EngineFacts, NodeStack, ResetProof, TierCounters
+from orchestrator.models.served import ModelUnavailable, ServedModel, served_model
+from orchestrator.policies import get_policy
+from orchestrator.records.cell import (
+    CellConfig,
+    CellOutcome,
+    CellStatus,
+    EngineFacts,
+    NodeStack,
+    ResetProof,
+    TierCounters,
+)
 from orchestrator.replica.config import EngineConfig
-from orchestrator.replica.probe import PREEMPTIONS, TIER_COUNTERS, read_counters, work_done
+from orchestrator.replica.probe import PREEMPTIONS, read_counters, work_done
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.engine import simulate
 from orchestrator.sim.hardware import Device
+from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import cpu_sim_engine
-from orchestrator.policies import get_policy
-from orchestrator.sweep.cells import CellSpec
-from orchestrator.sweep.serving import served_cell
-from orchestrator.sweep.spec import EngineKind, RunLimits
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.serving import ServedCell, served_cell
+from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
 from orchestrator.workload.client import RequestOptions
-from orchestrator.workload.plan import build_plan
+from orchestrator.workload.loadgen import ShardResult
+from orchestrator.workload.plan import WorkloadPlan, build_plan
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.tokenizer import token_counter_for
 
@@ -51,12 +61,46 @@ class ReplicaReuse:
     replaced_because: str | None = None
 
 
+class WorkerPhase(str, enum.Enum):
+    IDLE = "idle"
+    STARTING = "starting"  # checking the node and starting (or reusing) the replica
+    RESETTING = "resetting"  # proving the previous replica's caches empty
+    RUNNING = "running"
+    WAITING = "waiting for its worker"  # the driver's view of a cell whose worker has not picked it up
+
+
 @dataclass(frozen=True)
 class WorkerStatus:
     cell_key: str | None = None
-    phase: str = "idle"  # idle | starting | resetting | running
+    phase: WorkerPhase = WorkerPhase.IDLE
     jobs_finished: int = 0
     jobs_total: int = 0
+
+
+class _Refused(Exception):
+    """A cell that ends before its load runs, with the reason, whether another attempt may succeed, and the
+    server log where a replica failed to start."""
+
+    def __init__(self, reason: str, retryable: bool = False, server_log: str = ""):
+        super().__init__(reason)
+        self.reason, self.retryable, self.server_log = reason, retryable, server_log
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What a cell's load left behind on a real or fake engine."""
+
+    status: CellStatus
+    reason: str | None
+    crashed: bool
+    load: ShardResult | None  # None unless the cell is done
+    server_log: str
+    trace: bytes
+    counters_before: dict[str, float]
+    counters_after: dict[str, float]
+    options: RequestOptions
+    plan_fingerprint: str
+    replica: ReplicaInfo
 
 
 class CellWorker:
@@ -78,81 +122,95 @@ class CellWorker:
         # The schedule is complete before anything starts: nothing expensive happens on the clock, and a request
         # the engine would refuse fails the cell here.
         schedule = schedule_for(cell.workload)
-        if error := schedule.context_error(cell.engine_options.max_model_len):
-            return CellOutcome.failure(cell, error, False, self._node_id, started)
-        if cell.engine is EngineKind.SIM:
-            return self._simulate(cell, schedule, started)
-        limit_s = limits.cell_limit_s(cell.workload)
-        deadline = time.monotonic() + limit_s
-        self._status = WorkerStatus(cell.key, "starting")
+        try:
+            if error := schedule.context_error(cell.engine_options.max_model_len):
+                raise _Refused(error)
+            if cell.engine is EngineKind.SIM:
+                return self._simulate(cell, schedule, started)
+            self._status = WorkerStatus(cell.key, WorkerPhase.STARTING)
+            stack = self._checked_stack(cell)
+            model = self._model(cell)
+            served = served_cell(cell, model)
+            plan = build_plan(cell.workload, token_counter_for(model.directory), schedule)
+            reuse = self._replica_for(served.engine, limits.health_timeout_s)
+            ran = self._measure(cell, served, plan, limits)
+        except _Refused as refusal:
+            return CellOutcome.failure(cell, refusal.reason, refusal.retryable, self._node_id, started,
+                                       refusal.server_log)  # fmt: skip
+        finally:
+            self._status = WorkerStatus()
+        return self._outcome(
+            cell, schedule, started, ran.status, ran.reason, retryable=ran.crashed, load=ran.load,
+            server_log=ran.server_log, trace=ran.trace, engine=served.engine.model_dump(mode="json"),
+            engine_facts=ran.replica.facts, tier_counters=TierCounters.between(ran.counters_before, ran.counters_after),
+            n_preemptions=_counted(PREEMPTIONS, ran.counters_before, ran.counters_after), stack=stack,
+            replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
+            replica_replaced=reuse.replaced_because, request_options=asdict(ran.options),
+            plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
+            server_env=dict(ran.replica.server_env),
+        )  # fmt: skip
+
+    def _checked_stack(self, cell: CellSpec) -> NodeStack | None:
+        """The node's serving stack for a real vLLM cell, refused where the cell's policy needs LMCache's
+        compiled ops and they do not load."""
         stack = self._node_stack() if cell.engine is EngineKind.VLLM else None
         if stack is not None and get_policy(cell.policy).uses_lmcache and (refusal := lmcache_refusal(stack)):
-            self._status = WorkerStatus()
-            return CellOutcome.failure(cell, refusal, False, self._node_id, started)
+            raise _Refused(refusal)
+        return stack
+
+    def _model(self, cell: CellSpec) -> ServedModel:
         try:  # the fake engine reads the model's tokenizer and config, not its weights
-            model = served_model(cell.model, cell.weights, need_weights=cell.engine is EngineKind.VLLM)
+            return served_model(cell.model, cell.weights, need_weights=cell.engine is EngineKind.VLLM)
         except ModelUnavailable as error:
-            self._status = WorkerStatus()
-            return CellOutcome.failure(cell, str(error), False, self._node_id, started)
-        served = served_cell(cell, model)
-        plan = build_plan(cell.workload, token_counter_for(model.directory), schedule)
+            raise _Refused(str(error)) from None
+
+    def _replica_for(self, engine: EngineConfig, health_timeout_s: float) -> ReplicaReuse:
         try:
-            reuse = self._ensure_replica(served.engine, limits.health_timeout_s)
+            return self._ensure_replica(engine, health_timeout_s)
         except ServerStartError as error:
             log = self._replica.log_tail(200) if self._replica else ""
             self._drop_replica()
-            self._status = WorkerStatus()
-            reason = f"replica did not start: {first_line(error)}"
-            return CellOutcome.failure(cell, reason, True, self._node_id, started, server_log=log)
+            raise _Refused(f"replica did not start: {first_line(error)}", retryable=True, server_log=log) from None
+
+    def _measure(self, cell: CellSpec, served: ServedCell, plan: WorkloadPlan, limits: RunLimits) -> _Measured:
+        """Run the cell's load on the replica, watching for faults; what it left behind. A replica that
+        crashed, hung or ran out of time is dropped (which ends every open stream) and its load abandoned."""
         replica = self._replica
         mark = replica.mark()
         counters_before = read_counters(replica.info.base_url) or {}
         options = RequestOptions(served.served_model_name, served.send_priority, served.answer_token_ids)
-        self._status = WorkerStatus(cell.key, "running", 0, len(plan.jobs))
+        self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, len(plan.jobs))
         load = self._start_load(plan, replica.info, options, limits)
-        status, reason = self._watch(load, replica, limits, (deadline, limit_s), cell.key)
+        limit_s = limits.cell_limit_s(cell.workload)
+        status, reason = self._watch(load, replica, limits, (time.monotonic() + limit_s, limit_s), cell.key)
         shard = load.result() if status is CellStatus.DONE else None
         counters_after = read_counters(replica.info.base_url) or {}
         crashed = not replica.is_alive()  # a crash is worth another attempt; a hang or a time limit is not
         if crashed and shard is not None:
-            status, reason, shard = CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell", None
+            status, shard = CellStatus.FAILED, None
+            reason = f"replica exited with code {replica.exit_code} during the cell"
         if shard is None:
-            self._drop_replica()  # ends every open stream, so the load generator can be abandoned
+            self._drop_replica()
             load.cancel()
         log, trace = replica.output_since(mark, len(shard.requests) if shard else 0)
-        # Only the counters this engine has: a policy without a CPU tier reports none.
-        tier_counts = {name.removeprefix("vllm:").removesuffix("_total"): counters_after[name] - counters_before.get(name, 0.0)
-                       for name in TIER_COUNTERS if name in counters_after}  # fmt: skip
-        config = CellConfig(
-            cell_key=cell.key,
-            cell=cell.model_dump(mode="json"),
-            node_id=self._node_id,
-            host=platform.node(),
-            engine=served.engine.model_dump(mode="json"),
-            engine_facts=replica.info.facts,
-            tier_counters=TierCounters.from_counts(tier_counts),
-            num_preemptions=_counted(PREEMPTIONS, counters_before, counters_after),
-            stack=stack,
-            replica_reused=reuse.reused,
-            replica_start_s=reuse.start_s,
-            reset_proof=reuse.proof,
-            replica_replaced=reuse.replaced_because,
-            request_options=asdict(options),
-            plan_fingerprint=plan.fingerprint(),
-            **_schedule_facts(schedule),
-            server_argv=tuple(replica.info.server_argv),
-            server_env=dict(replica.info.server_env),
-        )
-        self._status = WorkerStatus()
+        return _Measured(status, reason, crashed, shard, log, trace, counters_before, counters_after, options,
+                         plan.fingerprint(), replica.info)  # fmt: skip
+
+    def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None, *,
+                 retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
+                 **config: object) -> CellOutcome:  # fmt: skip
+        """A cell that ran, on any engine: its records, each request with its best possible prefix hit, and
+        its configuration with what every engine records (``config`` adds the engine's own)."""
         return CellOutcome(
             cell_key=cell.key,
             status=status,
             reason=reason,
-            retryable=crashed,
-            requests=schedule.with_best_cached(shard.requests) if shard else (),
-            jobs=shard.jobs if shard else (),
-            config=config,
-            server_log=log,
+            retryable=retryable,
+            requests=schedule.with_best_cached(load.requests) if load else (),
+            jobs=load.jobs if load else (),
+            config=CellConfig(cell_key=cell.key, cell=cell.model_dump(mode="json"), node_id=self._node_id,
+                              host=platform.node(), **_schedule_facts(schedule), **config),  # fmt: skip
+            server_log=server_log,
             scheduler_trace=trace,
             started_unix=started,
             finished_unix=time.time(),
@@ -160,7 +218,7 @@ class CellWorker:
 
     def _simulate(self, cell: CellSpec, schedule: Schedule, started: float) -> CellOutcome:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
-        self._status = WorkerStatus(cell.key, "running", 0, 0)
+        self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, 0)
         options, workload = cell.engine_options, cell.workload
         if cell.cpu_profile is not None:
             engine = cpu_sim_engine(cell.cpu_profile, cell.model, cell.policy, cell.dram_gb, workload,
@@ -175,27 +233,16 @@ class CellWorker:
         result = simulate(workload, engine, schedule)
         stats = asdict(result.stats)
         scheduler = engine.scheduler
-        config = CellConfig(
-            cell_key=cell.key,
-            cell=cell.model_dump(mode="json"),
-            node_id=self._node_id,
-            host=platform.node(),
+        summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
+        return self._outcome(
+            cell, schedule, started, CellStatus.DONE, None, retryable=False,
+            load=ShardResult(tuple(result.requests), tuple(result.jobs)),
+            server_log=f"simulated {cell.label}: {summary}\n", trace=result.trace_bytes(),
             engine={"kind": "sim", "scheduler": asdict(scheduler), "calibration": asdict(engine.cost.calibration)},
             engine_facts=EngineFacts(vllm_version=None, block_size=scheduler.block_size, num_kv_blocks=scheduler.num_blocks,
                                      kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,
-                                     device_name=f"simulated {cell.gpu}"),  # fmt: skip
-            tier_counters=TierCounters.from_counts(result.stats.tier_counters),
-            num_preemptions=result.stats.preemptions,
-            simulation=stats,
-            **_schedule_facts(schedule),
-        )
-        summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
-        self._status = WorkerStatus()
-        return CellOutcome(
-            cell_key=cell.key, status=CellStatus.DONE, reason=None, retryable=False,
-            requests=schedule.with_best_cached(result.requests),
-            jobs=tuple(result.jobs), config=config, server_log=f"simulated {cell.label}: {summary}\n",
-            scheduler_trace=result.trace_bytes(), started_unix=started, finished_unix=time.time(),
+                                     device_name=f"simulated {cell.gpu}"),
+            tier_counters=result.stats.tier_counters, n_preemptions=result.stats.n_preemptions, simulation=stats,
         )  # fmt: skip
 
     def prove_reset(self) -> ResetProof:
@@ -220,7 +267,7 @@ class CellWorker:
         current = self._replica
         replaced_because = None
         if current is not None and current.engine == engine and current.is_alive():
-            self._status = WorkerStatus(self._status.cell_key, "resetting")
+            self._status = WorkerStatus(self._status.cell_key, WorkerPhase.RESETTING)
             try:
                 return ReplicaReuse(reused=True, proof=current.reset())
             except (ResetError, OSError) as error:  # a cache not proven empty would leak hits into this cell
@@ -257,7 +304,7 @@ class CellWorker:
             if not replica.is_alive():
                 return CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell"
             progress = load.progress()
-            self._status = WorkerStatus(cell_key, "running", progress.jobs_finished, progress.jobs_total)
+            self._status = WorkerStatus(cell_key, WorkerPhase.RUNNING, progress.jobs_finished, progress.jobs_total)
             work = work_done(read_counters(replica.info.base_url))
             if progress.requests_in_flight == 0 or (work is not None and work != last_work):
                 last_work, last_progress = work, now

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.sweep.cluster import NodeType
+from orchestrator.sweep.cluster.inventory import NodeType
 
 
 def gpus_to_ask(node_type: NodeType, num_cells: int, replica_gib: float) -> int:

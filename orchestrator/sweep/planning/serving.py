@@ -1,8 +1,8 @@
 """From a cell to what serves it: the replica's engine configuration and what its requests carry (pure).
 
-The worker's first step for a real cell. It lives beside the worker rather than in ``sweep.cells`` because
-the data flows cells -> replica: cell expansion needs nothing of the replica, and this needs the cell, the
-policy and the replica's configuration.
+The worker's first step for a real cell, decided before anything starts. It is apart from ``planning.cells``
+because the data flows cells -> replica: cell expansion needs nothing of the replica, and this needs the cell,
+the policy and the replica's configuration.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from orchestrator.models.served import ServedModel
 from orchestrator.policies import get_policy
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig
-from orchestrator.sweep.cells import CellSpec
-from orchestrator.sweep.spec import EngineKind
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.spec import EngineKind
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,11 @@ at 1, 3, 6 and 10 jobs per second. vLLM's own offload connectors run beside them
 The source study's sync-mode variants patched LMCache's installed source; they are not policies here."""
 
 import sys
-from pathlib import Path
 
-if __name__ == "__main__":
-    # The project root replaces this script's folder on the path: orchestrator becomes importable (also in
-    # a Ray job's working-dir copy) and sweeps/bottleneck.py no longer shadows pandas' bottleneck package.
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-from orchestrator.sweep.cli import sweep_main  # noqa: E402
-from orchestrator.sweep.spec import SweepSpec  # noqa: E402
-from orchestrator.workload.spec import WorkloadSpec  # noqa: E402
-from sweeps.large_dram import LLAMA_8B  # noqa: E402
+from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.sweep.cli import sweep_main
+from orchestrator.sweep.planning.spec import SweepSpec
+from orchestrator.workload.spec import WorkloadSpec
 
 SPEC = SweepSpec(
     name="bottleneck",

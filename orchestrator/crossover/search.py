@@ -1,0 +1,121 @@
+"""The crossover search run as sweeps: each round of the bisection is one run of the search's sweep with
+every load asked so far (those done are skipped), so the search is tracked and resumable like any sweep;
+with ``confirm``, a simulated search's flips are then located on real vLLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from orchestrator.crossover.bisection import NOT_MEASURED, Judge, bisect_flips, confirmation, locate_flip, start_loads
+from orchestrator.gpus import CPU
+from orchestrator.records.layout import SweepFiles
+from orchestrator.records.store import atomic_write_csv
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.runtime.profiling import measure_cpu_profile, profile_spec
+from orchestrator.validation import InputError
+
+
+@dataclass(frozen=True)
+class SearchRange:
+    """Where the search looks, and how narrow each bracket it reports is (jobs per second)."""
+
+    jps_min: float
+    jps_max: float
+    resolution: float
+
+    def __post_init__(self):
+        if not 0 < self.jps_min < self.jps_max or not self.resolution > 0:
+            flags = f"--jps-min {self.jps_min:g} --jps-max {self.jps_max:g} --resolution {self.resolution:g}"
+            raise InputError(f"{flags}: valid is 0 < jps-min < jps-max and a positive resolution")
+
+
+def search_name(spec: SweepSpec) -> str:
+    """The default sweep name of a search: one sweep per GPU type and pair of policies."""
+    return f"crossover-{spec.gpus[0]}-{'-'.join(spec.policies)}"
+
+
+def check_pair(spec: SweepSpec) -> None:
+    if len(spec.gpus) != 1 or len(spec.policies) != 2:
+        raise InputError(f"--gpu and --policies: one GPU type and two policies, got {', '.join(spec.gpus)} and "
+                         f"{', '.join(spec.policies)}")  # fmt: skip
+
+
+def run_search(spec: SweepSpec, options, engine: EngineKind, within: SearchRange, confirm: bool) -> int:
+    """Search ``spec``'s pair of policies on its GPU type with ``engine`` (the simulator or real vLLM), and
+    with ``confirm`` locate each simulated flip on real vLLM; writes ``crossover.csv`` and the report."""
+    check_pair(spec)
+    needs_profile = engine is EngineKind.SIM and spec.gpus == (CPU,)
+    if options.dry_run:
+        return _dry_run(spec, options, engine, needs_profile, start_loads(within.jps_min, within.jps_max))
+    if needs_profile:
+        spec = spec.model_copy(update={"cpu_profile": measure_cpu_profile(spec, options)})
+        print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: "
+              f"{spec.cpu_profile.describe()}")  # fmt: skip
+    SweepSpec.model_validate(spec.model_copy(update={"engine": engine}).model_dump())  # can the engine run the GPU?
+    flips = bisect_flips(sweep_judge(spec, options, engine), within.jps_min, within.jps_max, within.resolution)
+    rows = [{"jps_below": flip.jps_below, "jps_above": flip.jps_above, f"{engine.value}_below": flip.below,
+             f"{engine.value}_above": flip.above} for flip in flips]  # fmt: skip
+    if confirm and engine is EngineKind.SIM and flips:
+        measure = sweep_judge(spec, options, EngineKind.VLLM)
+        for row, flip in zip(rows, flips):
+            row |= confirmation(*locate_flip(measure, flip, within.jps_min, within.jps_max, within.resolution), flip)
+    table = pd.DataFrame(rows)
+    atomic_write_csv(table, SweepFiles(options.results_dir / spec.name).crossover)
+    _report(spec.name, options)
+    print(f"[{spec.name}] {len(flips)} change(s) of verdict between {within.jps_min:g} and {within.jps_max:g} jobs "
+          "per second:")  # fmt: skip
+    print(table.to_string(index=False) if len(table) else "  none: the same verdict at every load searched")
+    return 0
+
+
+def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
+    """Verdicts from measuring: each call runs the sweep with every load asked so far (those done are
+    skipped) and reads the verdict of each load asked from the sweep's results."""
+    from analysis.load import cell_records
+    from analysis.verdicts import verdicts
+    from orchestrator.sim.error_bands import load_policy_errors
+    from orchestrator.sweep.runtime.driver import EXIT_INTERRUPTED, run_sweep
+
+    asked: set[float] = set()
+    files = SweepFiles(options.results_dir / spec.name)
+
+    def judge(loads: list[float]) -> dict[float, str]:
+        asked.update(loads)
+        print(f"[{spec.name}] measuring {engine.value} at {', '.join(f'{jps:g}' for jps in loads)} jobs per second",
+              flush=True)  # fmt: skip
+        # No report per round: its plots cost more than a simulated round's cells. The search builds one at the end.
+        code = run_sweep(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}),
+                         replace(options, report=False))  # fmt: skip
+        if code == EXIT_INTERRUPTED:  # stopped by a signal: so is the search; a re-run resumes it
+            raise SystemExit(code)
+        summary = pd.read_parquet(files.summary)
+        found, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_policy_errors())
+        by_load = {verdict.jps: verdict.label for verdict in found}
+        return {jps: by_load.get(jps, NOT_MEASURED) for jps in loads}
+
+    return judge
+
+
+def _report(sweep: str, options) -> None:
+    """The sweep's report, built once the search is over (its rounds build none): every done cell, the rounds'
+    and any confirmation's alike."""
+    from orchestrator.sweep.runtime.driver import publish_report
+    from orchestrator.sweep.runtime.results import SweepResults
+    from orchestrator.sweep.runtime.tracking import SweepTracker
+
+    publish_report(SweepResults(options.results_dir / sweep), SweepTracker.read_only(options.tracking_uri, sweep))
+
+
+def _dry_run(spec: SweepSpec, options, engine: EngineKind, needs_profile: bool, loads: list[float]) -> int:
+    """What the search would run first: the profiling cell (the CPU engine in the simulator), or the start
+    loads; the loads after them depend on the verdicts measured there."""
+    from orchestrator.sweep.runtime.driver import run_sweep
+
+    first = profile_spec(spec) if needs_profile else spec.model_copy(update={"engine": engine, "jps": tuple(loads)})
+    code = run_sweep(first, options)
+    listed = ", ".join(f"{jps:g}" for jps in loads)
+    start = f"the search starts at {listed} jobs per second and " if needs_profile else ""
+    print(f"[{spec.name}] dry run: then {start}halves every interval whose two ends get different verdicts")
+    return code

@@ -1,0 +1,107 @@
+"""A verdict: which policy wins one comparison (a GPU type, DRAM budget, load and engine), as one typed value
+from the statistics that decide it (``analysis/verdicts.py``) to the report, MLflow and the crossover search
+(pure).
+
+On disk it is a row of ``report/tables/verdicts.csv``, whose first twelve columns are the contract other
+scripts read (``CSV_COLUMNS``); ``read_verdicts`` turns the file back into verdicts.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+
+class VerdictKind(str, enum.Enum):
+    WIN = "win"  # the leader beats every rival beyond the uncertainty and completes as many jobs
+    TIE = "tie"  # no policy does
+    TRADE_OFF = "trade-off"  # a rival is faster beyond the uncertainty, but lost jobs the leader completed
+    UNDECIDED = "undecided"  # fewer than two policies done
+
+
+@dataclass(frozen=True)
+class Verdict:
+    gpu: str
+    dram_gb: float
+    jps: float
+    engine: str
+    kind: VerdictKind
+    leader: str | None  # the fastest policy that no rival out-completes beyond the uncertainty
+    tied_with: tuple[str, ...]  # the leader and the rivals it does not beat (empty for a win)
+    margin_pct: float  # the leader's margin over its closest rival (negative: the rival is faster)
+    margin_lo_pct: float
+    margin_hi_pct: float
+    n_trials: int
+    note: str = ""
+    faster: str | None = None  # of a trade-off: the faster policy that lost jobs
+    faster_by_pct: float = math.nan  # how much lower its mean job time is than the leader's
+    jobs_lost: int = 0  # its jobs that timed out or failed, over all trials
+    n_jobs: int = 0  # its jobs, over all trials
+
+    @property
+    def significant(self) -> bool:
+        return self.kind is VerdictKind.WIN
+
+    @property
+    def label(self) -> str:
+        """The verdict in one word: the winner's name, ``tie``, ``trade-off`` or ``undecided``."""
+        return self.leader if self.kind is VerdictKind.WIN else self.kind.value
+
+    @property
+    def where(self) -> str:
+        return f"{self.gpu}/{self.dram_gb:g}GiB/{self.jps:g}jps"
+
+    def in_words(self) -> str:
+        if self.kind is VerdictKind.WIN:
+            return f"{self.leader} wins by {self.margin_pct:.1f}% [{self.margin_lo_pct:.1f}, {self.margin_hi_pct:.1f}]"
+        if self.kind is VerdictKind.TIE:
+            return f"tie: {', '.join(self.tied_with)}"
+        if self.kind is VerdictKind.TRADE_OFF:
+            return (f"trade-off: {self.faster}'s mean job time is {self.faster_by_pct:.0f}% lower than "
+                    f"{self.leader}'s, but {self.jobs_lost} of its {self.n_jobs} jobs were lost (timed out or failed)")
+        return f"undecided: {self.note}"
+
+    def to_row(self) -> dict:
+        """The verdict's ``verdicts.csv`` row."""
+        return {"gpu": self.gpu, "dram_gb": self.dram_gb, "jps": self.jps, "engine": self.engine,
+                "winner": None if self.kind is VerdictKind.UNDECIDED else self.label,
+                "significant": self.significant, "tied_with": ", ".join(self.tied_with),
+                "margin_pct": self.margin_pct, "margin_lo_pct": self.margin_lo_pct,
+                "margin_hi_pct": self.margin_hi_pct, "n_trials": self.n_trials, "note": self.note,
+                "kind": self.kind.value, "leader": self.leader, "faster": self.faster,
+                "faster_by_pct": self.faster_by_pct, "jobs_lost": self.jobs_lost, "n_jobs": self.n_jobs,
+                "in_words": self.in_words()}  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: Mapping) -> Verdict:
+        def text(name: str) -> str | None:
+            value = row[name]
+            return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+        return cls(gpu=str(row["gpu"]), dram_gb=float(row["dram_gb"]), jps=float(row["jps"]),
+                   engine=str(row["engine"]), kind=VerdictKind(row["kind"]), leader=text("leader"),
+                   tied_with=tuple(filter(None, (text("tied_with") or "").split(", "))),
+                   margin_pct=float(row["margin_pct"]), margin_lo_pct=float(row["margin_lo_pct"]),
+                   margin_hi_pct=float(row["margin_hi_pct"]), n_trials=int(row["n_trials"]),
+                   note=text("note") or "", faster=text("faster"), faster_by_pct=float(row["faster_by_pct"]),
+                   jobs_lost=int(row["jobs_lost"]), n_jobs=int(row["n_jobs"]))  # fmt: skip
+
+
+CSV_COLUMNS = list(Verdict(gpu="", dram_gb=0, jps=0, engine="", kind=VerdictKind.UNDECIDED, leader=None, tied_with=(),
+                           margin_pct=math.nan, margin_lo_pct=math.nan, margin_hi_pct=math.nan,
+                           n_trials=0).to_row())  # fmt: skip
+
+
+def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
+    """``verdicts.csv`` as a table."""
+    return pd.DataFrame([verdict.to_row() for verdict in verdicts], columns=CSV_COLUMNS)
+
+
+def read_verdicts(path: Path) -> list[Verdict]:
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""], float_precision="round_trip")
+    return [Verdict.from_row(row) for row in frame.to_dict("records")]

@@ -1,0 +1,136 @@
+"""The simulation's events and their one heap (pure), in the manner of Vidur's event loop: the heap is ordered by
+``(at, priority, seq)``; the loop (``sim.loop``) pops the first, sets the clock, handles it and pushes the events
+the handler returns.
+
+- ``SendTurn``: a client sends its job's next turn (at the plan's arrival, or when a tool call ends);
+- ``ReachEngine``: the request reaches the engine after the API server's overhead and waits there;
+- ``Deadline``: the client gives up on a request not finished by then, and the engine aborts it;
+- ``ScheduleStep``: the engine schedules a step from its queues and runs it.
+
+At the same time, sends and arrivals come first (in the order they were pushed), then deadlines (so a request that
+reached the engine by its deadline is aborted there), then the engine (so it sees everything due by then). Every
+event has the engine look at its queues at its time, even one that changes nothing (a deadline of a request already
+answered): a pin whose TTL ran out meanwhile is released then.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from orchestrator.sim.clients import Job
+    from orchestrator.sim.loop import Simulation
+    from orchestrator.sim.scheduler import SimRequest
+
+
+class Priority(enum.IntEnum):
+    """Order among events at the same time; within one priority, the order they were pushed."""
+
+    CLIENT = 0  # sends and arrivals, as the workload plan orders them
+    DEADLINE = 1  # after the arrivals due by then: a request that reached the engine is aborted there
+    ENGINE = 2  # the engine schedules once everything due by then has happened
+
+
+@dataclass(frozen=True, eq=False)
+class Event:
+    """Something that happens at ``at``. ``handle`` applies it and returns the events it causes, none before the
+    simulation's clock."""
+
+    priority: ClassVar[Priority]
+    at: float
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class SendTurn(Event):
+    """A client sends its job's next turn: at the plan's arrival for turn 1, when the tool call ends after that."""
+
+    priority: ClassVar[Priority] = Priority.CLIENT
+    job: Job
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        request, deadline_at = sim.clients.send(self.job, self.at)
+        # A deadline already past (the job's own ran out during its tool call) fires now, after the arrivals due now.
+        deadline = Deadline(max(deadline_at, sim.now), request, deadline_at)
+        return [ReachEngine(request.arrival, request), deadline, *sim.schedule_at(sim.now)]
+
+
+@dataclass(frozen=True, eq=False)
+class ReachEngine(Event):
+    """A request reaches the engine and waits there, unless its client has given up on it already."""
+
+    priority: ClassVar[Priority] = Priority.CLIENT
+    request: SimRequest
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        sim.clients.num_on_the_way -= 1
+        if not self.request.done:
+            sim.engine.add(self.request)
+        return sim.schedule_at(sim.now)
+
+
+@dataclass(frozen=True, eq=False)
+class Deadline(Event):
+    """The client gives up on a request not finished by ``deadline_at``: the engine aborts it and the job ends as
+    timed out. ``at`` is when this is handled, ``deadline_at`` what the records say."""
+
+    priority: ClassVar[Priority] = Priority.DEADLINE
+    request: SimRequest
+    deadline_at: float
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        request = self.request
+        if not request.done:
+            request.done = True
+            if request.in_engine:
+                sim.engine.abort(request, sim.now)
+            sim.clients.on_timed_out(request, self.deadline_at)
+        return sim.schedule_at(sim.now)
+
+
+@dataclass(frozen=True, eq=False)
+class ScheduleStep(Event):
+    """The engine schedules from its queues and runs the step to completion, or waits for the next change. Only the
+    simulation's ``next_schedule`` acts: one planned for later and then brought forward by an event is stale."""
+
+    priority: ClassVar[Priority] = Priority.ENGINE
+
+    def handle(self, sim: Simulation) -> Iterable[Event]:
+        if self is not sim.next_schedule:
+            return []
+        sim.next_schedule = None
+        engine = sim.engine
+        if not (sim.clients.num_on_the_way or engine.has_work):
+            return []  # the run is over: a deadline or a pin's expiry alone does not keep it going
+        plan = engine.schedule(sim.now)
+        if not (plan.scheduled or plan.async_loads):
+            change_at = engine.next_change(sim.now)
+            return [] if change_at is None else sim.schedule_at(change_at)
+        sim.now, finished = engine.step(plan, sim.now)  # the step runs to completion
+        caused = [event for request in finished for event in sim.clients.on_finished(request, sim.now)]
+        return caused + sim.schedule_at(sim.now)
+
+
+class EventQueue:
+    """The simulation's one heap, ordered by ``(at, priority, seq)``. ``seq`` counts this queue's pushes, so the order
+    is total and the same on every run."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, Priority, int, Event]] = []
+        self._num_pushed = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def push(self, event: Event) -> None:
+        self._num_pushed += 1
+        heapq.heappush(self._heap, (event.at, event.priority, self._num_pushed, event))
+
+    def pop(self) -> Event:
+        return heapq.heappop(self._heap)[-1]
