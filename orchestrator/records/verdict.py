@@ -103,5 +103,5 @@ def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
 
 
 def read_verdicts(path: Path) -> list[Verdict]:
-    frame = pd.read_csv(path, keep_default_na=False, na_values=[""], float_precision="round_trip")
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
     return [Verdict.from_row(row) for row in frame.to_dict("records")]
