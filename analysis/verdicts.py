@@ -145,7 +145,8 @@ def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: dict[str, float] 
     bands = {r.policy: _sim_band_pct(sim_error, leader.policy, r.policy) for r in rivals}
     # Faster than the leader beyond the uncertainty: then it lost jobs the leader completed (or it would lead).
     faster = [r for r in rivals if margins[r.policy].hi < -max(bands[r.policy], MIN_EFFECT_PCT)]
-    slower = [p for p in margins if p not in {r.policy for r in faster}]
+    faster_names = {r.policy for r in faster}
+    slower = [p for p in margins if p not in faster_names]
     tied = [p for p in slower if margins[p].lo <= max(bands[p], MIN_EFFECT_PCT)]
     out_completed = [p for p in margins if completion[(leader.policy, p)].hi < 0]
     closest = min(margins, key=lambda p: margins[p].estimate)

@@ -52,6 +52,7 @@ PLATFORM = re.compile(r"^manylinux_2_(\d+)_(x86_64|aarch64)$")
 OLDEST_GLIBC_MINOR = 17  # manylinux2014
 # Requirements of vLLM's CPU build that the stack replaces or leaves out (see the module's docstring).
 CPU_BUILD_REPLACED = ("torch", "torchaudio", "torchvision", "torchcodec")
+OFFLINE_INSTALL = "pip install --no-index --no-deps --require-hashes"  # no index, no resolution, every hash checked
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def build_bundle(stack: Stack, device: str, target: Target, out: Path, provided:
           *(f"{_name(entry)}=={entry['metadata']['version']}" for entry in kept)], what)  # fmt: skip
     packages = [_checked(entry, wheels) for entry in kept] + [_local(path) for path in no_deps]
     packages.append(_local(_project_wheel(wheels)))
-    install = "python3 -m pip install --no-index --no-deps --require-hashes --find-links wheels -r requirements.txt"
+    install = f"python3 -m {OFFLINE_INSTALL} --find-links wheels -r requirements.txt"
     manifest = {
         "format": FORMAT, "stack": asdict(stack), "device": device, "target": asdict(target),
         "created_unix": time.time(), "packages": [asdict(p) for p in sorted(packages, key=lambda p: p.name)],
@@ -197,12 +198,12 @@ def build_bundle(stack: Stack, device: str, target: Target, out: Path, provided:
     return manifest
 
 
-INSTALL_SCRIPT = """#!/usr/bin/env bash
+INSTALL_SCRIPT = f"""#!/usr/bin/env bash
 # Installs this bundle into the Python that runs it (PYTHON, default python3): no index, no resolution, every
 # file checked against its sha256. Then run `python -m orchestrator.doctor` on the node.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-"${PYTHON:-python3}" -m pip install --no-index --no-deps --require-hashes --find-links "$here/wheels" \\
+"${{PYTHON:-python3}}" -m {OFFLINE_INSTALL} --find-links "$here/wheels" \\
     -r "$here/requirements.txt"
 """
 

@@ -22,7 +22,7 @@ changes. The search itself is ``orchestrator/crossover/``; this script is its co
 
 import sys
 
-from orchestrator.crossover.search import SearchRange, check_pair, run_search, search_name
+from orchestrator.crossover.search import SearchRange, run_search, search_name
 from orchestrator.gpus import CPU
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
@@ -67,7 +67,6 @@ def _search(args) -> int:
     # one it is (the simulator can run it only once it is profiled).
     engine = EngineKind.VLLM if args.engine == EngineKind.VLLM.value else EngineKind.SIM
     spec, options = prepare(CPU_SPEC if args.gpus == [CPU] else SPEC, vars_without(args, "engine"))
-    check_pair(spec)
     if not args.name:
         spec = spec.model_copy(update={"name": search_name(spec)})
     return run_search(spec, options, engine, within, args.confirm)

@@ -37,18 +37,19 @@ def check_model_files(cells: Iterable[CellSpec], inventory: Inventory) -> None:
 
     wanted = {(cell.gpu, cell.model, cell.weights, cell.engine is EngineKind.VLLM)
               for cell in cells if cell.engine is not EngineKind.SIM and inventory.is_up(cell.gpu)}  # fmt: skip
-    probes = {}
+    probes = []  # (GPU type, node id, the task's answer)
     for gpu, model, weights, need_weights in sorted(wanted):
         for node in inventory.nodes_of(gpu):
             where = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
             task = ray.remote(unreadable_on_this_node).options(num_cpus=0, scheduling_strategy=where)
-            probes[(gpu, node.node_id)] = task.remote(model, weights, need_weights)
+            probes.append((gpu, node.node_id, task.remote(model, weights, need_weights)))
     if not probes:
         return
-    answered, unanswered = ray.wait(list(probes.values()), num_returns=len(probes), timeout=CHECK_TIMEOUT_S)
+    refs = [ref for _, _, ref in probes]
+    answered, unanswered = ray.wait(refs, num_returns=len(refs), timeout=CHECK_TIMEOUT_S)
     for ref in unanswered:
         ray.cancel(ref, force=True)
-    for (gpu, node_id), ref in probes.items():
+    for gpu, node_id, ref in probes:
         if ref not in answered:
             continue
         try:

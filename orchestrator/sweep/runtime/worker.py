@@ -96,8 +96,8 @@ class _Measured:
     load: ShardResult | None  # None unless the cell is done
     server_log: str
     trace: bytes
-    counters_before: dict[str, float]
-    counters_after: dict[str, float]
+    tier_counters: TierCounters
+    n_preemptions: int | None
     options: RequestOptions
     plan_fingerprint: str
     replica: ReplicaInfo
@@ -142,8 +142,8 @@ class CellWorker:
         return self._outcome(
             cell, schedule, started, ran.status, ran.reason, retryable=ran.crashed, load=ran.load,
             server_log=ran.server_log, trace=ran.trace, engine=served.engine.model_dump(mode="json"),
-            engine_facts=ran.replica.facts, tier_counters=TierCounters.between(ran.counters_before, ran.counters_after),
-            n_preemptions=_counted(PREEMPTIONS, ran.counters_before, ran.counters_after), stack=stack,
+            engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, n_preemptions=ran.n_preemptions,
+            stack=stack,
             replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
             replica_replaced=reuse.replaced_because, request_options=asdict(ran.options),
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
@@ -193,7 +193,9 @@ class CellWorker:
             self._drop_replica()
             load.cancel()
         log, trace = replica.output_since(mark, len(shard.requests) if shard else 0)
-        return _Measured(status, reason, crashed, shard, log, trace, counters_before, counters_after, options,
+        tier_counters = TierCounters.between(counters_before, counters_after)
+        n_preemptions = _counted(PREEMPTIONS, counters_before, counters_after)
+        return _Measured(status, reason, crashed, shard, log, trace, tier_counters, n_preemptions, options,
                          plan.fingerprint(), replica.info)  # fmt: skip
 
     def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None, *,
