@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.models.tiny import ensure_tiny_model
+from orchestrator.records.cell import RequestOptions
 from orchestrator.replica.config import FakeEngineConfig
 from orchestrator.replica.fake_engine import fake_server_command
 from orchestrator.replica.server import ServerProcess, free_port
 from orchestrator.workload.actor import merge_shards
-from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.loadgen import LoadGenerator
 from orchestrator.workload.plan import WorkloadPlan, build_plan
 from orchestrator.workload.spec import WorkloadSpec

@@ -40,7 +40,7 @@ import pandas as pd
 from analysis.fidelity import CellShape, cell_shape, error_by_policy, relative_error, shape_row
 from analysis.load import cell_records
 from analysis.verdicts import censored_job_times, verdicts
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.trace import read_trace
 from orchestrator.records.verdict import VerdictKind, read_verdicts
@@ -97,7 +97,7 @@ def paced_trials(files: SweepFiles, profile: CpuProfile, arch: ModelArch) -> dic
     """Per (policy, JPS) of a measured sweep, each done trial's workload as its cell recorded it and its step pace
     (``sim/profile.py`` ``step_pace``): how slowly the real engine stepped against the profile, the machine's
     speed while it ran."""
-    return {group: [(WorkloadSpec.model_validate(json.loads(cell.config.read_text())["cell"]["workload"]),
+    return {group: [(CellConfig.from_json(json.loads(cell.config.read_text())).cell.workload,
                      step_pace(profile, arch, pd.read_json(cell.scheduler_trace, lines=True))) for cell in cells]
             for group, cells in done_trials(files).items()}  # fmt: skip
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
+
 from orchestrator.records.schema import JobRecord, RequestRecord
 
-if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
+if TYPE_CHECKING:  # the requested side is the stages' own types, read back lazily (``_read_requested``)
+    from orchestrator.replica.config import EngineConfig
+    from orchestrator.sim.engine import SimEngineConfig
     from orchestrator.sweep.planning.cells import CellSpec
 
 
@@ -104,6 +108,44 @@ class TierCounters:
         return {name: value for name, value in asdict(self).items() if value is not None}
 
 
+@dataclass(frozen=True)
+class RequestOptions:
+    """How the load generator forms requests; the policy decides ``send_priority``, the plan each turn's length."""
+
+    model: str
+    send_priority: bool = False
+    answer_token_ids: tuple[int, ...] | None = None  # vLLM's allowed_token_ids: dummy weights answer in pool words
+
+
+@dataclass(frozen=True)
+class ScheduleStats:
+    """The shape of a cell's workload schedule, whichever engine ran it."""
+
+    num_jobs: int
+    num_requests: int
+    mean_turns: float
+    max_turns: int
+    mean_final_prompt_tokens: float
+    mean_output_tokens: float
+    mean_tool_time_s: float  # over tool calls (a job's last turn has none)
+
+
+@dataclass
+class SimStats:
+    """The simulated engine's counters over the run: it adds to them as it steps, and the cell records them."""
+
+    steps: int = 0
+    busy_s: float = 0.0
+    n_preemptions: int = 0
+    evicted_blocks: int = 0
+    save_stall_s: float = 0.0
+    load_stall_s: float = 0.0
+    tier_store_bytes: float = 0.0
+    tier_load_bytes: float = 0.0
+    tier_hits: int = 0
+    tier_counters: TierCounters = field(default_factory=TierCounters)  # as the real engine's counters say it
+
+
 _RENAMED = {"num_preemptions": "n_preemptions"}  # in cell.json files written before the rename
 
 
@@ -118,10 +160,10 @@ class CellConfig:
     """
 
     cell_key: str
-    cell: dict
+    cell: CellSpec
     node_id: str
     host: str | None = None
-    engine: dict | None = None
+    engine: EngineConfig | SimEngineConfig | None = None
     engine_facts: EngineFacts | None = None
     tier_counters: TierCounters = field(default_factory=TierCounters)
     n_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
@@ -132,17 +174,22 @@ class CellConfig:
     reset_proof: ResetProof | None = None
     replica_replaced: str | None = None  # why a replica that could have been reused was not
     # What the load generator sent and the server ran with (real engines).
-    request_options: dict | None = None
+    request_options: RequestOptions | None = None
     plan_fingerprint: str | None = None
     server_argv: tuple[str, ...] = ()
     server_env: dict[str, str] = field(default_factory=dict)
-    simulation: dict | None = None  # the simulator's own counts (steps, preemptions, stalls)
+    simulation: SimStats | None = None  # the simulator's own counts (steps, preemptions, stalls)
     # Every engine: what the workload's schedule was (two cells compare only on one) and its shape.
     schedule_fingerprint: str | None = None
-    schedule_stats: dict | None = None
+    schedule_stats: ScheduleStats | None = None
 
     def to_json(self) -> dict:
-        return asdict(self) | {"tier_counters": self.tier_counters.present()}
+        engine = self.engine
+        return asdict(self) | {
+            "cell": self.cell.model_dump(mode="json"),
+            "engine": engine.model_dump(mode="json") if isinstance(engine, BaseModel) else engine and asdict(engine),
+            "tier_counters": self.tier_counters.present(),
+        }
 
     @classmethod
     def from_json(cls, payload: dict) -> CellConfig:
@@ -151,12 +198,40 @@ class CellConfig:
         known = {spec.name for spec in fields(cls)}
         payload = {_RENAMED.get(name, name): value for name, value in payload.items()}
         values = {name: value for name, value in payload.items() if name in known}
-        for name, value_type in (("engine_facts", EngineFacts), ("stack", NodeStack), ("reset_proof", ResetProof)):
+        for name, read in _READERS.items():
             if values.get(name) is not None:
-                values[name] = value_type(**values[name])
+                values[name] = read(values[name])
         values["tier_counters"] = TierCounters(**(values.get("tier_counters") or {}))
         values["server_argv"] = tuple(values.get("server_argv") or ())
-        return cls(**values)
+        return cls(**values | _read_requested(values["cell"], values.get("engine")))
+
+
+# How each typed value of the effective side is read back from its JSON form.
+_READERS: dict[str, Callable[[dict], object]] = {
+    "engine_facts": lambda value: EngineFacts(**value),
+    "stack": lambda value: NodeStack(**value),
+    "reset_proof": lambda value: ResetProof(**value),
+    "request_options": lambda value: RequestOptions(**value | {"answer_token_ids": _tuple_or_none(value["answer_token_ids"])}),
+    "schedule_stats": lambda value: ScheduleStats(**value),
+    "simulation": lambda value: SimStats(**value | {"tier_counters": TierCounters(**value["tier_counters"])}),
+}  # fmt: skip
+
+
+def _tuple_or_none(values: list | None) -> tuple | None:
+    return None if values is None else tuple(values)
+
+
+def _read_requested(cell: dict, engine: dict | None) -> dict:
+    """The cell spec and engine configuration, as their own stages' types. Those stages import this module, so
+    their types are imported here, when a configuration is read back, and not when records are imported."""
+    from pydantic import TypeAdapter
+
+    from orchestrator.replica.config import EngineConfig
+    from orchestrator.sim.engine import SimEngineConfig
+    from orchestrator.sweep.planning.cells import CellSpec
+
+    requested_engine = None if engine is None else TypeAdapter(EngineConfig | SimEngineConfig).validate_python(engine)
+    return {"cell": CellSpec.model_validate(cell), "engine": requested_engine}
 
 
 @dataclass(frozen=True)
@@ -182,6 +257,6 @@ class CellOutcome:
         """A cell that produced no records: its replica or worker was lost before the load finished."""
         return cls(
             cell_key=cell.key, status=CellStatus.FAILED, reason=reason, retryable=retryable, requests=(), jobs=(),
-            config=CellConfig(cell_key=cell.key, cell=cell.model_dump(mode="json"), node_id=node_id),
+            config=CellConfig(cell_key=cell.key, cell=cell, node_id=node_id),
             server_log=server_log, scheduler_trace=b"", started_unix=started_unix, finished_unix=time.time(),
         )  # fmt: skip

@@ -11,10 +11,11 @@ load landing. Nothing here reads the wall clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
 
 from orchestrator.policies import TierKind
-from orchestrator.records.cell import TierCounters
+from orchestrator.records.cell import SimStats, TierCounters
 from orchestrator.records.trace import (
     Admit,
     Finish,
@@ -24,7 +25,7 @@ from orchestrator.records.trace import (
     Unpin,
     attention_pairs,
 )
-from orchestrator.sim.hardware import StepCost
+from orchestrator.sim.hardware import Calibration, StepCost
 from orchestrator.sim.scheduler import Release, SchedulerConfig, SimRequest, SimScheduler, StepPlan
 
 LMCACHE_CHUNK_TOKENS = 256
@@ -37,21 +38,19 @@ class SimEngine:
     scheduler: SchedulerConfig
     cost: StepCost
 
+    @property
+    def config(self) -> SimEngineConfig:
+        return SimEngineConfig(scheduler=self.scheduler, calibration=self.cost.calibration)
 
-@dataclass
-class SimStats:
-    """The engine's counters over the run; the worker reports them with the cell."""
 
-    steps: int = 0
-    busy_s: float = 0.0
-    n_preemptions: int = 0
-    evicted_blocks: int = 0
-    save_stall_s: float = 0.0
-    load_stall_s: float = 0.0
-    tier_store_bytes: float = 0.0
-    tier_load_bytes: float = 0.0
-    tier_hits: int = 0
-    tier_counters: TierCounters = field(default_factory=TierCounters)  # as the real engine's counters say it
+@dataclass(frozen=True)
+class SimEngineConfig:
+    """What a simulated cell records of its engine: the scheduler's configuration and the cost model's
+    calibration (the device and the model are the cell's own)."""
+
+    scheduler: SchedulerConfig
+    calibration: Calibration
+    kind: Literal["sim"] = "sim"
 
 
 class _Link:

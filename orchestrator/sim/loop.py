@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.records.cell import SimStats
 from orchestrator.records.schema import JobRecord, RequestRecord
 from orchestrator.records.trace import TraceEvent, trace_bytes
 from orchestrator.sim.clients import Clients
-from orchestrator.sim.engine import EngineCore, SimEngine, SimStats
+from orchestrator.sim.engine import EngineCore, SimEngine
 from orchestrator.sim.events import EventQueue, ScheduleStep
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec

@@ -11,7 +11,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
-from orchestrator.workload.client import RequestOptions
+from orchestrator.records.cell import RequestOptions
 from orchestrator.workload.loadgen import LoadGenerator, LoadProgress, ShardResult
 from orchestrator.workload.plan import WorkloadPlan
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from orchestrator.records.cell import RequestOptions
+
 # A pooled connection is dropped after this long idle. It must be shorter than the server's keep-alive
 # (replicas start vLLM with a longer one, ``replica.vllm_server.HTTP_KEEP_ALIVE_S``): a client whose loop
 # is busy when the server closes an idle connection would otherwise write its next request onto the
@@ -40,15 +42,6 @@ class EpochClock:
 
     def now(self) -> float:
         return time.monotonic() - self._monotonic_at_epoch
-
-
-@dataclass(frozen=True)
-class RequestOptions:
-    """How requests are formed; the policy decides ``send_priority``, the plan each turn's length."""
-
-    model: str
-    send_priority: bool = False
-    answer_token_ids: tuple[int, ...] | None = None  # vLLM's allowed_token_ids: dummy weights answer in pool words
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from orchestrator.records.cell import RequestOptions
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, best_cached_after
-from orchestrator.workload.client import Completion, CompletionClient, EpochClock, RequestOptions, open_session
+from orchestrator.workload.client import Completion, CompletionClient, EpochClock, open_session
 from orchestrator.workload.plan import JobPlan, TurnPlan, WorkloadPlan
 from orchestrator.workload.text import TOOL_SEPARATOR
 

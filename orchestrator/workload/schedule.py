@@ -18,6 +18,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from orchestrator.records.cell import ScheduleStats
 from orchestrator.records.schema import RequestRecord
 from orchestrator.workload.distributions import Distribution
 from orchestrator.workload.spec import WorkloadSource, WorkloadSpec
@@ -43,17 +44,6 @@ class JobShape:
     index: int  # arrival order; doubles as the job's priority for program-level FCFS
     arrival_s: float  # from the start of the arrival window
     turns: tuple[TurnShape, ...]
-
-
-@dataclass(frozen=True)
-class ScheduleStats:
-    num_jobs: int
-    num_requests: int
-    mean_turns: float
-    max_turns: int
-    mean_final_prompt_tokens: float
-    mean_output_tokens: float
-    mean_tool_time_s: float  # over tool calls (a job's last turn has none)
 
 
 @dataclass(frozen=True)

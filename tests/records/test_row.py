@@ -8,10 +8,20 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.records.cell import CellConfig, CellOutcome, CellStatus, EngineFacts, ResetProof, TierCounters
+from orchestrator.records.cell import (
+    CellConfig,
+    CellOutcome,
+    CellStatus,
+    EngineFacts,
+    RequestOptions,
+    ResetProof,
+    ScheduleStats,
+    TierCounters,
+)
 from orchestrator.records.row import Attempt, SummaryRow, attempt_columns
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
 from orchestrator.records.summary import summarize
+from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
@@ -37,11 +47,14 @@ def _summary():
 
 def _config() -> CellConfig:
     return CellConfig(
-        cell_key=CELL.key, cell=CELL.model_dump(mode="json"), node_id="n1", host="h",
+        cell_key=CELL.key, cell=CELL, node_id="n1", host="h",
         engine_facts=EngineFacts("0.32.0", 16, 1000, 16000, "NVIDIA H100 80GB HBM3"),
         tier_counters=TierCounters.between({"vllm:kv_offload_store_bytes_total": 1.0},
                                            {"vllm:kv_offload_store_bytes_total": 3.0, "vllm:num_preemptions_total": 9.0}),
         replica_reused=True, reset_proof=ResetProof(320, 0, 0.0),
+        engine=VllmEngineConfig(model="/models/llama", load_format="dummy", device="gpu", block_size=16),
+        request_options=RequestOptions("model", send_priority=True, answer_token_ids=(5, 7)),
+        schedule_stats=ScheduleStats(3, 24, 8.0, 8, 12000.0, 20.0, 0.5),
     )  # fmt: skip
 
 
@@ -83,7 +96,10 @@ def test_cell_json_keeps_its_shape_with_only_the_tier_counters_the_engine_has():
     assert written["tier_counters"] == {"kv_offload_store_bytes": 2.0}
     assert written["engine_facts"]["block_size"] == 16 and written["reset_proof"]["cached_before"] == 320
     assert written["cell"]["policy"] == "lmcache" and written["replica_reused"] is True
-    assert CellConfig.from_json(written) == _config()
+    assert written["engine"]["load_format"] == "dummy" and written["request_options"]["answer_token_ids"] == [5, 7]
+    assert written["schedule_stats"]["num_requests"] == 24
+    read = CellConfig.from_json(written)
+    assert read == _config() and read.cell.workload.jps == 2 and read.engine.block_size == 16
 
 
 def test_a_cell_json_written_before_preemptions_had_one_name_reads_the_same():

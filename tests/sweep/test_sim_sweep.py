@@ -60,7 +60,8 @@ def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(
     assert (trace.kind == "finish").sum() == len(requests)
     assert trace[trace.kind == "step"].eval("prefill_tokens + decode_tokens").max() <= 2048  # L40S's budget
     config = CellConfig.from_json(json.loads((cell_dir / "cell.json").read_text()))
-    assert config.engine["kind"] == "sim" and config.engine["scheduler"]["max_num_batched_tokens"] == 2048
+    assert config.engine.kind == "sim" and config.engine.scheduler.max_num_batched_tokens == 2048
+    assert config.simulation.tier_counters == config.tier_counters and config.cell.gpu == "L40S"
     assert config.tier_counters.kv_offload_store_bytes > 0 and config.engine_facts.device_name == "simulated L40S"
 
 
@@ -96,8 +97,8 @@ def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(f
     for key in rows.cell_key:
         config = CellConfig.from_json(json.loads((tmp_path / "cpu-sim" / "cells" / key / "cell.json").read_text()))
         assert config.engine_facts.num_kv_blocks == CPU_PROFILE.num_kv_blocks
-        assert config.engine["scheduler"]["block_size"] == CPU_PROFILE.block_size
-        assert config.engine["calibration"]["request_overhead_s"] == CPU_PROFILE.request_overhead_s
+        assert config.engine.scheduler.block_size == CPU_PROFILE.block_size
+        assert config.engine.calibration.request_overhead_s == CPU_PROFILE.request_overhead_s
 
 
 def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule_per_load(fake_gpu_cluster, tmp_path):

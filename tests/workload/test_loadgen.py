@@ -4,9 +4,9 @@ import time
 
 import pytest
 
+from orchestrator.records.cell import RequestOptions
 from orchestrator.records.schema import JobStatus, RequestStatus
 from orchestrator.workload.actor import drive_with_actors
-from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.distributions import PRESETS, IntUniform, Uniform
 from orchestrator.workload.loadgen import LoadGenerator
 from orchestrator.workload.plan import build_plan

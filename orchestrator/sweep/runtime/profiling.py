@@ -29,7 +29,6 @@ from orchestrator.sim.profile import (
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError
-from orchestrator.workload.spec import WorkloadSpec
 
 
 def profile_spec(spec: SweepSpec) -> SweepSpec:
@@ -63,7 +62,7 @@ def read_cpu_profile(spec: SweepSpec, results_dir: Path) -> CpuProfile:
         config = CellConfig.from_json(json.loads(cell.config.read_text()))
         pools.add((config.engine_facts.num_kv_blocks, config.engine_facts.block_size))
         cells.append(ProfilingCell(pd.read_json(cell.scheduler_trace, lines=True), pd.read_parquet(cell.requests),
-                                   WorkloadSpec.model_validate(config.cell["workload"])))  # fmt: skip
+                                   config.cell.workload))  # fmt: skip
     if len(pools) != 1:
         raise InputError(f"the profiling cells in {files.directory} ran on different KV pools {sorted(pools)}")
     ((num_kv_blocks, block_size),) = pools

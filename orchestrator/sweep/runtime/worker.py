@@ -26,6 +26,7 @@ from orchestrator.records.cell import (
     CellStatus,
     EngineFacts,
     NodeStack,
+    RequestOptions,
     ResetProof,
     TierCounters,
 )
@@ -43,7 +44,6 @@ from orchestrator.sweep.planning.serving import ServedCell, served_cell
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
-from orchestrator.workload.client import RequestOptions
 from orchestrator.workload.loadgen import ShardResult
 from orchestrator.workload.plan import WorkloadPlan, build_plan
 from orchestrator.workload.schedule import Schedule, schedule_for
@@ -141,11 +141,11 @@ class CellWorker:
             self._status = WorkerStatus()
         return self._outcome(
             cell, schedule, started, ran.status, ran.reason, retryable=ran.crashed, load=ran.load,
-            server_log=ran.server_log, trace=ran.trace, engine=served.engine.model_dump(mode="json"),
+            server_log=ran.server_log, trace=ran.trace, engine=served.engine,
             engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, n_preemptions=ran.n_preemptions,
             stack=stack,
             replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
-            replica_replaced=reuse.replaced_because, request_options=asdict(ran.options),
+            replica_replaced=reuse.replaced_because, request_options=ran.options,
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
             server_env=dict(ran.replica.server_env),
         )  # fmt: skip
@@ -210,7 +210,7 @@ class CellWorker:
             retryable=retryable,
             requests=schedule.with_best_cached(load.requests) if load else (),
             jobs=load.jobs if load else (),
-            config=CellConfig(cell_key=cell.key, cell=cell.model_dump(mode="json"), node_id=self._node_id,
+            config=CellConfig(cell_key=cell.key, cell=cell, node_id=self._node_id,
                               host=platform.node(), **_schedule_facts(schedule), **config),  # fmt: skip
             server_log=server_log,
             scheduler_trace=trace,
@@ -233,18 +233,19 @@ class CellWorker:
                 max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
             )  # fmt: skip
         result = simulate(workload, engine, schedule)
-        stats = asdict(result.stats)
         scheduler = engine.scheduler
-        summary = " ".join(f"{name}={value:.6g}" for name, value in stats.items() if isinstance(value, (int, float)))
+        counts = asdict(result.stats).items()
+        summary = " ".join(f"{name}={value:.6g}" for name, value in counts if isinstance(value, (int, float)))
         return self._outcome(
             cell, schedule, started, CellStatus.DONE, None, retryable=False,
             load=ShardResult(tuple(result.requests), tuple(result.jobs)),
             server_log=f"simulated {cell.label}: {summary}\n", trace=result.trace_bytes(),
-            engine={"kind": "sim", "scheduler": asdict(scheduler), "calibration": asdict(engine.cost.calibration)},
+            engine=engine.config,
             engine_facts=EngineFacts(vllm_version=None, block_size=scheduler.block_size, num_kv_blocks=scheduler.num_blocks,
                                      kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,
                                      device_name=f"simulated {cell.gpu}"),
-            tier_counters=result.stats.tier_counters, n_preemptions=result.stats.n_preemptions, simulation=stats,
+            tier_counters=result.stats.tier_counters, n_preemptions=result.stats.n_preemptions,
+            simulation=result.stats,
         )  # fmt: skip
 
     def prove_reset(self) -> ResetProof:
@@ -329,7 +330,7 @@ def worker_actor_class():
 
 def _schedule_facts(schedule: Schedule) -> dict:
     """What a cell's configuration records of its schedule, whichever engine ran it."""
-    return {"schedule_fingerprint": schedule.fingerprint(), "schedule_stats": asdict(schedule.stats())}
+    return {"schedule_fingerprint": schedule.fingerprint(), "schedule_stats": schedule.stats()}
 
 
 def _counted(counter: str, before: dict[str, float], after: dict[str, float]) -> int | None:
