@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.verdicts import CellRecords, censored_job_times
+from analysis.verdicts import CellRecords, censored_job_times, routed_arms
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 
@@ -70,7 +70,7 @@ def load_sweep(directory: Path) -> SweepData:
     path = files.summary
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {directory} a sweep's results directory (DIR/<sweep>)?")
-    summary = _measured_over_simulated(pd.read_parquet(path))
+    summary = routed_arms(_measured_over_simulated(pd.read_parquet(path)))
     turns = []
     for key in summary[summary.status == CellStatus.DONE.value].cell_key:
         try:

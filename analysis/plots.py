@@ -152,3 +152,24 @@ def step_timeline(trace: pd.DataFrame, title: str) -> bytes:
     panels[-1].set_xlabel("seconds since the cell's first step")
     panels[0].set_title(title)
     return _png(figure)
+
+
+def policy_router(routed: pd.DataFrame, title: str) -> bytes:
+    """Mean job time per KV policy (groups) and router (bars), one panel per load (``routed``: rows of
+    ``tables.policy_router``)."""
+    routers = sorted(column.split(":")[0] for column in routed.columns if column.endswith(": jct_mean_s"))
+    loads = sorted(routed.jps.unique())
+    figure, panels = plt.subplots(1, len(loads), figsize=(4.2 * len(loads), 3.6), squeeze=False, sharey=True)
+    for panel, jps in zip(panels[0], loads):
+        rows = routed[routed.jps == jps].groupby("kv_policy")[[f"{router}: jct_mean_s" for router in routers]].mean()
+        width = 0.8 / len(routers)
+        for offset, router in enumerate(routers):
+            positions = [index + offset * width for index in range(len(rows))]
+            panel.bar(positions, rows[f"{router}: jct_mean_s"], width, label=router)
+        panel.set_xticks([index + 0.4 - width / 2 for index in range(len(rows))], rows.index)
+        panel.set_title(f"{jps:g} jobs per second")
+        panel.grid(True, axis="y", alpha=0.3)
+    panels[0][0].set_ylabel("mean job time (s)")
+    panels[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.suptitle(title)
+    return _png(figure)

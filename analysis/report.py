@@ -87,6 +87,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     done, total = len(data.done), len(data.summary)
     report.paragraph(f"{done} of {total} cells done. Numbers: {data.provenance()}. Results: {data.directory}.")
     per_policy = _verdicts(report, data)
+    _routing(report, data)
     _overview(report, data)
     for gpu in data.gpus:
         _gpu_section(report, data, gpu, per_policy)
@@ -126,6 +127,22 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
                  "tail, completion, timeouts, errors, preemptions and TTFT",
                  per_policy.drop(columns=_turn_columns(per_policy)), provenance)  # fmt: skip
     return per_policy
+
+
+def _routing(report: ReportBuilder, data: SweepData) -> None:
+    """Which KV policy with which router, for cells of several replicas (the verdicts above compare each policy with
+    each router as one arm)."""
+    routed = tables.policy_router(data.summary)
+    if not len(routed):
+        return
+    report.heading("Policies and routers")
+    report.paragraph("Cells of several replicas behind a router. A job's KV lives on the replica that served its last "
+                     "turn: prefix kept is the share of their best possible prefix the later turns found cached, turns "
+                     "moved the share of them the router sent to another replica. Continuum's pins under a router "
+                     "that moves turns are held for a next turn that lands elsewhere (see the pin outcomes).")  # fmt: skip
+    report.table("policy_router", "Per KV policy and router: mean job time (s), prefix kept (%), turns moved (%)",
+                 routed, data.provenance(data.done))  # fmt: skip
+    report.figure("Mean job time per KV policy and router", plots.policy_router(routed, "policy x router"))
 
 
 def _turn_columns(frame: pd.DataFrame) -> list[str]:

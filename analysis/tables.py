@@ -233,3 +233,16 @@ def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: 
             }
         )  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def policy_router(summary: pd.DataFrame) -> pd.DataFrame:
+    """Cells of several replicas: per GPU, DRAM budget, load, replica count and KV policy, each router's mean job
+    time, the share of their best prefix the later turns found, and how many of them moved replica (means over
+    trials). Empty where no cell had more than one replica."""
+    routed = summary[(summary.status == CellStatus.DONE.value) & (summary.replicas > 1)]
+    if not len(routed):
+        return pd.DataFrame()
+    table = routed.pivot_table(index=["gpu", "dram_gb", "jps", "replicas", "kv_policy"], columns="router",
+                               values=["jct_mean_s", "prefix_kept_pct", "turns_moved_pct"], aggfunc="mean")  # fmt: skip
+    table.columns = [f"{router}: {value}" for value, router in table.columns]
+    return table[sorted(table.columns)].reset_index()

@@ -43,7 +43,7 @@ from orchestrator.records.verdict import Verdict, VerdictKind
 # The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
 # uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
 MIN_EFFECT_PCT = 1.0
-GROUP = ["gpu", "dram_gb", "jps", "engine"]
+GROUP = ["gpu", "dram_gb", "jps", "engine", "replicas"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,19 @@ class CellRecords:
 
     jobs: pd.DataFrame
     requests: pd.DataFrame
+
+
+def routed_arms(summary: pd.DataFrame) -> pd.DataFrame:
+    """A cell of several replicas compares as its policy with its router ("continuum @ session-affinity"), so every
+    table, figure and verdict answers which policy with which router; cells compare only at one replica count (a
+    summary written before replicas existed has one per cell). ``kv_policy`` keeps the policy alone."""
+    kv_policy = summary.kv_policy if "kv_policy" in summary else summary.policy
+    summary = summary.assign(kv_policy=kv_policy, replicas=summary.get("replicas", 1))
+    summary["replicas"] = summary.replicas.fillna(1).astype(int)
+    if "router" in summary:
+        routed = summary.router.notna()
+        summary.loc[routed, "policy"] = kv_policy[routed] + " @ " + summary.router[routed]
+    return summary
 
 
 def censored_job_times(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -189,7 +202,10 @@ def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
              sim_error: dict[str, float]) -> tuple[list[Verdict], pd.DataFrame]:  # fmt: skip
     """One verdict per comparison, and per policy of each comparison the statistics behind it with its tails,
     timeouts, errors and preemptions, from the done rows of ``summary``."""
-    done = summary[summary.status == CellStatus.DONE.value]
+    done = routed_arms(summary[summary.status == CellStatus.DONE.value])
+    # A policy behind a router keeps its policy's error band: the simulator's routing is not yet checked on its own.
+    sim_error = sim_error | {arm: sim_error[kv_policy] for arm, kv_policy in zip(done.policy, done.kv_policy)
+                             if kv_policy in sim_error}  # fmt: skip
     found, policy_rows = [], []
     for key, cells in done.groupby(GROUP, sort=True):
         where = dict(zip(GROUP, key))
@@ -209,9 +225,10 @@ def flips(found: list[Verdict]) -> pd.DataFrame:
     """Where the verdict changes between adjacent loads of one GPU, DRAM budget and engine: the loads that
     bracket each change, and the verdict on either side."""
     rows = []
-    by_line = sorted(found, key=lambda v: (v.gpu, v.dram_gb, v.engine, v.jps))
+    by_line = sorted(found, key=lambda v: (v.gpu, v.dram_gb, v.engine, v.replicas, v.jps))
     for below, above in zip(by_line, by_line[1:]):
-        same_line = (below.gpu, below.dram_gb, below.engine) == (above.gpu, above.dram_gb, above.engine)
+        same_line = (below.gpu, below.dram_gb, below.engine, below.replicas) == (above.gpu, above.dram_gb, above.engine,
+                                                                                above.replicas)  # fmt: skip
         if same_line and below.label != above.label:
             rows.append({"gpu": below.gpu, "dram_gb": below.dram_gb, "engine": below.engine, "jps_below": below.jps,
                          "jps_above": above.jps, "below": below.label, "above": above.label})  # fmt: skip

@@ -22,6 +22,7 @@ PURE_MODULES = (
     *modules_of("orchestrator.sweep.planning"),
     *modules_of("orchestrator.sim"),
     *modules_of("orchestrator.records"),
+    *modules_of("orchestrator.routing"),
     "orchestrator.crossover.bisection",
     "orchestrator.replica.config",
     "orchestrator.policies",
@@ -54,7 +55,7 @@ def test_a_pure_module_imports_no_process_http_ray_or_tracking_code(module):
 
 def test_the_pure_packages_are_found_module_by_module():
     assert {"orchestrator.sweep.planning.spec", "orchestrator.sweep.planning.cells", "orchestrator.sim.engine",
-            "orchestrator.records.verdict"} <= set(PURE_MODULES)  # fmt: skip
+            "orchestrator.records.verdict", "orchestrator.routing.rules"} <= set(PURE_MODULES)  # fmt: skip
 
 
 def test_the_check_sees_a_forbidden_import():

@@ -104,6 +104,15 @@ class TierCounters:
                  for spec in fields(cls) if cls.metric(spec.name) in after}  # fmt: skip
         return cls(**grown)
 
+    @classmethod
+    def summed(cls, replicas: list[TierCounters]) -> TierCounters:
+        """The counters of several replicas together; a counter none of them has stays None."""
+        totals = {}
+        for spec in fields(cls):
+            values = [value for counters in replicas if (value := getattr(counters, spec.name)) is not None]
+            totals[spec.name] = sum(values) if values else None
+        return cls(**totals)
+
     def present(self) -> dict[str, float]:
         return {name: value for name, value in asdict(self).items() if value is not None}
 
@@ -144,6 +153,13 @@ class SimStats:
     tier_load_bytes: float = 0.0
     tier_hits: int = 0
     tier_counters: TierCounters = field(default_factory=TierCounters)  # as the real engine's counters say it
+
+    @classmethod
+    def summed(cls, replicas: list[SimStats]) -> SimStats:
+        """A cell's counters over all its replicas."""
+        totals = {spec.name: sum(getattr(stats, spec.name) for stats in replicas)
+                  for spec in fields(cls) if spec.name != "tier_counters"}  # fmt: skip
+        return cls(**totals, tier_counters=TierCounters.summed([stats.tier_counters for stats in replicas]))
 
 
 _RENAMED = {"num_preemptions": "n_preemptions"}  # in cell.json files written before the rename
@@ -211,14 +227,14 @@ _READERS: dict[str, Callable[[dict], object]] = {
     "engine_facts": lambda value: EngineFacts(**value),
     "stack": lambda value: NodeStack(**value),
     "reset_proof": lambda value: ResetProof(**value),
-    "request_options": lambda value: RequestOptions(**value | {"answer_token_ids": _tuple_or_none(value["answer_token_ids"])}),
+    "request_options": lambda value: _request_options(**value),
     "schedule_stats": lambda value: ScheduleStats(**value),
     "simulation": lambda value: SimStats(**value | {"tier_counters": TierCounters(**value["tier_counters"])}),
 }  # fmt: skip
 
 
-def _tuple_or_none(values: list | None) -> tuple | None:
-    return None if values is None else tuple(values)
+def _request_options(answer_token_ids: list[int] | None, **options) -> RequestOptions:
+    return RequestOptions(**options, answer_token_ids=None if answer_token_ids is None else tuple(answer_token_ids))
 
 
 def _read_requested(cell: dict, engine: dict | None) -> dict:

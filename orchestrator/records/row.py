@@ -60,6 +60,8 @@ class SummaryRow:
     tool_time_s: float | None = None  # the mean, where tool times are drawn
     workload_source: str | None = None  # source-study, parametric or trace
     load_multiplier: float | None = None  # a replay's rate over the trace's own
+    replicas: int | None = None  # behind a router, when more than one
+    router: str | None = None
     n_errors: int | None = None
     t_last_over_t1: float | None = None
     jct_censored_mean_s: float | None = None
@@ -76,6 +78,8 @@ class SummaryRow:
     pin_gave_way_pct: float | None = None
     pin_abandoned_pct: float | None = None
     pin_in_vain_block_s: float | None = None
+    prefix_kept_pct: float | None = None
+    turns_moved_pct: float | None = None
     reason: str | None = None  # why a cell is pending
     # The attempt behind a done row (``attempt_columns``).
     run_id: str | None = None
@@ -113,6 +117,7 @@ class SummaryRow:
             scale=workload.scale,
             duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
             workload_source=workload.source, load_multiplier=workload.load_multiplier(), reason=reason,
+            replicas=cell.replicas, router=cell.router.value if cell.router else None,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
         )  # fmt: skip
 

@@ -50,6 +50,7 @@ class RequestRecord:
     best_cached_tokens: int | None  # previous turn's prompt + completion: the most a prefix cache can hit
     completion_tokens: int | None
     error: str | None
+    replica: int = 0  # which of the cell's replicas served it (0 in a cell of one)
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -64,6 +64,10 @@ class CellSummary:
     pin_gave_way_pct: float | None
     pin_abandoned_pct: float | None
     pin_in_vain_block_s: float
+    # Turns after the first: the share of their best possible prefix the cache gave them, and of those turns, how many
+    # a router sent to another replica than their job's previous turn (0 with one replica).
+    prefix_kept_pct: float | None
+    turns_moved_pct: float | None
     turns: tuple[TurnSummary, ...]
 
     def turn(self, number: int) -> TurnSummary | None:
@@ -103,8 +107,24 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trac
         t_last_mean_s=t_last,
         t_last_over_t1=t_last / t1 if t1 and t_last else None,
         **asdict(summarize_pins(pin_outcomes(read_trace(trace, TRACE_KINDS), requests))),
+        prefix_kept_pct=_prefix_kept_pct(requests),
+        turns_moved_pct=_turns_moved_pct(requests),
         turns=turns,
     )
+
+
+def _prefix_kept_pct(requests: Sequence[RequestRecord]) -> float | None:
+    later = [record for record in _succeeded(requests) if record.turn > 1 and record.cached_tokens is not None
+             and record.best_cached_tokens]  # fmt: skip
+    best = sum(record.best_cached_tokens for record in later)
+    return 100 * sum(record.cached_tokens for record in later) / best if best else None
+
+
+def _turns_moved_pct(requests: Sequence[RequestRecord]) -> float | None:
+    replica_of = {(record.job_id, record.turn): record.replica for record in requests}
+    later = [(job, turn) for job, turn in replica_of if turn > 1 and (job, turn - 1) in replica_of]
+    moved = sum(replica_of[(job, turn)] != replica_of[(job, turn - 1)] for job, turn in later)
+    return 100 * moved / len(later) if later else None
 
 
 def _censored_mean(jobs: Sequence[JobRecord]) -> Interval | None:

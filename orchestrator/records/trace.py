@@ -113,10 +113,12 @@ class Unpin:
 TraceEvent = Step | Admit | Finish | Unpin
 
 
-def trace_line(event: TraceEvent) -> str:
+def trace_line(event: TraceEvent, replica: int | None = None) -> str:
     """The event's JSON line, newline included. ``vars`` of a frozen dataclass holds its fields in declaration order
-    (``__init__`` sets them in that order), which is the key order this module promises."""
-    return json_line({"kind": event.kind, **vars(event)})
+    (``__init__`` sets them in that order), which is the key order this module promises. A cell of several replicas
+    merges their traces, each line ending with the ``replica`` that wrote it."""
+    tag = {} if replica is None else {"replica": replica}
+    return json_line({"kind": event.kind, **vars(event), **tag})
 
 
 def json_line(payload: Mapping[str, object]) -> str:
@@ -124,9 +126,11 @@ def json_line(payload: Mapping[str, object]) -> str:
     return json.dumps(payload, separators=_SEPARATORS) + "\n"
 
 
-def trace_bytes(events: Iterable[TraceEvent]) -> bytes:
-    """A trace file's contents: one line per event, in order."""
-    return "".join(map(trace_line, events)).encode()
+def trace_bytes(events: Iterable[TraceEvent], replicas: Iterable[int] | None = None) -> bytes:
+    """A trace file's contents: one line per event, in order, with the replica of each where there are several."""
+    if replicas is None:
+        return "".join(map(trace_line, events)).encode()
+    return "".join(map(trace_line, events, replicas)).encode()
 
 
 _KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin)}
@@ -160,6 +164,7 @@ def read_trace(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceEve
         if not line.strip() or (wanted is not None and not any(mark in line for mark in wanted)):
             continue
         payload = json.loads(line)
+        payload.pop("replica", None)  # the merged trace of a cell of several replicas
         kind = _KINDS.get(payload.pop("kind", None))
         if kind is Finish:
             payload["action"] = FinishAction(payload["action"])

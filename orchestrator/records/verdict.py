@@ -42,6 +42,7 @@ class Verdict:
     faster_by_pct: float = math.nan  # how much lower its mean job time is than the leader's
     jobs_lost: int = 0  # its jobs that timed out or failed, over all trials
     n_jobs: int = 0  # its jobs, over all trials
+    replicas: int = 1  # per cell; past one, the compared policies are "policy @ router"
 
     @property
     def significant(self) -> bool:
@@ -54,7 +55,8 @@ class Verdict:
 
     @property
     def where(self) -> str:
-        return f"{self.gpu}/{self.dram_gb:g}GiB/{self.jps:g}jps"
+        routed = f"/x{self.replicas}" if self.replicas > 1 else ""
+        return f"{self.gpu}/{self.dram_gb:g}GiB/{self.jps:g}jps{routed}"
 
     def in_words(self) -> str:
         if self.kind is VerdictKind.WIN:
@@ -75,7 +77,7 @@ class Verdict:
                 "margin_hi_pct": self.margin_hi_pct, "n_trials": self.n_trials, "note": self.note,
                 "kind": self.kind.value, "leader": self.leader, "faster": self.faster,
                 "faster_by_pct": self.faster_by_pct, "jobs_lost": self.jobs_lost, "n_jobs": self.n_jobs,
-                "in_words": self.in_words()}  # fmt: skip
+                "in_words": self.in_words(), "replicas": self.replicas}  # fmt: skip
 
     @classmethod
     def from_row(cls, row: Mapping) -> Verdict:
@@ -89,7 +91,8 @@ class Verdict:
                    margin_pct=float(row["margin_pct"]), margin_lo_pct=float(row["margin_lo_pct"]),
                    margin_hi_pct=float(row["margin_hi_pct"]), n_trials=int(row["n_trials"]),
                    note=text("note") or "", faster=text("faster"), faster_by_pct=float(row["faster_by_pct"]),
-                   jobs_lost=int(row["jobs_lost"]), n_jobs=int(row["n_jobs"]))  # fmt: skip
+                   jobs_lost=int(row["jobs_lost"]), n_jobs=int(row["n_jobs"]),
+                   replicas=int(row.get("replicas", 1)))  # fmt: skip
 
 
 CSV_COLUMNS = list(Verdict(gpu="", dram_gb=0, jps=0, engine="", kind=VerdictKind.UNDECIDED, leader=None, tied_with=(),

@@ -132,6 +132,7 @@ class Clients:
             best_cached_tokens=best_cached_after(previous),
             completion_tokens=request.num_output if ok else None,
             error=error,
+            replica=request.replica,
         )
         job.records.append(record)
         self.requests.append(record)

@@ -7,6 +7,7 @@ the handler returns.
 - ``Deadline``: the client gives up on a request not finished by then, and the engine aborts it;
 - ``ScheduleStep``: the engine schedules a step from its queues and runs it.
 
+Each event belongs to one replica (a send, to the one its router chooses) and is handled on that replica's clock.
 At the same time, sends and arrivals come first (in the order they were pushed), then deadlines (so a request that
 reached the engine by its deadline is aborted there), then the engine (so it sees everything due by then). Every
 event has the engine look at its queues at its time, even one that changes nothing (a deadline of a request already
@@ -56,9 +57,11 @@ class SendTurn(Event):
 
     def handle(self, sim: Simulation) -> Iterable[Event]:
         request, deadline_at = sim.clients.send(self.job, self.at)
+        sim.route(request)
+        sim.advance(request.replica, self.at)
         # A deadline already past (the job's own ran out during its tool call) fires now, after the arrivals due now.
         deadline = Deadline(max(deadline_at, sim.now), request, deadline_at)
-        return [ReachEngine(request.arrival, request), deadline, *sim.schedule_at(sim.now)]
+        return [ReachEngine(request.arrival, request), deadline, *sim.schedule_at(sim.now, request.replica)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,10 +72,11 @@ class ReachEngine(Event):
     request: SimRequest
 
     def handle(self, sim: Simulation) -> Iterable[Event]:
+        sim.advance(self.request.replica, self.at)
         sim.clients.num_on_the_way -= 1
         if not self.request.done:
-            sim.engine.add(self.request)
-        return sim.schedule_at(sim.now)
+            sim.engines[self.request.replica].add(self.request)
+        return sim.schedule_at(sim.now, self.request.replica)
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,35 +90,43 @@ class Deadline(Event):
 
     def handle(self, sim: Simulation) -> Iterable[Event]:
         request = self.request
+        sim.advance(request.replica, self.at)
         if not request.done:
             request.done = True
+            sim.on_left(request)
             if request.in_engine:
-                sim.engine.abort(request, sim.now)
+                sim.engines[request.replica].abort(request, sim.now)
             sim.clients.on_timed_out(request, self.deadline_at)
-        return sim.schedule_at(sim.now)
+        return sim.schedule_at(sim.now, request.replica)
 
 
 @dataclass(frozen=True, eq=False)
 class ScheduleStep(Event):
-    """The engine schedules from its queues and runs the step to completion, or waits for the next change. Only the
-    simulation's ``next_schedule`` acts: one planned for later and then brought forward by an event is stale."""
+    """Replica ``replica``'s engine schedules from its queues and runs the step to completion, or waits for the next
+    change. Only the engine's ``next_schedule`` acts: one planned for later and then brought forward is stale."""
 
     priority: ClassVar[Priority] = Priority.ENGINE
+    replica: int = 0
 
     def handle(self, sim: Simulation) -> Iterable[Event]:
-        if self is not sim.next_schedule:
+        if self is not sim.next_schedule[self.replica]:
             return []
-        sim.next_schedule = None
-        engine = sim.engine
+        sim.advance(self.replica, self.at)
+        sim.next_schedule[self.replica] = None
+        engine = sim.engines[self.replica]
         if not (sim.clients.num_on_the_way or engine.has_work):
             return []  # the run is over: a deadline or a pin's expiry alone does not keep it going
         plan = engine.schedule(sim.now)
         if not (plan.scheduled or plan.async_loads):
             change_at = engine.next_change(sim.now)
-            return [] if change_at is None else sim.schedule_at(change_at)
-        sim.now, finished = engine.step(plan, sim.now)  # the step runs to completion
-        caused = [event for request in finished for event in sim.clients.on_finished(request, sim.now)]
-        return caused + sim.schedule_at(sim.now)
+            return [] if change_at is None else sim.schedule_at(change_at, self.replica)
+        end, finished = engine.step(plan, sim.now)  # the step runs to completion
+        sim.advance(self.replica, end)
+        caused = []
+        for request in finished:
+            sim.on_left(request)
+            caused += sim.clients.on_finished(request, sim.now)
+        return caused + sim.schedule_at(sim.now, self.replica)
 
 
 class EventQueue:

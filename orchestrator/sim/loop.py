@@ -1,8 +1,9 @@
-"""One simulated cell in virtual time: the clients (``sim.clients``), one engine (``sim.engine``) and the event
-loop between them (``sim.events``). The loop pops the first event, sets the clock, handles it and pushes what it
-causes; the clock never goes back, so what fell due during a step is handled when the step ends, in time order (a
-request that reached the engine during a step and passed its deadline during it too is aborted in the engine, as
-vLLM aborts a request its client dropped).
+"""One simulated cell in virtual time: the clients (``sim.clients``), its replicas' engines (``sim.engine``), the
+router between them (``routing.rules``) and the event loop (``sim.events``). The loop pops the first event and
+handles it; the handler sets its replica's clock and returns what it causes. A replica's clock never goes back, so
+what fell due at a replica during its engine's step is handled when the step ends, in time order (a request that
+reached the engine during a step and passed its deadline during it too is aborted in the engine, as vLLM aborts a
+request its client dropped), while the other replicas go on at their own times.
 
 Output is what a real cell produces: request and job records on the cell's clock and a scheduler trace.
 """
@@ -14,9 +15,11 @@ from dataclasses import dataclass
 from orchestrator.records.cell import SimStats
 from orchestrator.records.schema import JobRecord, RequestRecord
 from orchestrator.records.trace import TraceEvent, trace_bytes
+from orchestrator.routing.rules import RouteRequest, RouterKind, RouterSetup, make_router
 from orchestrator.sim.clients import Clients
 from orchestrator.sim.engine import EngineCore, SimEngine
 from orchestrator.sim.events import EventQueue, ScheduleStep
+from orchestrator.sim.scheduler import SimRequest
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -29,44 +32,99 @@ class SimResult:
     jobs: list[JobRecord]
     trace: list[TraceEvent]
     stats: SimStats
+    trace_replicas: list[int] | None = None  # each trace event's replica, in a cell of several
 
     def trace_bytes(self) -> bytes:
-        return trace_bytes(self.trace)
+        return trace_bytes(self.trace, self.trace_replicas)
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """How many engines a cell runs and the router in front of them (none for one)."""
+
+    count: int = 1
+    router: RouterKind | None = None
+    seed: int = 0  # draws least-loaded's pairs
 
 
 class Simulation:
-    """One cell: the clients, the engine and the event loop between them.
+    """One cell: the clients, the replicas' engines, the router and the event loop between them.
 
-    Invariants: ``now`` never decreases (the loop sets it, and a step moves it to the step's end); ``next_schedule``
-    is the one ``ScheduleStep`` that will act (others pending are stale)."""
+    Invariants: a replica's ``clocks`` entry never decreases (its events set it, and a step moves it to the step's
+    end); ``now`` is the clock of the replica whose event is being handled; ``next_schedule[r]`` is the one
+    ``ScheduleStep`` of replica ``r`` that will act (others pending are stale); ``num_in_flight[r]`` counts the
+    requests routed to ``r`` that have not finished or been given up on, which is what the router balances."""
 
-    def __init__(self, workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None):
-        self.now = 0.0
+    def __init__(self, workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None,
+                 replicas: Replicas = Replicas()):  # fmt: skip
         schedule = schedule or schedule_for(workload)
         self.clients = Clients(workload, schedule, engine.cost.calibration.request_overhead_s,
                                 engine.scheduler.block_size)
-        self.engine = EngineCore(engine)
-        self.next_schedule: ScheduleStep | None = None
+        self.engines = [EngineCore(engine) for _ in range(replicas.count)]
+        self.router = None if replicas.router is None else make_router(
+            replicas.router, RouterSetup(replicas.count, replicas.seed, capacity_blocks=engine.scheduler.num_blocks))
+        self.block_size = engine.scheduler.block_size
+        self.now = 0.0
+        self.clocks = [0.0] * replicas.count
+        self.next_schedule: list[ScheduleStep | None] = [None] * replicas.count
+        self.num_in_flight = [0] * replicas.count
         self._queue = EventQueue()
 
     def run(self) -> SimResult:
         for send in self.clients.start():
             self._queue.push(send)
         while self._queue:
-            event = self._queue.pop()
-            self.now = max(self.now, event.at)  # what fell due during a step is handled when the step ends
-            for caused in event.handle(self):
+            for caused in self._queue.pop().handle(self):
                 self._queue.push(caused)
-        return SimResult(self.clients.requests, self.clients.jobs, self.engine.trace, self.engine.finish_stats())
+        return SimResult(self.clients.requests, self.clients.jobs, *_merged(self.engines))
 
-    def schedule_at(self, at: float) -> list[ScheduleStep]:
-        """The engine schedules at ``at`` unless it already will by then (a later one planned becomes stale)."""
-        if self.next_schedule is not None and self.next_schedule.at <= at:
+    def advance(self, replica: int, at: float) -> float:
+        """Replica ``replica``'s clock at an event due ``at``: what fell due during a step waits for the step's end."""
+        self.now = self.clocks[replica] = max(self.clocks[replica], at)
+        return self.now
+
+    def route(self, request: SimRequest) -> None:
+        if self.router is not None:
+            loads = dict(enumerate(self.num_in_flight))
+            request.replica = self.router.choose(RouteRequest(request.job_id, self._block_hashes(request)), loads)
+        self.num_in_flight[request.replica] += 1
+
+    def on_left(self, request: SimRequest) -> None:
+        """The request finished, or its client gave up on it: its replica has one less in flight."""
+        self.num_in_flight[request.replica] -= 1
+
+    def schedule_at(self, at: float, replica: int = 0) -> list[ScheduleStep]:
+        """The replica's engine schedules at ``at`` unless it already will by then (a later one planned is stale)."""
+        planned = self.next_schedule[replica]
+        if planned is not None and planned.at <= at:
             return []
-        self.next_schedule = ScheduleStep(at)
-        return [self.next_schedule]
+        planned = self.next_schedule[replica] = ScheduleStep(at, replica)
+        return [planned]
+
+    def _block_hashes(self, request: SimRequest) -> tuple:
+        """The prompt's full blocks as a prefix-aware router hashes them: the shared ones, then its job's chain (a
+        job's prompt extends its previous one). Only prefix-aware reads them."""
+        if self.router is None or self.router.kind is not RouterKind.PREFIX_AWARE:
+            return ()
+        num_full = request.prompt_tokens // self.block_size
+        shared = min(request.shared_blocks, num_full)
+        own = tuple((request.job_id, i) for i in range(num_full - shared))
+        return tuple(("shared", i) for i in range(shared)) + own
 
 
-def simulate(workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None) -> SimResult:
-    """``workload`` in ``engine``: its ``schedule`` (drawn here when not given) and its timeouts."""
-    return Simulation(workload, engine, schedule).run()
+def _merged(engines: list[EngineCore]) -> tuple[list[TraceEvent], SimStats, list[int] | None]:
+    """The cell's scheduler trace and counters: one engine's own, or every replica's, the trace in time order with
+    each event's replica and the counters summed."""
+    if len(engines) == 1:
+        return engines[0].trace, engines[0].finish_stats(), None
+    stats = SimStats.summed([engine.finish_stats() for engine in engines])
+    tagged = sorted(((event, replica) for replica, engine in enumerate(engines) for event in engine.trace),
+                    key=lambda pair: pair[0].t)  # fmt: skip
+    return [event for event, _ in tagged], stats, [replica for _, replica in tagged]
+
+
+def simulate(workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None,
+             replicas: Replicas = Replicas()) -> SimResult:  # fmt: skip
+    """``workload`` in ``engine`` (on ``replicas`` of it): its ``schedule`` (drawn here when not given) and its
+    timeouts."""
+    return Simulation(workload, engine, schedule, replicas).run()

@@ -81,6 +81,7 @@ class SimRequest:
     ready_at: float = 0.0  # when its asynchronous CPU-tier load completes
     first_token_at: float | None = None
     due_at: float = 0.0  # when the client sent it: the plan's due time (the record's scheduled_at)
+    replica: int = 0  # which of the cell's engines its router chose
     in_engine: bool = False
     done: bool = False
 

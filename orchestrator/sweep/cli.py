@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.models.served import Weights
+from orchestrator.routing.rules import RouterKind
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError, one_line
@@ -61,6 +62,10 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--jps", nargs="+", help=f"jobs per second; default: {','.join(f'{j:g}' for j in spec.jps)}")
     p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GiB (2^30 bytes, as LMCache and vLLM read them), "
                    "for every GPU type (replaces per-GPU defaults)")
+    p.add_argument("--replicas", nargs="+", help="replicas per cell, behind a router past one (simulator only so far); "
+                   f"default: {','.join(map(str, spec.replicas))}")  # fmt: skip
+    p.add_argument("--routers", nargs="+", help=f"routers of cells with several replicas: {', '.join(RouterKind)}; "
+                   f"default: {','.join(spec.routers)}")  # fmt: skip
     p.add_argument("--seeds", nargs="+", help=f"default: {','.join(map(str, spec.seeds))}")
     p.add_argument("--trials", type=int, help="runs of every cell, each with a seed derived from the base seed, for intervals "
                    f"that show run-to-run spread; default: {spec.trials}")
@@ -112,6 +117,7 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
     data = spec.model_dump()
     for flag, field, convert in (
         ("gpus", "gpus", str), ("policies", "policies", str), ("jps", "jps", float), ("seeds", "seeds", int),
+        ("replicas", "replicas", int), ("routers", "routers", str),
     ):  # fmt: skip
         if getattr(args, flag) is not None:
             data[field] = parse_list(getattr(args, flag), convert, flag)

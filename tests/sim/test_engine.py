@@ -12,7 +12,6 @@ from orchestrator.sim.config import sim_engine
 from orchestrator.sim.events import Deadline, EventQueue, ReachEngine, ScheduleStep, SendTurn
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Simulation, simulate
-from orchestrator.sim.scheduler import SimRequest
 from orchestrator.workload.schedule import poisson_arrivals
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -157,9 +156,9 @@ def test_what_fell_due_during_a_step_is_handled_in_time_order_when_it_ends():
     for event in (deadline, arrival):
         queue.push(event)
     assert [queue.pop(), queue.pop()] == [arrival, deadline]
-    sim.now = 5.0  # the step's end
+    sim.clocks[0] = 5.0  # the step's end
     arrival.handle(sim)
-    assert request.in_engine and sim.engine.has_work
+    assert request.in_engine and sim.engines[0].has_work and sim.now == 5.0
     deadline.handle(sim)
-    assert request.done and not sim.engine.has_work
+    assert request.done and not sim.engines[0].has_work and sim.now == 5.0
     assert [job.status for job in sim.clients.jobs] == [JobStatus.TIMEOUT]

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.records.verdict import read_verdicts
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
@@ -168,3 +169,22 @@ def test_a_cell_with_a_request_past_max_model_len_fails_before_it_runs_and_is_no
     outcome = CellWorker().run(cell, RunLimits())
     assert outcome.status is CellStatus.FAILED and not outcome.retryable and outcome.requests == ()
     assert "needs 12615 tokens (prompt and answer), more than max_model_len 4096" in outcome.reason
+
+
+def test_a_grid_of_replicas_and_routers_compares_each_policy_with_each_router(fake_gpu_cluster, tmp_path):
+    spec = SweepSpec(name="routed", engine=EngineKind.SIM, gpus=("L40S",), policies=("fcfs", "continuum"), jps=(8,),
+                     dram_gb=(32,), replicas=(2,), routers=("session-affinity", "round-robin"),
+                     model="meta-llama/Llama-3.1-8B-Instruct", workload=WorkloadSpec(jps=1, duration_s=10))  # fmt: skip
+    assert run_sweep(spec, options(tmp_path)) == 0
+    rows = summary(tmp_path, "routed")
+    assert set(rows.status) == {"done"} and set(rows.replicas) == {2}
+    assert set(rows.router) == {"session-affinity", "round-robin"}
+    moved = rows.set_index(["policy", "router"]).turns_moved_pct
+    assert moved[("continuum", "session-affinity")] < 10 < moved[("continuum", "round-robin")]
+    report = tmp_path / "routed" / "report"
+    assert "Policies and routers" in (report / "report.html").read_text()
+    (verdict,) = read_verdicts(report / "tables" / "verdicts.csv")
+    assert verdict.replicas == 2 and {*verdict.tied_with, verdict.leader} <= {
+        f"{policy} @ {router}" for policy in spec.policies for router in ("session-affinity", "round-robin")}
+    table = pd.read_csv(report / "tables" / "policy_router.csv")
+    assert list(table.kv_policy) == ["continuum", "fcfs"] and "round-robin: prefix_kept_pct" in table

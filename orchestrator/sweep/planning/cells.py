@@ -13,11 +13,12 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.policies import get_policy
+from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.profile import CpuProfile
 from orchestrator.sweep.cluster.inventory import SIM
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, SweepSpec
@@ -45,6 +46,8 @@ class CellSpec(BaseModel):
     engine_options: EngineOptions
     cpu_profile: CpuProfile | None = None  # a simulated cell of the cpu device: the engine it simulates
     weights: Weights = Weights.REAL
+    replicas: int = Field(1, ge=1)
+    router: RouterKind | None = None  # in front of more than one replica
 
     @property
     def jps(self) -> float:
@@ -63,6 +66,8 @@ class CellSpec(BaseModel):
             exclude["cpu_profile"] = True
         if self.weights is Weights.REAL:
             exclude["weights"] = True
+        if self.replicas == 1:
+            exclude |= {"replicas": True, "router": True}
         fields = self.model_dump(mode="json", exclude=exclude)
         canonical = json.dumps({"v": KEY_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -71,7 +76,9 @@ class CellSpec(BaseModel):
     def label(self) -> str:
         simulated = " (sim)" if self.engine is EngineKind.SIM else ""
         dummy = " weights=dummy" if self.weights is Weights.DUMMY else ""
-        return f"{self.gpu}{simulated} {self.policy} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}{dummy}"
+        routed = f" x{self.replicas} {self.router.value}" if self.router is not None else ""
+        return (f"{self.gpu}{simulated} {self.policy}{routed} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}"
+                f"{dummy}")  # fmt: skip
 
     @property
     def placement(self) -> str:
@@ -81,7 +88,8 @@ class CellSpec(BaseModel):
     @property
     def server_group(self) -> tuple:
         """Cells with equal groups can share one replica (the load and seed are only the client's)."""
-        return (self.engine, self.gpu, self.policy, self.dram_gb, self.model, self.weights, self.engine_options)
+        return (self.engine, self.gpu, self.policy, self.dram_gb, self.model, self.weights, self.engine_options,
+                self.replicas, self.router)  # fmt: skip
 
     @property
     def device(self) -> str:
@@ -111,6 +119,8 @@ class CellSpec(BaseModel):
             "weights": self.weights.value,
             "workload.source": self.workload.source,
         }
+        if self.router is not None:
+            flat |= {"replicas": str(self.replicas), "router": self.router.value}
         for prefix, section in (("workload", self.workload), ("engine_options", self.engine_options)):
             for name, value in section.model_dump(mode="json").items():
                 flat[f"{prefix}.{name}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
@@ -131,7 +141,8 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
         engine = spec.engine
         if engine is EngineKind.AUTO:
             engine = EngineKind.VLLM if has_gpu is None or has_gpu(gpu) else EngineKind.SIM
-        for dram_gb, jps, seed in itertools.product(spec.dram_for(gpu), spec.jps, spec.cell_seeds()):
+        grid = itertools.product(spec.dram_for(gpu), spec.replica_setups(), spec.jps, spec.cell_seeds())
+        for dram_gb, (replicas, router), jps, seed in grid:
             cells.append(
                 CellSpec(
                     engine=engine,
@@ -143,6 +154,8 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
                     engine_options=spec.engine_options,
                     cpu_profile=spec.cpu_profile if engine is EngineKind.SIM and gpu == CPU else None,
                     weights=spec.weights,
+                    replicas=replicas,
+                    router=router,
                 )
             )
     return cells

@@ -17,6 +17,7 @@ from orchestrator.models.dummy import source_config
 from orchestrator.models.served import Weights
 from orchestrator.models.tiny import TINY_MODEL
 from orchestrator.policies import POLICIES
+from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import check_simulable
 from orchestrator.sim.profile import CpuProfile
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
@@ -113,6 +114,9 @@ class SweepSpec(BaseModel):
     cpu_profile: CpuProfile | None = Field(
         None, description="the CPU engine as the simulator sees it, measured on the machine that runs it "
         "(sim/profile.py); simulated cells of the cpu device need one")  # fmt: skip
+    replicas: tuple[int, ...] = Field((1,), min_length=1, description="replicas per cell, behind a router past one")
+    routers: tuple[RouterKind, ...] = Field((RouterKind.LEAST_LOADED,), min_length=1,
+                                            description="the routers of cells with several replicas")  # fmt: skip
 
     @field_validator("gpus")
     @classmethod
@@ -137,6 +141,19 @@ class SweepSpec(BaseModel):
             if not level > 0:
                 raise ValueError(f"jobs per second must be positive, got {level:g}")
         return _unique(levels)
+
+    @field_validator("replicas")
+    @classmethod
+    def _positive_replicas(cls, counts: tuple[int, ...]) -> tuple[int, ...]:
+        for count in counts:
+            if count < 1:
+                raise ValueError(f"a cell has at least 1 replica, got {count}")
+        return _unique(counts)
+
+    @field_validator("routers")
+    @classmethod
+    def _unique_routers(cls, routers: tuple[RouterKind, ...]) -> tuple[RouterKind, ...]:
+        return _unique(routers)
 
     @field_validator("dram_gb")
     @classmethod
@@ -165,7 +182,15 @@ class SweepSpec(BaseModel):
             for gpu in self.gpus:
                 self.engine_options.check_pool_holds_a_sequence(gpu)
         self._check_tier_budgets()
+        if max(self.replicas) > 1 and self.engine is not EngineKind.SIM:
+            raise ValueError(f"cells of {max(self.replicas)} replicas run in the simulator only so far; valid: "
+                             "--engine sim with --replicas above 1, or --replicas 1 on real engines")  # fmt: skip
         return self
+
+    def replica_setups(self) -> tuple[tuple[int, RouterKind | None], ...]:
+        """Each (replicas, router) of the grid: one replica has no router; more have each of ``routers``."""
+        return tuple((count, router) for count in self.replicas
+                     for router in ((None,) if count == 1 else self.routers))  # fmt: skip
 
     def _check_tier_budgets(self) -> None:
         """A policy whose CPU tier is the DRAM budget has no tier at all with a budget of 0."""

@@ -37,7 +37,7 @@ from orchestrator.replica.server import ServerStartError
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
-from orchestrator.sim.loop import simulate
+from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sim.profile import cpu_sim_engine
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
@@ -232,7 +232,7 @@ class CellWorker:
                 gpu_memory_utilization=options.gpu_memory_utilization,
                 max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
             )  # fmt: skip
-        result = simulate(workload, engine, schedule)
+        result = simulate(workload, engine, schedule, Replicas(cell.replicas, cell.router, seed=cell.seed))
         scheduler = engine.scheduler
         counts = asdict(result.stats).items()
         summary = " ".join(f"{name}={value:.6g}" for name, value in counts if isinstance(value, (int, float)))
