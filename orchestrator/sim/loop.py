@@ -46,6 +46,11 @@ class Replicas:
     router: RouterKind | None = None
     seed: int = 0  # draws least-loaded's pairs
 
+    def __post_init__(self) -> None:
+        if self.count < 1 or (self.count > 1 and self.router is None):
+            raise ValueError(f"{self.count} replicas with router {self.router}; valid: 1 replica, or more with a "
+                             f"router ({', '.join(RouterKind)})")  # fmt: skip
+
 
 class Simulation:
     """One cell: the clients, the replicas' engines, the router and the event loop between them.

@@ -64,6 +64,11 @@ def test_one_replica_has_no_router_and_no_moved_turn():
     assert {record.replica for record in result.requests} == {0}
 
 
+def test_several_replicas_without_a_router_are_refused():
+    with pytest.raises(ValueError, match="2 replicas with router None; valid: 1 replica, or more with a router"):
+        Replicas(2)
+
+
 def test_several_replicas_are_refused_on_a_real_engine_before_anything_runs():
     with pytest.raises(ValueError, match="cells of 2 replicas run in the simulator only so far; valid: --engine sim"):
         SweepSpec(name="r", engine=EngineKind.VLLM, gpus=("H100",), policies=("fcfs",), jps=(1,), replicas=(1, 2))
