@@ -222,14 +222,18 @@ def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
 
 
 def flips(found: list[Verdict]) -> pd.DataFrame:
-    """Where the verdict changes between adjacent loads of one GPU, DRAM budget and engine: the loads that
-    bracket each change, and the verdict on either side."""
+    """Where the verdict changes between adjacent loads of one GPU, DRAM budget, engine and replica count: the loads
+    that bracket each change, and the verdict on either side."""
+
+    def line(verdict: Verdict) -> tuple:
+        return verdict.gpu, verdict.dram_gb, verdict.engine, verdict.replicas
+
     rows = []
-    by_line = sorted(found, key=lambda v: (v.gpu, v.dram_gb, v.engine, v.replicas, v.jps))
+    by_line = sorted(found, key=lambda verdict: (*line(verdict), verdict.jps))
     for below, above in zip(by_line, by_line[1:]):
-        same_line = (below.gpu, below.dram_gb, below.engine, below.replicas) == (above.gpu, above.dram_gb, above.engine,
-                                                                                above.replicas)  # fmt: skip
-        if same_line and below.label != above.label:
-            rows.append({"gpu": below.gpu, "dram_gb": below.dram_gb, "engine": below.engine, "jps_below": below.jps,
-                         "jps_above": above.jps, "below": below.label, "above": above.label})  # fmt: skip
-    return pd.DataFrame(rows, columns=["gpu", "dram_gb", "engine", "jps_below", "jps_above", "below", "above"])
+        if line(below) == line(above) and below.label != above.label:
+            rows.append({"gpu": below.gpu, "dram_gb": below.dram_gb, "engine": below.engine, "replicas": below.replicas,
+                         "jps_below": below.jps, "jps_above": above.jps, "below": below.label,
+                         "above": above.label})  # fmt: skip
+    return pd.DataFrame(rows, columns=["gpu", "dram_gb", "engine", "replicas", "jps_below", "jps_above", "below",
+                                       "above"])

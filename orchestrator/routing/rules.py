@@ -64,6 +64,7 @@ class Router:
     index -> requests in flight), and returns the chosen index; a router may remember what it chose."""
 
     kind: ClassVar[RouterKind]
+    reads_prefix: ClassVar[bool] = False  # whether ``choose`` reads the request's block hashes (else they may be empty)
 
     def __init__(self, setup: RouterSetup):
         self.setup = setup
@@ -125,6 +126,7 @@ class SessionAffinity(Router):
 
 class PrefixAware(Router):
     kind = RouterKind.PREFIX_AWARE
+    reads_prefix = True
 
     def __init__(self, setup: RouterSetup):
         super().__init__(setup)

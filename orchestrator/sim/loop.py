@@ -108,8 +108,8 @@ class Simulation:
 
     def _block_hashes(self, request: SimRequest) -> tuple:
         """The prompt's full blocks as a prefix-aware router hashes them: the shared ones, then its job's chain (a
-        job's prompt extends its previous one). Only prefix-aware reads them."""
-        if self.router is None or self.router.kind is not RouterKind.PREFIX_AWARE:
+        job's prompt extends its previous one), for a router that reads them."""
+        if self.router is None or not self.router.reads_prefix:
             return ()
         num_full = request.prompt_tokens // self.block_size
         shared = min(request.shared_blocks, num_full)
