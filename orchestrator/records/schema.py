@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, fields
 
 SCHEMA_VERSION = 1
+# The response header that names the replica which served a request, in a cell of several behind a router.
+REPLICA_HEADER = "x-kvsweep-replica"
 
 
 class RequestStatus(str, enum.Enum):

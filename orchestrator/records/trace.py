@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -131,6 +131,18 @@ def trace_bytes(events: Iterable[TraceEvent], replicas: Iterable[int] | None = N
     if replicas is None:
         return "".join(map(trace_line, events)).encode()
     return "".join(map(trace_line, events, replicas)).encode()
+
+
+def merged_traces(traces: Sequence[bytes]) -> bytes:
+    """One trace of a cell of several replicas from each replica's own (``traces[r]`` is replica ``r``'s): every line
+    tagged with its ``replica``, all of them in time order (a replica's lines keep their order among equal times)."""
+    lines = []
+    for replica, data in enumerate(traces):
+        for line in data.splitlines():
+            if line.strip():
+                payload = json.loads(line)
+                lines.append((payload.get("t", 0.0), replica, json_line({**payload, "replica": replica})))
+    return "".join(line for _, _, line in sorted(lines, key=lambda entry: (entry[0], entry[1]))).encode()
 
 
 _KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin)}

@@ -7,6 +7,7 @@ sooner (a pin, a burst of other jobs), and the router cannot see that.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
@@ -37,3 +38,26 @@ class PrefixIndex:
         if self.capacity_blocks is not None:
             while len(self._blocks) > self.capacity_blocks:
                 self._blocks.popitem(last=False)
+
+
+# A router in front of real replicas sees prompts as text, without the model's tokenizer: it hashes whole chunks of
+# characters, each hash chained to the one before as vLLM chains its block hashes, so equal hashes mean equal
+# prefixes. About four characters make a token in English text, so a chunk of 64 characters stands for a 16-token
+# block; ``CHARS_PER_TOKEN`` turns a replica's KV pool into the chunks a prefix index may believe it holds.
+CHUNK_CHARS = 64
+CHARS_PER_TOKEN = 4
+
+
+def text_block_hashes(text: str, chunk_chars: int = CHUNK_CHARS) -> tuple[int, ...]:
+    """Chained hashes of the text's whole ``chunk_chars``-character chunks, first chunk first (a partial last chunk
+    is left out, as vLLM leaves a partial block out of its prefix cache)."""
+    hashes, previous = [], b""
+    for start in range(0, len(text) - chunk_chars + 1, chunk_chars):
+        previous = hashlib.blake2b(previous + text[start:start + chunk_chars].encode(), digest_size=8).digest()
+        hashes.append(int.from_bytes(previous, "big"))
+    return tuple(hashes)
+
+
+def chunks_held(num_kv_blocks: int, block_size: int, chunk_chars: int = CHUNK_CHARS) -> int:
+    """How many text chunks a KV pool of ``num_kv_blocks`` blocks of ``block_size`` tokens holds, about."""
+    return max(1, num_kv_blocks * block_size * CHARS_PER_TOKEN // chunk_chars)

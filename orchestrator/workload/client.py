@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from orchestrator.records.cell import RequestOptions
+from orchestrator.records.schema import REPLICA_HEADER
 
 # A pooled connection is dropped after this long idle. It must be shorter than the server's keep-alive
 # (replicas start vLLM with a longer one, ``replica.vllm_server.HTTP_KEEP_ALIVE_S``): a client whose loop
@@ -52,10 +53,15 @@ class Completion:
     prompt_tokens: int | None
     cached_tokens: int | None
     completion_tokens: int | None
+    replica: int = 0  # the replica that served it, where a router names one (``REPLICA_HEADER``)
 
 
 class CompletionError(RuntimeError):
-    """The server answered, but not with a usable completion."""
+    """The server answered, but not with a usable completion (``replica``: the one that answered)."""
+
+    def __init__(self, message: str, replica: int = 0):
+        super().__init__(message)
+        self.replica = replica
 
 
 class CompletionClient:
@@ -90,25 +96,29 @@ class CompletionClient:
         pieces: list[str] = []
         usage = None
         async with self._session.post(self._url, json=body) as response:
+            replica = int(response.headers.get(REPLICA_HEADER, 0))
             if response.status != 200:
                 detail = (await response.text())[:300]
-                raise CompletionError(f"HTTP {response.status}: {detail}")
-            async for raw_line in response.content:
-                if not raw_line.startswith(b"data: "):
-                    continue
-                payload = raw_line[6:].strip()
-                if payload == b"[DONE]":
-                    break
-                chunk = json.loads(payload)
-                for choice in chunk.get("choices", ()):
-                    if choice.get("text"):
-                        if first_token_at is None:
-                            first_token_at = self._now()
-                        pieces.append(choice["text"])
-                usage = chunk.get("usage") or usage
+                raise CompletionError(f"HTTP {response.status}: {detail}", replica)
+            try:
+                async for raw_line in response.content:
+                    if not raw_line.startswith(b"data: "):
+                        continue
+                    payload = raw_line[6:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    chunk = json.loads(payload)
+                    for choice in chunk.get("choices", ()):
+                        if choice.get("text"):
+                            if first_token_at is None:
+                                first_token_at = self._now()
+                            pieces.append(choice["text"])
+                    usage = chunk.get("usage") or usage
+            except aiohttp.ClientError as failure:  # the stream broke: say which replica lost the request
+                raise CompletionError(f"{type(failure).__name__}: {failure}", replica) from failure
         finished_at = self._now()
         if usage is None:
-            raise CompletionError("stream ended without a usage chunk")
+            raise CompletionError("stream ended without a usage chunk", replica)
         details = usage.get("prompt_tokens_details") or {}
         return Completion(
             text="".join(pieces),
@@ -117,4 +127,5 @@ class CompletionClient:
             prompt_tokens=usage.get("prompt_tokens"),
             cached_tokens=details.get("cached_tokens"),
             completion_tokens=usage.get("completion_tokens"),
+            replica=replica,
         )

@@ -134,7 +134,7 @@ class _JobRunner:
         sent_at = self._clock.now()
         budget = min(self._spec.request_timeout_s, job_deadline - sent_at)
         completion: Completion | None = None
-        error = None
+        error, replica = None, 0
         self._progress.requests_in_flight += 1
         try:
             completion = await asyncio.wait_for(self._client.complete(body), timeout=max(budget, 0.0))
@@ -143,6 +143,7 @@ class _JobRunner:
             status, error = RequestStatus.TIMEOUT, f"no complete answer within {budget:.1f} s"
         except (aiohttp.ClientError, RuntimeError, ValueError) as failure:
             status, error = RequestStatus.ERROR, f"{type(failure).__name__}: {failure}"[:500]
+            replica = getattr(failure, "replica", 0)
         finally:
             self._progress.requests_in_flight -= 1
         record = RequestRecord(
@@ -161,6 +162,7 @@ class _JobRunner:
             best_cached_tokens=best_cached_after(previous),
             completion_tokens=completion.completion_tokens if completion else None,
             error=error,
+            replica=completion.replica if completion else replica,
         )
         return record, completion
 

@@ -1,13 +1,17 @@
 """The scheduler trace's lines: byte for byte what the plugin and the simulator have always written."""
 
+import json
+
 from orchestrator.records.trace import (
     Admit,
     Finish,
     FinishAction,
     Step,
     Unpin,
+    UnpinReason,
     attention_pairs,
     json_line,
+    merged_traces,
     pin_releases,
     read_trace,
     trace_bytes,
@@ -91,3 +95,16 @@ def test_each_pin_is_keyed_by_the_turn_that_made_it_with_the_reason_it_ended():
         unpin("a", "pressure"), finish("c", 1, FinishAction.FREE), unpin("c", "abort"), finish("a", 3), STEP,
     ]  # fmt: skip
     assert pin_releases(events) == {("a", 1): "next_turn", ("b", 1): "ttl", ("a", 2): "pressure"}
+
+
+def test_replicas_traces_merge_in_time_order_each_line_tagged_with_its_replica():
+    first = trace_bytes([STEP, Finish(t=14.0, request_id="a-t1", job_id="a", turn=1, is_last=False,
+                                      action=FinishAction.PIN, free_blocks=5)])  # fmt: skip
+    second = trace_bytes([Unpin(t=13.0, job_id="b", reason=UnpinReason.TTL, num_blocks=3, held_s=0.5,
+                                free_blocks=8),
+                          Admit(t=14.0, request_id="b-t2", job_id="b", turn=2, prompt_tokens=90, cached_tokens=64,
+                                free_blocks=6)])  # fmt: skip
+    merged = merged_traces([first, second, b""])
+    lines = [json.loads(line) for line in merged.splitlines()]
+    assert [(line["t"], line["replica"]) for line in lines] == [(12.5, 0), (13.0, 1), (14.0, 0), (14.0, 1)]
+    assert read_trace(merged) == [STEP, *read_trace(second)[:1], *read_trace(first)[1:], *read_trace(second)[1:]]

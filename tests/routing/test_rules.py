@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.routing.prefix_index import PrefixIndex
+from orchestrator.routing.prefix_index import PrefixIndex, chunks_held, text_block_hashes
 from orchestrator.routing.rules import LOAD_SLACK, RouteRequest, RouterKind, RouterSetup, make_router
 
 
@@ -67,3 +67,16 @@ def test_an_unknown_router_is_refused_naming_the_valid_ones():
         make_router("random", RouterSetup(2))
     with pytest.raises(ValueError, match="at least one replica, not 0"):
         make_router("round-robin", RouterSetup(0))
+
+
+def test_prompt_text_hashes_chain_whole_chunks_so_equal_hashes_mean_equal_prefixes():
+    base = "s" * 128 + "a" * 64
+    hashes = text_block_hashes(base + "x" * 63)  # the partial last chunk is left out
+    assert len(hashes) == 3 and hashes == text_block_hashes(base)
+    other = text_block_hashes("s" * 128 + "b" * 64)
+    assert other[:2] == hashes[:2] and other[2] != hashes[2]
+    assert text_block_hashes("t" + "s" * 127 + "a" * 64)[1:] != hashes[1:]  # a chunk's hash carries its whole prefix
+    index = PrefixIndex(chunks_held(num_kv_blocks=8, block_size=16))  # 128 tokens, about 512 characters
+    assert index.capacity_blocks == 8
+    index.add(hashes)
+    assert index.num_matched(other) == 2
