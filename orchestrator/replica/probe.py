@@ -32,6 +32,7 @@ def parse_cache_config(metrics_text: str) -> dict[str, str]:
 # requests are in flight is making no progress.
 WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 EXTERNAL_HITS = TierCounters.metric("external_prefix_cache_hits")  # prompt tokens a KV connector's tier served
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"  # gauges: requests in the engine now
 PREEMPTIONS = "vllm:num_preemptions_total"  # running requests preempted (recomputed later) for want of blocks
 
 

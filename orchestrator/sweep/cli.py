@@ -62,10 +62,12 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--jps", nargs="+", help=f"jobs per second; default: {','.join(f'{j:g}' for j in spec.jps)}")
     p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GiB (2^30 bytes, as LMCache and vLLM read them), "
                    "for every GPU type (replaces per-GPU defaults)")
-    p.add_argument("--replicas", nargs="+", help="replicas per cell, behind a router past one (simulator only so far); "
-                   f"default: {','.join(map(str, spec.replicas))}")  # fmt: skip
+    p.add_argument("--replicas", nargs="+", help="replicas per cell, behind a router past one, as a Ray Serve application "
+                   f"(the simulator, the CPU and fake engines so far); default: {','.join(map(str, spec.replicas))}")  # fmt: skip
     p.add_argument("--routers", nargs="+", help=f"routers of cells with several replicas: {', '.join(RouterKind)}; "
                    f"default: {','.join(spec.routers)}")  # fmt: skip
+    p.add_argument("--serve-overhead", action="store_true", default=None,
+                   help="also run each one-replica cell through Ray Serve, to measure what Serve adds to the direct path")
     p.add_argument("--seeds", nargs="+", help=f"default: {','.join(map(str, spec.seeds))}")
     p.add_argument("--trials", type=int, help="runs of every cell, each with a seed derived from the base seed, for intervals "
                    f"that show run-to-run spread; default: {spec.trials}")
@@ -141,7 +143,7 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
             data["workload"][field] = value
     for flag, section, field in (
         ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("weights", None, "weights"),
-        ("trials", None, "trials"),
+        ("trials", None, "trials"), ("serve_overhead", None, "serve_overhead"),
         ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_model_len", "engine_options", "max_model_len"),

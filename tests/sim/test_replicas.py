@@ -69,9 +69,13 @@ def test_several_replicas_without_a_router_are_refused():
         Replicas(2)
 
 
-def test_several_replicas_are_refused_on_a_real_engine_before_anything_runs():
-    with pytest.raises(ValueError, match="cells of 2 replicas run in the simulator only so far; valid: --engine sim"):
-        SweepSpec(name="r", engine=EngineKind.VLLM, gpus=("H100",), policies=("fcfs",), jps=(1,), replicas=(1, 2))
+def test_routed_cells_are_refused_on_real_gpus_before_anything_runs():
+    for routed in ({"replicas": (1, 2)}, {"serve_overhead": True}):
+        with pytest.raises(ValueError, match="cells behind a router on real GPUs \\(H100\\) are not built yet; valid"):
+            SweepSpec(name="r", engine=EngineKind.VLLM, gpus=("H100",), policies=("fcfs",), jps=(1,), **routed)
+    on_cpu = SweepSpec(name="r", engine=EngineKind.VLLM, gpus=("cpu",), policies=("fcfs",), jps=(1,), replicas=(1, 2),
+                       serve_overhead=True)  # fmt: skip
+    assert on_cpu.replica_setups() == ((1, None), (1, RouterKind.ROUND_ROBIN), (2, RouterKind.LEAST_LOADED))
     spec = SweepSpec(name="r", engine=EngineKind.SIM, gpus=("H100",), policies=("fcfs",), jps=(1,), replicas=(1, 2),
                      routers=("session-affinity", "round-robin"), model=LLAMA)  # fmt: skip
     assert spec.replica_setups() == ((1, None), (2, RouterKind.SESSION_AFFINITY), (2, RouterKind.ROUND_ROBIN))

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
@@ -47,7 +47,13 @@ class CellSpec(BaseModel):
     cpu_profile: CpuProfile | None = None  # a simulated cell of the cpu device: the engine it simulates
     weights: Weights = Weights.REAL
     replicas: int = Field(1, ge=1)
-    router: RouterKind | None = None  # in front of more than one replica
+    router: RouterKind | None = None  # in front of the replicas; None: one replica, talked to directly
+
+    @model_validator(mode="after")
+    def _routed_past_one(self) -> CellSpec:
+        if self.replicas > 1 and self.router is None:
+            raise ValueError(f"a cell of {self.replicas} replicas needs a router; valid: {', '.join(RouterKind)}")
+        return self
 
     @property
     def jps(self) -> float:
@@ -66,7 +72,7 @@ class CellSpec(BaseModel):
             exclude["cpu_profile"] = True
         if self.weights is Weights.REAL:
             exclude["weights"] = True
-        if self.replicas == 1:
+        if self.router is None:  # one replica, talked to directly
             exclude |= {"replicas": True, "router": True}
         fields = self.model_dump(mode="json", exclude=exclude)
         canonical = json.dumps({"v": KEY_VERSION, **fields}, sort_keys=True)

@@ -117,6 +117,8 @@ class SweepSpec(BaseModel):
     replicas: tuple[int, ...] = Field((1,), min_length=1, description="replicas per cell, behind a router past one")
     routers: tuple[RouterKind, ...] = Field((RouterKind.LEAST_LOADED,), min_length=1,
                                             description="the routers of cells with several replicas")  # fmt: skip
+    serve_overhead: bool = Field(False, description="also run each one-replica cell through Ray Serve (round-robin), "
+                                 "to measure what Serve adds against the direct path")  # fmt: skip
 
     @field_validator("gpus")
     @classmethod
@@ -182,15 +184,24 @@ class SweepSpec(BaseModel):
             for gpu in self.gpus:
                 self.engine_options.check_pool_holds_a_sequence(gpu)
         self._check_tier_budgets()
-        if max(self.replicas) > 1 and self.engine is not EngineKind.SIM:
-            raise ValueError(f"cells of {max(self.replicas)} replicas run in the simulator only so far; valid: "
-                             "--engine sim with --replicas above 1, or --replicas 1 on real engines")  # fmt: skip
+        self._check_routed_gpus()
         return self
 
+    def _check_routed_gpus(self) -> None:
+        """Real cells behind a router run their replicas beside their worker: the CPU engine's, or the fake
+        engine's, not yet on GPUs (their worker holds one GPU, and the pool does not reserve the others)."""
+        routed = max(self.replicas) > 1 or self.serve_overhead
+        on_gpus = [gpu for gpu in self.gpus if gpu != CPU]
+        if routed and self.engine in (EngineKind.AUTO, EngineKind.VLLM) and on_gpus:
+            raise ValueError(f"cells behind a router on real GPUs ({', '.join(on_gpus)}) are not built yet; valid: "
+                             "--engine sim, or the cpu engine, with --replicas above 1 or --serve-overhead")  # fmt: skip
+
     def replica_setups(self) -> tuple[tuple[int, RouterKind | None], ...]:
-        """Each (replicas, router) of the grid: one replica has no router; more have each of ``routers``."""
+        """Each (replicas, router) of the grid: one replica has no router (and, with ``serve_overhead``, also
+        round-robin through Serve); more have each of ``routers``."""
+        single = (None, RouterKind.ROUND_ROBIN) if self.serve_overhead else (None,)
         return tuple((count, router) for count in self.replicas
-                     for router in ((None,) if count == 1 else self.routers))  # fmt: skip
+                     for router in (single if count == 1 else self.routers))  # fmt: skip
 
     def _check_tier_budgets(self) -> None:
         """A policy whose CPU tier is the DRAM budget has no tier at all with a budget of 0."""

@@ -15,6 +15,7 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,7 +32,8 @@ from orchestrator.records.cell import (
     TierCounters,
 )
 from orchestrator.replica.config import EngineConfig
-from orchestrator.replica.probe import PREEMPTIONS, read_counters, work_done
+from orchestrator.replica.engines import CellEngines, OneReplica
+from orchestrator.replica.probe import PREEMPTIONS
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
@@ -132,8 +134,11 @@ class CellWorker:
             model = self._model(cell)
             served = served_cell(cell, model)
             plan = build_plan(cell.workload, token_counter_for(model.directory), schedule)
-            reuse = self._replica_for(served.engine, limits.health_timeout_s)
-            ran = self._measure(cell, served, plan, limits)
+            if cell.router is None:
+                reuse = self._replica_for(served.engine, limits.health_timeout_s)
+                ran = self._measure(cell, served, plan, limits, OneReplica(self._replica))
+            else:
+                reuse, ran = self._measure_routed(cell, served, plan, limits)
         except _Refused as refusal:
             return CellOutcome.failure(cell, refusal.reason, refusal.retryable, self._node_id, started,
                                        refusal.server_log)  # fmt: skip
@@ -172,31 +177,53 @@ class CellWorker:
             self._drop_replica()
             raise _Refused(f"replica did not start: {first_line(error)}", retryable=True, server_log=log) from None
 
-    def _measure(self, cell: CellSpec, served: ServedCell, plan: WorkloadPlan, limits: RunLimits) -> _Measured:
-        """Run the cell's load on the replica, watching for faults; what it left behind. A replica that
-        crashed, hung or ran out of time is dropped (which ends every open stream) and its load abandoned."""
-        replica = self._replica
-        mark = replica.mark()
-        counters_before = read_counters(replica.info.base_url) or {}
+    def _measure_routed(self, cell: CellSpec, served: ServedCell, plan: WorkloadPlan,
+                        limits: RunLimits) -> tuple[ReplicaReuse, _Measured]:  # fmt: skip
+        """The cell's replicas behind its router, as a Ray Serve application started for this cell alone (a
+        replica set is not kept between cells: its replicas' caches would need a proof each). One replica behind
+        Serve is how Serve's own cost is measured against the direct path."""
+        from orchestrator.replica.replica_set import ReplicaSet
+
+        self._drop_replica()  # its server would hold the memory (and, on a GPU, the device) a replica set needs
+        replicas = ReplicaSet(served.engine, cell.replicas, cell.router, name=f"cell-{cell.key}", seed=cell.seed,
+                              replica_options=_replica_options(cell),
+                              health_timeout_s=limits.health_timeout_s)  # fmt: skip
+        started = time.monotonic()
+        try:
+            replicas.start()
+            reuse = ReplicaReuse(reused=False, start_s=time.monotonic() - started)
+            return reuse, self._measure(cell, served, plan, limits, replicas)
+        except ServerStartError as error:
+            raise _Refused(f"replicas did not start: {first_line(error)}", retryable=True) from None
+        finally:
+            replicas.stop()
+
+    def _measure(self, cell: CellSpec, served: ServedCell, plan: WorkloadPlan, limits: RunLimits,
+                 engines: CellEngines) -> _Measured:  # fmt: skip
+        """Run the cell's load on its replicas, watching for faults; what it left behind. When a replica
+        crashed, hung or ran out of time, the load is abandoned and a single replica dropped (which ends every
+        open stream)."""
+        mark = engines.mark()
+        before = engines.poll()
         options = RequestOptions(served.served_model_name, served.send_priority, served.answer_token_ids)
         self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, len(plan.jobs))
-        load = self._start_load(plan, replica.info, options, limits)
+        load = self._start_load(plan, engines.base_url, options, limits)
         limit_s = limits.cell_limit_s(cell.workload)
-        status, reason = self._watch(load, replica, limits, (time.monotonic() + limit_s, limit_s), cell.key)
+        status, reason = self._watch(load, engines, limits, (time.monotonic() + limit_s, limit_s), cell.key)
         shard = load.result() if status is CellStatus.DONE else None
-        counters_after = read_counters(replica.info.base_url) or {}
-        crashed = not replica.is_alive()  # a crash is worth another attempt; a hang or a time limit is not
+        after = engines.poll()
+        crashed = after.failure is not None  # a crash is worth another attempt; a hang or a time limit is not
         if crashed and shard is not None:
-            status, shard = CellStatus.FAILED, None
-            reason = f"replica exited with code {replica.exit_code} during the cell"
+            status, shard, reason = CellStatus.FAILED, None, after.failure
+        log, trace = engines.output_since(mark, shard.requests if shard else ())
         if shard is None:
             self._drop_replica()
             load.cancel()
-        log, trace = replica.output_since(mark, len(shard.requests) if shard else 0)
-        tier_counters = TierCounters.between(counters_before, counters_after)
-        n_preemptions = _counted(PREEMPTIONS, counters_before, counters_after)
+        tier_counters = TierCounters.summed([TierCounters.between(starts, ends)
+                                             for starts, ends in zip(before.counters, after.counters)])
+        n_preemptions = _counted(PREEMPTIONS, before.counters, after.counters)
         return _Measured(status, reason, crashed, shard, log, trace, tier_counters, n_preemptions, options,
-                         plan.fingerprint(), replica.info)  # fmt: skip
+                         plan.fingerprint(), engines.infos[0])  # fmt: skip
 
     def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None, *,
                  retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
@@ -287,28 +314,30 @@ class CellWorker:
             self._replica.stop()
             self._replica = None
 
-    def _start_load(self, plan, info: ReplicaInfo, options: RequestOptions, limits: RunLimits) -> LoadRun:
+    def _start_load(self, plan, base_url: str, options: RequestOptions, limits: RunLimits) -> LoadRun:
         if limits.client_actors == 0:
-            return InProcessRun(plan, info.base_url, options)
+            return InProcessRun(plan, base_url, options)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         on_this_node = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)}
-        return ActorRun(plan, info.base_url, options, limits.client_actors, on_this_node)
+        return ActorRun(plan, base_url, options, limits.client_actors, on_this_node)
 
-    def _watch(self, load: LoadRun, replica: Replica, limits: RunLimits, time_limit: tuple[float, float], cell_key: str):
+    def _watch(self, load: LoadRun, engines: CellEngines, limits: RunLimits, time_limit: tuple[float, float],
+               cell_key: str):  # fmt: skip
         """Wait for the load to finish; the status and reason of the cell if a fault ends it first.
 
         ``time_limit`` is the cell's (monotonic deadline, limit in seconds)."""
         deadline, limit_s = time_limit
-        last_work = work_done(read_counters(replica.info.base_url))
+        last_work = engines.poll().work_done()
         last_progress = time.monotonic()
         while not load.wait(limits.poll_s):
             now = time.monotonic()
-            if not replica.is_alive():
-                return CellStatus.FAILED, f"replica exited with code {replica.exit_code} during the cell"
+            poll = engines.poll()
+            if poll.failure is not None:
+                return CellStatus.FAILED, poll.failure
             progress = load.progress()
             self._status = WorkerStatus(cell_key, WorkerPhase.RUNNING, progress.jobs_finished, progress.jobs_total)
-            work = work_done(read_counters(replica.info.base_url))
+            work = poll.work_done()
             if progress.requests_in_flight == 0 or (work is not None and work != last_work):
                 last_work, last_progress = work, now
             elif now - last_progress > limits.hang_timeout_s:
@@ -328,14 +357,23 @@ def worker_actor_class():
     return ray.remote(max_concurrency=2, max_restarts=0)(CellWorker)
 
 
+def _replica_options(cell: CellSpec) -> dict:
+    """Where Serve places each replica of a routed cell: on a GPU of the cell's type, or (the CPU engine) anywhere,
+    taking no CPU of Ray's count, as the cell worker that runs it holds the one it needs."""
+    if cell.device == "cpu":
+        return {"num_cpus": 0}
+    return {"num_cpus": 0, "num_gpus": 1, "accelerator_type": cell.gpu}
+
+
 def _schedule_facts(schedule: Schedule) -> dict:
     """What a cell's configuration records of its schedule, whichever engine ran it."""
     return {"schedule_fingerprint": schedule.fingerprint(), "schedule_stats": schedule.stats()}
 
 
-def _counted(counter: str, before: dict[str, float], after: dict[str, float]) -> int | None:
-    """How much ``counter`` grew during the cell; None where the engine does not export it."""
-    return int(after[counter] - before.get(counter, 0.0)) if counter in after else None
+def _counted(counter: str, before: Sequence[dict[str, float]], after: Sequence[dict[str, float]]) -> int | None:
+    """How much ``counter`` grew during the cell over all its replicas; None where the engine does not export it."""
+    grown = [int(ends[counter] - starts.get(counter, 0.0)) for starts, ends in zip(before, after) if counter in ends]
+    return sum(grown) if grown else None
 
 
 def _current_node_id() -> str:
