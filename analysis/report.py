@@ -88,6 +88,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     report.paragraph(f"{done} of {total} cells done. Numbers: {data.provenance()}. Results: {data.directory}.")
     per_policy = _verdicts(report, data)
     _routing(report, data)
+    _serve_cost(report, data)
     _overview(report, data)
     for gpu in data.gpus:
         _gpu_section(report, data, gpu, per_policy)
@@ -143,6 +144,19 @@ def _routing(report: ReportBuilder, data: SweepData) -> None:
     report.table("policy_router", "Per KV policy and router: mean job time (s), prefix kept (%), turns moved (%)",
                  routed, data.provenance(data.done))  # fmt: skip
     report.figure("Mean job time per KV policy and router", plots.policy_router(routed, "policy x router"))
+
+
+def _serve_cost(report: ReportBuilder, data: SweepData) -> None:
+    """Ray Serve's own cost: one replica through Serve against the same cell direct (``--serve-overhead``)."""
+    costs = tables.serve_cost(data.summary)
+    if not len(costs):
+        return
+    report.heading("What Ray Serve adds")
+    report.paragraph("The same one-replica cell sent directly to its engine and through Ray Serve (proxy, ingress, the "
+                     "rules' request router, the engine replica streaming through), in the same run. Ratios above 1 "
+                     "are Serve's cost; cells of several replicas pay it too.")  # fmt: skip
+    report.table("serve_cost", "Per cell: latency and job time direct, through Serve, and through Serve over direct",
+                 costs, data.provenance(data.done))  # fmt: skip
 
 
 def _turn_columns(frame: pd.DataFrame) -> list[str]:
@@ -204,8 +218,9 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: p
         report.table(f"cpu_tier_{slug}", f"{gpu}: does the CPU tier read back what it writes? (retention clock)",
                      tier, provenance, percent=("read_per_write", "external_hit_rate"))  # fmt: skip
     top = done[done.jps == done.jps.max()]
-    for cell in top.drop_duplicates("policy").itertuples():
-        _cell_detail(report, data, cell, f"{gpu}_{_slug(cell.policy)}")
+    for cell in top.drop_duplicates(["policy", "replicas"]).itertuples():  # an arm may run at several replica counts
+        routed = f"_x{cell.replicas}" if cell.replicas > 1 else ""
+        _cell_detail(report, data, cell, f"{gpu}_{_slug(cell.policy)}{routed}")
 
 
 def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> None:

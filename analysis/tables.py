@@ -235,6 +235,26 @@ def cpu_tier_diagnosis(summary: pd.DataFrame, turns: pd.DataFrame, tool_time_s: 
     return pd.DataFrame(rows)
 
 
+SERVE_COST_STATISTICS = {"t1_mean_s": "first turn (s)", "t_last_mean_s": "last turn (s)", "jct_mean_s": "job time (s)"}
+
+
+def serve_cost(summary: pd.DataFrame) -> pd.DataFrame:
+    """What Ray Serve adds: each one-replica cell through Serve beside the same cell direct (same GPU, budget, load,
+    policy and seed, so the same schedule), each statistic direct, through Serve, and their ratio. Empty where no
+    one-replica cell went through Serve."""
+    done = summary[(summary.status == CellStatus.DONE.value) & (summary.replicas == 1)]
+    if "router" not in done or not done.router.notna().any():
+        return pd.DataFrame()
+    keys = ["gpu", "dram_gb", "jps", "kv_policy", "seed"]
+    columns = list(SERVE_COST_STATISTICS)
+    paired = done[done.router.isna()][keys + columns].merge(done[done.router.notna()][keys + columns], on=keys,
+                                                           suffixes=(" direct", " serve"))  # fmt: skip
+    for column, name in SERVE_COST_STATISTICS.items():
+        paired[f"{name} serve/direct"] = paired[f"{column} serve"] / paired[f"{column} direct"]
+        paired = paired.rename(columns={f"{column} direct": f"{name} direct", f"{column} serve": f"{name} serve"})
+    return paired.reset_index(drop=True)
+
+
 def policy_router(summary: pd.DataFrame) -> pd.DataFrame:
     """Cells of several replicas: per GPU, DRAM budget, load, replica count and KV policy, each router's mean job
     time, the share of their best prefix the later turns found, and how many of them moved replica (means over

@@ -2,7 +2,7 @@ import math
 
 import pandas as pd
 
-from analysis.tables import cpu_tier_diagnosis, cross_gpu_summary, jct_table, kv_lifecycle, missing_cells
+from analysis.tables import cpu_tier_diagnosis, cross_gpu_summary, jct_table, kv_lifecycle, missing_cells, serve_cost
 from orchestrator.units import GIB
 
 
@@ -81,3 +81,19 @@ def test_the_cpu_tier_diagnosis_tells_a_tier_that_reads_back_from_a_busy_dev_nul
     assert rows.loc[1, "verdict"] == "reads back what it writes" and rows.loc[1, "reuse_gap_s"] == 1.5
     assert rows.loc[6, "retention_s"] == 10.0 and rows.loc[6, "verdict"] == "a very busy /dev/null"
     assert rows.loc[9, "retention_s"] == 0.1 and rows.loc[9, "verdict"] == "a very busy /dev/null"  # evicted first
+
+
+def test_serve_cost_pairs_each_cell_through_serve_with_the_same_cell_direct():
+    def one_replica(policy, router, jct, t1, seed=42):
+        return {**cell("cpu", policy, 3, jct, seed=seed), "kv_policy": policy, "replicas": 1, "router": router,
+                "t1_mean_s": t1, "t_last_mean_s": 2 * t1}  # fmt: skip
+
+    summary = pd.DataFrame([one_replica("fcfs", None, 10.0, 1.0), one_replica("fcfs", "round-robin", 11.0, 1.5),
+                            one_replica("continuum", None, 8.0, 1.0), one_replica("continuum", None, 9.0, 1.0, seed=1),
+                            {**cell("cpu", "fcfs", 3, 12.0), "kv_policy": "fcfs", "replicas": 2,
+                             "router": "round-robin", "t1_mean_s": 1.0, "t_last_mean_s": 1.0}])  # fmt: skip
+    costs = serve_cost(summary)
+    assert len(costs) == 1 and costs.kv_policy[0] == "fcfs"  # continuum has no Serve arm; two replicas are not a cost
+    assert math.isclose(costs["job time (s) serve/direct"][0], 1.1)
+    assert math.isclose(costs["first turn (s) serve/direct"][0], 1.5)
+    assert serve_cost(summary[summary.router.isna()]).empty
