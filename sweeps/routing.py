@@ -4,7 +4,7 @@ at full scale (Llama-3.1-8B-Instruct, the source study's workload), at 5 and 10 
     python sweeps/routing.py --results-dir results
     python sweeps/routing.py --replicas 1 4 --routers session-affinity round-robin   # against one replica
 
-Cells of several replicas run in the simulator so far; the Ray Serve path for real engines is not built yet.
+The same question on the real CPU engine, each routed cell a Ray Serve application: ``sweeps/routing_cpu.py``.
 """
 
 import sys
