@@ -30,11 +30,25 @@ from orchestrator.validation import first_line
 CONTROL_TIMEOUT_S = 30.0
 
 
+def application_name(cell_key: str) -> str:
+    """The Serve application of a cell's replicas, named by the cell's key (one cell, one application)."""
+    return f"cell-{cell_key}"
+
+
+def delete_application(cell_key: str) -> None:
+    """Delete a cell's application if it is still deployed: a worker killed mid-cell (a hang, the driver's
+    backstop, SIGTERM) leaves its replicas serving, and only the driver knows which cell that was."""
+    if serve.context._get_global_client(raise_if_no_controller_running=False) is not None:
+        name = application_name(cell_key)
+        if name in serve.status().applications:
+            serve.delete(name)
+
+
 class ReplicaSet:
-    def __init__(self, engine: EngineConfig, count: int, router: RouterKind, *, name: str, seed: int = 0,
+    def __init__(self, engine: EngineConfig, count: int, router: RouterKind, *, cell_key: str, seed: int = 0,
                  replica_options: dict | None = None, health_timeout_s: float = 300.0):  # fmt: skip
         self._engine, self._count, self._router, self._seed = engine, count, router, seed
-        self._name = name
+        self._name = application_name(cell_key)
         self._replica_options = replica_options or {"num_cpus": 0}
         self._health_timeout_s = health_timeout_s
         self._handle = None

@@ -110,6 +110,7 @@ def cell_application(engine: EngineConfig, num_replicas: int, router_kwargs: dic
         max_ongoing_requests=MAX_ONGOING_REQUESTS,
         ray_actor_options=replica_options,
         health_check_period_s=2.0,
+        max_constructor_retry_count=1,  # an engine that cannot start fails the cell's attempt; the driver retries it
         **SHUTDOWN_OPTIONS,
         request_router_config=RequestRouterConfig(request_router_class=RulesRequestRouter,
                                                   request_router_kwargs=router_kwargs),  # fmt: skip

@@ -165,6 +165,7 @@ class WorkerPool:
         import ray
 
         ray.kill(worker.actor)
+        _stop_routed_replicas(worker)
         worker.num_creations = 0
         worker.create()
 
@@ -199,3 +200,14 @@ class WorkerPool:
 
         for worker in self.workers:
             ray.kill(worker.actor)
+        for worker in self.workers:
+            _stop_routed_replicas(worker)
+
+
+def _stop_routed_replicas(worker: Worker) -> None:
+    """The replicas of a routed cell live in their Serve application, not in the worker: a killed worker's
+    attempt leaves them serving, so its application goes too."""
+    if worker.attempt is not None and worker.attempt.cell.router is not None:
+        from orchestrator.replica.replica_set import delete_application
+
+        delete_application(worker.attempt.cell.key)

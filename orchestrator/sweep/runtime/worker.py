@@ -185,7 +185,7 @@ class CellWorker:
         from orchestrator.replica.replica_set import ReplicaSet
 
         self._drop_replica()  # its server would hold the memory (and, on a GPU, the device) a replica set needs
-        replicas = ReplicaSet(served.engine, cell.replicas, cell.router, name=f"cell-{cell.key}", seed=cell.seed,
+        replicas = ReplicaSet(served.engine, cell.replicas, cell.router, cell_key=cell.key, seed=cell.seed,
                               replica_options=_replica_options(cell),
                               health_timeout_s=limits.health_timeout_s)  # fmt: skip
         started = time.monotonic()
