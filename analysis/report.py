@@ -229,6 +229,11 @@ def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> Non
     trace_path = files.scheduler_trace
     trace = pd.read_json(trace_path, lines=True) if trace_path.exists() and trace_path.stat().st_size else pd.DataFrame()
     jobs = pd.read_parquet(files.jobs)
+    replicas = tables.per_replica(pd.read_parquet(files.requests), trace)
+    if len(replicas):
+        report.table(f"per_replica_{slug}", f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: per replica, requests "
+                     "(failed), later turns (moved in from another replica), prefix kept (%), pins (expired)",
+                     replicas, data.provenance(data.done))  # fmt: skip
     completed = jobs[jobs.jct_s.notna()].sort_values("jct_s")
     if len(completed):
         job = completed.iloc[len(completed) // 2]

@@ -170,6 +170,31 @@ def missing_cells(summary: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(["gpu", "policy", "dram_gb", "jps"]).reset_index(drop=True)
 
 
+def per_replica(requests: pd.DataFrame, trace: pd.DataFrame) -> pd.DataFrame:
+    """One cell of several replicas, per replica: the requests it served (and how many failed), the turns after a
+    job's first it served and how many of them came from another replica, the share of their best possible prefix
+    they found cached, and Continuum's pins it made and let expire. Empty for a cell of one replica."""
+    if "replica" not in requests or requests.replica.nunique() < 2:
+        return pd.DataFrame()
+    ordered = requests.sort_values(["job_id", "turn"])
+    ordered = ordered.assign(moved_in=ordered.groupby("job_id").replica.shift().pipe(
+        lambda previous: previous.notna() & (previous != ordered.replica)))  # fmt: skip
+    rows = []
+    for replica, served in ordered.groupby("replica"):
+        later = served[(served.turn > 0) & (served.status == RequestStatus.OK.value)]
+        best = later.best_cached_tokens.sum()
+        events = trace[trace.replica == replica] if len(trace) and "replica" in trace else trace.iloc[0:0]
+        finishes, unpins = (events[events.kind == kind] if len(events) else events for kind in ("finish", "unpin"))
+        rows.append({
+            "replica": replica, "requests": len(served), "failed": int((served.status != RequestStatus.OK.value).sum()),
+            "later_turns": len(later), "moved_in": int(served.moved_in.sum()),
+            "prefix_kept_pct": 100 * later.cached_tokens.sum() / best if best else np.nan,
+            "pins": int((finishes.action == "pin").sum()) if len(finishes) else 0,
+            "pins_expired": int((unpins.reason == "ttl").sum()) if len(unpins) else 0,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def kv_lifecycle(requests: pd.DataFrame, trace: pd.DataFrame, job_id: str) -> pd.DataFrame:
     """One job's KV across its turns: what each turn sent, what could have been cached (everything the
     previous turn sent and received), what was, the gap since the previous turn finished, the free

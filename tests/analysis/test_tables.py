@@ -2,7 +2,15 @@ import math
 
 import pandas as pd
 
-from analysis.tables import cpu_tier_diagnosis, cross_gpu_summary, jct_table, kv_lifecycle, missing_cells, serve_cost
+from analysis.tables import (
+    cpu_tier_diagnosis,
+    cross_gpu_summary,
+    jct_table,
+    kv_lifecycle,
+    missing_cells,
+    per_replica,
+    serve_cost,
+)
 from orchestrator.units import GIB
 
 
@@ -97,3 +105,24 @@ def test_serve_cost_pairs_each_cell_through_serve_with_the_same_cell_direct():
     assert math.isclose(costs["job time (s) serve/direct"][0], 1.1)
     assert math.isclose(costs["first turn (s) serve/direct"][0], 1.5)
     assert serve_cost(summary[summary.router.isna()]).empty
+
+
+def test_per_replica_counts_what_each_replica_served_and_the_turns_that_moved_to_it():
+    def request(job, turn, replica, cached, best, status="ok"):
+        return {"job_id": job, "turn": turn, "replica": replica, "cached_tokens": cached, "best_cached_tokens": best,
+                "status": status}  # fmt: skip
+
+    requests = pd.DataFrame([request("a", 0, 0, 0, 0), request("a", 1, 0, 90, 100), request("a", 2, 1, 10, 200),
+                             request("b", 0, 1, 0, 0), request("b", 1, 1, 100, 100),
+                             request("b", 2, 0, None, 300, status="timeout")])  # fmt: skip
+    trace = pd.DataFrame([{"kind": "finish", "action": "pin", "replica": 0, "reason": None},
+                          {"kind": "unpin", "action": None, "replica": 0, "reason": "ttl"},
+                          {"kind": "finish", "action": "pin", "replica": 1, "reason": None},
+                          {"kind": "unpin", "action": None, "replica": 1, "reason": "next_turn"}])  # fmt: skip
+    rows = per_replica(requests, trace).set_index("replica")
+    assert list(rows.requests) == [3, 3] and list(rows.failed) == [1, 0]
+    assert list(rows.moved_in) == [1, 1]  # a's third turn went to 1, b's third to 0
+    assert math.isclose(rows.prefix_kept_pct[0], 90.0)  # the failed turn counts for no replica's prefix
+    assert math.isclose(rows.prefix_kept_pct[1], 100 * 110 / 300)
+    assert list(rows.pins) == [1, 1] and list(rows.pins_expired) == [1, 0]
+    assert per_replica(requests.assign(replica=0), trace).empty
