@@ -1,13 +1,19 @@
 """Routers and Serve's cost on the real CPU engine: runs ``sweeps/routing_cpu.py`` and prints, per policy, one replica
 talked to directly, one behind Ray Serve, and two behind session affinity and round-robin.
 
-    python benchmarks/serve_routing.py [--results-dir DIR] [any sweep flag, e.g. --jps 2 --duration-s 10]
+    python benchmarks/serve_routing.py [--results-dir DIR] [--simulate] [any sweep flag, e.g. --jps 2 --duration-s 10]
 
 Columns: the share of their best possible prefix that turns after a job's first found in cache, the share of those
 turns that went to another replica than their previous turn, time to first token and a turn's latency (both from
 the turn's scheduled time, medians), mean job completion time, and expired pins (Continuum's pins that ended
 unused). Then Serve's cost: each statistic through Serve with one replica over the same cell direct, from the same
 run. The last line is one JSON object. A re-run fills only the cells that are missing.
+
+``--simulate`` checks the routed simulator against these cells: it measures the CPU engine's profile (three trials of
+one real cell, ``orchestrator/sweep/runtime/profiling.py``), simulates the same grid from it (same schedules, same
+routers, same pool per replica) and prints each statistic real against simulated. The simulator has no Serve and
+gives each replica the whole machine, while here two replicas and Serve share two cores: the routing statistics
+(prefix kept, turns moved, pins expired) are what it should match; its times are the machine's best case.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import pandas as pd
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.profiling import measure_cpu_profile
 from sweeps.routing_cpu import SPEC
 
 COLUMNS = ("prefix_kept_pct", "turns_moved_pct", "ttft_p50_ms", "turn_p50_ms", "jct_mean_s", "pin_expired_pct")
@@ -63,18 +71,43 @@ def serve_cost(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(ratios)
 
 
+def real_against_simulated(real: pd.DataFrame, simulated: pd.DataFrame) -> pd.DataFrame:
+    """Each arm's statistics measured and simulated side by side, with the simulated JCT over the measured."""
+    keys = ["policy", "jps", "arm"]
+    both = real.merge(simulated, on=keys, suffixes=(" real", " sim"))
+    both["jct sim/real"] = both["jct_mean_s sim"] / both["jct_mean_s real"]
+    statistics = ("prefix_kept_pct", "turns_moved_pct", "pin_expired_pct", "jct_mean_s")
+    return both[keys + [f"{name} {side}" for name in statistics for side in ("real", "sim")] + ["jct sim/real"]]
+
+
+def simulated_twin(spec: SweepSpec, options) -> SweepSpec:
+    """The grid in the simulator, the CPU engine simulated from its profile measured on this machine."""
+    profile = measure_cpu_profile(spec, options)
+    print(f"CPU profile: {profile.describe()}")
+    return spec.model_copy(update={"name": f"{spec.name}-sim", "engine": EngineKind.SIM, "cpu_profile": profile})
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser(SPEC).parse_args(argv)
+    cli = parser(SPEC)
+    cli.add_argument("--simulate", action="store_true", help="check the routed simulator against the measured cells")
+    args = cli.parse_args(argv)
     spec, options = prepare(SPEC, args)
     code = run_sweep(spec, options)
-    files = SweepFiles(options.results_dir / spec.name)
-    rows = table(files)
+    rows = table(SweepFiles(options.results_dir / spec.name))
     costs = serve_cost(rows)
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
+    report = {"sweep_exit": code, "cells": rows.to_dict("records"), "serve_cost": costs.to_dict("records")}
+    with pd.option_context("display.width", 250, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
         print(rows.to_string(index=False))
         print()
         print(costs.to_string(index=False) if len(costs) else "no Serve/direct pair is done")
-    print(json.dumps({"sweep_exit": code, "cells": rows.to_dict("records"), "serve_cost": costs.to_dict("records")}))
+        if args.simulate and not options.dry_run:
+            twin = simulated_twin(spec, options)
+            code = max(code, run_sweep(twin, options))
+            compared = real_against_simulated(rows, table(SweepFiles(options.results_dir / twin.name)))
+            print()
+            print(compared.to_string(index=False))
+            report["real_against_simulated"] = compared.to_dict("records")
+    print(json.dumps(report, default=str))
     return code
 
 

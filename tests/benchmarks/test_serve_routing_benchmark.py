@@ -1,12 +1,12 @@
 """The routing benchmark's machinery, on a simulated stand-in of ``sweeps/routing_cpu.py`` (the real CPU engine's
-grid takes about 14 minutes): an arm per cell, and Serve's cost as each one-replica cell through Serve over the same
-cell direct."""
+grid takes about 14 minutes): an arm per cell, Serve's cost as each one-replica cell through Serve over the same
+cell direct, and the measured arms beside the simulated ones."""
 
 from __future__ import annotations
 
 import math
 
-from benchmarks.serve_routing import serve_cost, table
+from benchmarks.serve_routing import real_against_simulated, serve_cost, table
 from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.sweep.runtime.driver import run_sweep
@@ -29,3 +29,7 @@ def test_every_arm_gets_a_row_and_serve_is_compared_with_direct_per_policy(local
     for policy in ("fcfs", "continuum"):
         expected = keyed.jct_mean_s[policy, "serve x1"] / keyed.jct_mean_s[policy, "direct x1"]
         assert math.isclose(costs.loc[policy, "jct_mean_s serve/direct"], expected)
+    halved = rows.assign(jct_mean_s=rows.jct_mean_s / 2)
+    compared = real_against_simulated(rows, halved)
+    assert len(compared) == 8 and (compared["jct sim/real"] == 0.5).all()
+    assert (compared["prefix_kept_pct real"] == compared["prefix_kept_pct sim"]).all()
