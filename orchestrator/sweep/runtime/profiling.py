@@ -32,11 +32,12 @@ from orchestrator.validation import InputError
 
 
 def profile_spec(spec: SweepSpec) -> SweepSpec:
-    """The sweep of the profiling cells: ``spec``'s model, workload and engine options on the CPU engine."""
+    """The sweep of the profiling cells: ``spec``'s model, workload and engine options on the CPU engine, one
+    replica talked to directly (the profile is one engine's; the simulator puts routers in front of it)."""
     return spec.model_copy(update={
         "name": f"{spec.name}-profile", "engine": EngineKind.VLLM, "gpus": (CPU,), "policies": (PROFILE_POLICY,),
         "jps": (PROFILE_JPS,), "dram_gb": (0.0,), "dram_gb_by_gpu": {}, "seeds": (PROFILE_SEED,),
-        "trials": PROFILE_TRIALS, "cpu_profile": None,
+        "trials": PROFILE_TRIALS, "cpu_profile": None, "replicas": (1,), "serve_overhead": False,
     })  # fmt: skip
 
 
