@@ -56,10 +56,6 @@ class ReplicaSet:
         self._last_poll: EnginesPoll | None = None
         self.infos: tuple[ReplicaInfo, ...] = ()
 
-    @property
-    def count(self) -> int:
-        return self._count
-
     def start(self) -> tuple[ReplicaInfo, ...]:
         """Deploy the replicas and wait until each engine answers; raises ``ServerStartError`` when one cannot."""
         port = _serve_port()
@@ -93,10 +89,14 @@ class ReplicaSet:
         an empty cache); the failure names it and the requests it held at the previous poll, which it lost."""
         failure, counters = None, []
         for rank in range(self._count):
-            tag, exit_code, replica_counters = self._call(rank, "status")
+            try:
+                tag, exit_code, replica_counters = self._call(rank, "status")
+            except TimeoutError:  # Serve is starting a replacement, whose engine takes its time
+                tag, exit_code, replica_counters = None, None, None
             counters.append(replica_counters or {})
             if failure is None and (exit_code is not None or tag != self._tags[rank]):
-                what = f"exited with code {exit_code}" if exit_code is not None else "was replaced by Serve"
+                what = (f"exited with code {exit_code}" if exit_code is not None else
+                        f"did not answer within {CONTROL_TIMEOUT_S:g} s" if tag is None else "was replaced by Serve")
                 lost = self._last_poll.in_flight(rank) if self._last_poll else 0
                 failure = f"replica {rank} of {self._count} {what} during the cell, losing {lost} requests in flight"
         self._last_poll = EnginesPoll(failure, tuple(counters))

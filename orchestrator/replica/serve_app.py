@@ -92,13 +92,8 @@ class Ingress:
     async def __call__(self, request: Request) -> StreamingResponse:
         stream = self._engines.remote(await request.json())
         rank, status = await stream.__anext__()
-        return StreamingResponse(_rest_of(stream), status_code=status, headers={REPLICA_HEADER: str(rank)},
+        return StreamingResponse(stream, status_code=status, headers={REPLICA_HEADER: str(rank)},
                                  media_type="text/event-stream")  # fmt: skip
-
-
-async def _rest_of(stream) -> AsyncIterator[bytes]:
-    async for chunk in stream:
-        yield chunk
 
 
 def cell_application(engine: EngineConfig, num_replicas: int, router_kwargs: dict, replica_options: dict,

@@ -32,7 +32,7 @@ from orchestrator.records.cell import (
     TierCounters,
 )
 from orchestrator.replica.config import EngineConfig
-from orchestrator.replica.engines import CellEngines, OneReplica
+from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError
@@ -209,7 +209,7 @@ class CellWorker:
         self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, len(plan.jobs))
         load = self._start_load(plan, engines.base_url, options, limits)
         limit_s = limits.cell_limit_s(cell.workload)
-        status, reason = self._watch(load, engines, limits, (time.monotonic() + limit_s, limit_s), cell.key)
+        status, reason = self._watch(load, engines, before, limits, (time.monotonic() + limit_s, limit_s), cell.key)
         shard = load.result() if status is CellStatus.DONE else None
         after = engines.poll()
         crashed = after.failure is not None  # a crash is worth another attempt; a hang or a time limit is not
@@ -322,13 +322,14 @@ class CellWorker:
         on_this_node = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)}
         return ActorRun(plan, base_url, options, limits.client_actors, on_this_node)
 
-    def _watch(self, load: LoadRun, engines: CellEngines, limits: RunLimits, time_limit: tuple[float, float],
-               cell_key: str):  # fmt: skip
+    def _watch(self, load: LoadRun, engines: CellEngines, before: EnginesPoll, limits: RunLimits,
+               time_limit: tuple[float, float], cell_key: str):  # fmt: skip
         """Wait for the load to finish; the status and reason of the cell if a fault ends it first.
 
-        ``time_limit`` is the cell's (monotonic deadline, limit in seconds)."""
+        ``before`` is the replicas' poll from just before the load started; ``time_limit`` is the cell's
+        (monotonic deadline, limit in seconds)."""
         deadline, limit_s = time_limit
-        last_work = engines.poll().work_done()
+        last_work = before.work_done()
         last_progress = time.monotonic()
         while not load.wait(limits.poll_s):
             now = time.monotonic()
