@@ -11,8 +11,9 @@ import pytest
 
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
-from orchestrator.workload.traces.importers import read_mooncake, read_swe_agent
+from orchestrator.workload.traces.mooncake import read_mooncake
 from orchestrator.workload.traces.schema import TraceFormatError, TraceRef, read_trace_file
+from orchestrator.workload.traces.swe_agent import read_swe_agent
 from tests.workload import DATA
 
 
@@ -28,6 +29,25 @@ def test_mooncake_requests_become_jobs_and_sessions_become_multi_turn_jobs():
     assert [turn.prefix_blocks for turn in session] == [("5",), ("5", "6"), ("5", "6", "7")]
     assert jobs[0].turns[0].prefix_blocks == ("0", "1") and jobs[1].turns[0].prefix_blocks == ("0", "3")
     assert "includes the original answer's service time" in notes["tool_s"]
+
+
+def test_mooncake_sessions_are_recovered_from_block_chains_and_the_plain_reading_stays_an_option():
+    """Only a session's latest prompt can be continued, and only by a request it covers at least half of."""
+    jobs, notes = read_mooncake(DATA / "mooncake-sessions.jsonl")
+    assert [(job.job_id, job.arrival_s, [turn.input_tokens for turn in job.turns]) for job in jobs] == [
+        ("r1", 0.0, [1100, 1600, 2100]),  # lines 3 and 6 start with the previous turn's blocks
+        ("r2", 0.5, [700, 1200]),  # line 4: one block of two is line 2's prompt, half
+        ("r5", 4.5, [600]),  # its one block is the start of r1's chain, which has moved on
+        ("r7", 6.5, [1600]),  # extends r1's first turn, not its latest: a branch, a job of its own
+    ]  # fmt: skip
+    assert [turn.tool_s for turn in jobs[0].turns] == [3.0, 3.0, 0.0] and jobs[1].turns[0].tool_s == 3.5
+    assert jobs[0].turns[2].prefix_blocks == ("10", "11", "13", "15")
+    assert "2 sessions of 2 turns or more (median 2.5, max 3) hold 5 of the 7 requests" in notes["sessions"]
+    plain, notes = read_mooncake(DATA / "mooncake-sessions.jsonl", recover=False)
+    assert [job.job_id for job in plain] == [f"r{line}" for line in range(1, 8)]
+    assert {len(job.turns) for job in plain} == {1} and notes["sessions"].startswith("each request")
+    stricter, _ = read_mooncake(DATA / "mooncake-sessions.jsonl", min_shared=0.6)
+    assert [len(job.turns) for job in stricter] == [3, 1, 1, 1, 1]  # line 4 shares 50% of its blocks: too few now
 
 
 def test_swe_agent_steps_become_turns_with_their_execution_times_and_a_shared_system_prompt(tmp_path):

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from orchestrator.workload.distributions import PRESETS, IntUniform
 from orchestrator.workload.plan import build_plan
 from orchestrator.workload.schedule import schedule_for
-from orchestrator.workload.spec import SOURCE_TOOL_TOKENS, WorkloadSpec
+from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.text import TOOL_SEPARATOR, text_digest
 
 

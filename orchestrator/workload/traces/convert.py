@@ -1,6 +1,7 @@
-"""Converts a public agent trace into the project's format (``traces/importers.py`` says how each is read)::
+"""Converts a public agent trace into the project's format (each format's module says how it is read)::
 
     python -m orchestrator.workload.traces.convert --format mooncake TRACE.jsonl --out mine.jsonl [--block-tokens 512]
+        [--sessions recover|per-request] [--min-shared 0.5]
     python -m orchestrator.workload.traces.convert --format swe-agent RUN/*.traj --out mine.jsonl
         [--tokenizer DIR] [--block-tokens 64] [--jps 0.5] [--seed 7]
 
@@ -15,8 +16,10 @@ import sys
 from pathlib import Path
 
 from orchestrator.records.store import atomic_write_bytes
-from orchestrator.workload.traces.importers import MOONCAKE_BLOCK_TOKENS, read_mooncake, read_swe_agent
+from orchestrator.workload.traces.mooncake import MOONCAKE_BLOCK_TOKENS, read_mooncake
 from orchestrator.workload.traces.schema import TraceFormatError, dump_trace, parse_trace
+from orchestrator.workload.traces.sessions import DEFAULT_MIN_SHARED
+from orchestrator.workload.traces.swe_agent import read_swe_agent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--block-tokens", type=int,
                    help=f"tokens per block; default: {MOONCAKE_BLOCK_TOKENS} (mooncake), 64 (swe-agent)")
+    p.add_argument("--sessions", choices=("recover", "per-request"), default="recover",
+                   help="mooncake: requests without a session_id are grouped into sessions recovered from their block "
+                        "chains (recover), or each is a job of one turn (per-request); default: recover")
+    p.add_argument("--min-shared", type=float, default=DEFAULT_MIN_SHARED,
+                   help="mooncake: the share of a request's blocks that must be a session's latest prompt for it to "
+                        f"be that session's next turn; default: {DEFAULT_MIN_SHARED:g}")
     p.add_argument("--tokenizer", help="swe-agent: a Hugging Face tokenizer directory to count tokens with")
     p.add_argument("--jps", type=float, default=0.5, help="swe-agent: the jobs' arrival rate (the files have none)")
     p.add_argument("--seed", type=int, default=7, help="swe-agent: seeds the arrivals")
@@ -40,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     atomic_write_bytes(data, args.out)
     print(f"wrote {args.out}: {len(jobs)} jobs, {sum(len(job.turns) for job in jobs)} requests")
+    if "sessions" in notes:
+        print(f"sessions: {notes['sessions']}")
     return 0
 
 
@@ -49,7 +60,10 @@ def _read(args: argparse.Namespace):
     if args.format == "mooncake":
         if len(args.inputs) != 1:
             raise TraceFormatError("mooncake", 0, "inputs", f"got {len(args.inputs)} files; valid: one trace file")
-        return read_mooncake(args.inputs[0], args.block_tokens or MOONCAKE_BLOCK_TOKENS)
+        if not 0 < args.min_shared <= 1:
+            raise TraceFormatError("--min-shared", 0, "value", f"got {args.min_shared:g}; valid: a share in (0, 1]")
+        return read_mooncake(args.inputs[0], args.block_tokens or MOONCAKE_BLOCK_TOKENS,
+                             recover=args.sessions == "recover", min_shared=args.min_shared)  # fmt: skip
     if not args.jps > 0:
         raise TraceFormatError("--jps", 0, "value", f"got {args.jps:g}; valid: a positive rate")
     count = None
