@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.traces.kv_cache_tester import read_kv_cache_tester
 from orchestrator.workload.traces.mooncake import read_mooncake
 from orchestrator.workload.traces.schema import TraceFormatError, TraceRef, read_trace_file
 from orchestrator.workload.traces.swe_agent import read_swe_agent
@@ -70,6 +71,41 @@ def test_swe_agent_steps_become_turns_with_their_execution_times_and_a_shared_sy
     assert notes["tokens"] == "4 characters per token"
 
 
+def test_kv_cache_tester_conversations_and_their_sub_agents_become_jobs_with_re_chained_blocks():
+    folder = DATA / "kv-cache-tester"
+    jobs, notes = read_kv_cache_tester([folder / "trace_a.json", folder / "trace_b.json"], jps=1.0, seed=3)
+    assert [(job.job_id, len(job.turns)) for job in jobs] == [("trace_a", 3), ("trace_b", 2), ("trace_a/agent_001", 2)]
+    parent, other, agent = jobs
+    assert parent.arrival_s == 0.0 and agent.arrival_s == 5.5 and 0 < other.arrival_s < 5.5  # the sub-agent's offset
+    assert [(t.input_tokens, t.output_tokens) for t in parent.turns] == [(700, 50), (900, 1), (1000, 80)]
+    # think_time before the next request; else the gap in t less api_time; else the plain gap (counted).
+    assert [t.tool_s for t in parent.turns] == [8.0, 2.5, 0.0] and agent.turns[0].tool_s == 1.0
+    assert other.turns[0].tool_s == 4.0 and "(holds the original service time: 1 gaps)" in notes["tool_s"]
+    first, second, third = (turn.prefix_blocks for turn in parent.turns)
+    assert len(first) == 700 // 64 and second[:10] == first  # ids past the prompt's full blocks are dropped
+    assert third[:10] == first and not set(third[10:]) & set(second)  # block 11 changed: the chain parts there
+    # Half of tool_tokens + system_tokens, in whole blocks (2 and 1), is shared by every conversation and sub-agent.
+    assert first[:2] == agent.turns[0].prefix_blocks[:2] == ("tools+system:0", "tools+system:1")
+    assert other.turns[0].prefix_blocks[0] == "tools+system:0" and other.turns[0].prefix_blocks[1] not in first
+    assert not set(agent.turns[1].prefix_blocks[2:]) & set(third)  # a sub-agent's ids are its own (local scope)
+    assert notes["out"] == "1 answers of 0 tokens sent as 1 token"
+
+
+def test_convert_samples_kv_cache_tester_conversations_from_a_directory(tmp_path):
+    out = tmp_path / "claude.jsonl"
+    command = [sys.executable, "-m", "orchestrator.workload.traces.convert", "--format", "kv-cache-tester"]
+    folder = tmp_path / "traces"
+    shutil.copytree(DATA / "kv-cache-tester", folder)
+    (folder / "trace_malformed.json").unlink()
+    done = subprocess.run([*command, str(folder), "--out", str(out), "--sample", "1", "--seed", "4"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert read_trace_file(out).jobs[0].job_id in {"trace_a", "trace_b"}
+    refused = subprocess.run([*command, str(folder), "--out", str(out), "--sample", "3"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and refused.stderr == "error: --sample: value: got 3; valid: 1 to 2 (the files given)\n"
+
+
 @pytest.mark.parametrize(
     ("reader", "name", "message"),
     [
@@ -77,6 +113,8 @@ def test_swe_agent_steps_become_turns_with_their_execution_times_and_a_shared_sy
                                                     "has it at position 1 after '0'; ids are chained prefixes"),
         (lambda path: read_swe_agent([path]), "swe-agent-malformed.traj",
          ":12: trajectory[1].execution_time: missing; valid: seconds >= 0"),
+        (lambda path: read_kv_cache_tester([path]), "kv-cache-tester/trace_malformed.json",
+         ":4: requests[1].out: missing; valid: an integer >= 0"),
     ],
 )  # fmt: skip
 def test_a_malformed_file_fails_with_one_line_naming_the_file_the_line_and_the_field(reader, name, message):

@@ -4,6 +4,8 @@
         [--sessions recover|per-request] [--min-shared 0.5]
     python -m orchestrator.workload.traces.convert --format swe-agent RUN/*.traj --out mine.jsonl
         [--tokenizer DIR] [--block-tokens 64] [--jps 0.5] [--seed 7]
+    python -m orchestrator.workload.traces.convert --format kv-cache-tester traces/ --out mine.jsonl
+        [--sample 50] [--jps 0.5] [--seed 7] [--shared-prefix-share 0.5]
 
 The result is checked by reading it back as any trace is; then ``python sweeps/agent_trace.py --trace
 mine.jsonl`` replays it. A malformed input fails with one line naming the file, the line and the field.
@@ -12,10 +14,12 @@ mine.jsonl`` replays it. A malformed input fails with one line naming the file, 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 
 from orchestrator.records.store import atomic_write_bytes
+from orchestrator.workload.traces.kv_cache_tester import DEFAULT_SHARED_PREFIX_SHARE, read_kv_cache_tester
 from orchestrator.workload.traces.mooncake import MOONCAKE_BLOCK_TOKENS, read_mooncake
 from orchestrator.workload.traces.schema import TraceFormatError, dump_trace, parse_trace
 from orchestrator.workload.traces.sessions import DEFAULT_MIN_SHARED
@@ -25,8 +29,9 @@ from orchestrator.workload.traces.swe_agent import read_swe_agent
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m orchestrator.workload.traces.convert",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--format", required=True, choices=("mooncake", "swe-agent"))
-    p.add_argument("inputs", nargs="+", type=Path, help="the trace file (mooncake) or trajectory files (swe-agent)")
+    p.add_argument("--format", required=True, choices=("mooncake", "swe-agent", "kv-cache-tester"))
+    p.add_argument("inputs", nargs="+", type=Path, help="the trace file (mooncake), trajectory files (swe-agent), or "
+                   "conversation files and directories of them (kv-cache-tester: every *.json in a directory)")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--block-tokens", type=int,
                    help=f"tokens per block; default: {MOONCAKE_BLOCK_TOKENS} (mooncake), 64 (swe-agent)")
@@ -37,8 +42,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="mooncake: the share of a request's blocks that must be a session's latest prompt for it to "
                         f"be that session's next turn; default: {DEFAULT_MIN_SHARED:g}")
     p.add_argument("--tokenizer", help="swe-agent: a Hugging Face tokenizer directory to count tokens with")
-    p.add_argument("--jps", type=float, default=0.5, help="swe-agent: the jobs' arrival rate (the files have none)")
-    p.add_argument("--seed", type=int, default=7, help="swe-agent: seeds the arrivals")
+    p.add_argument("--jps", type=float, default=0.5,
+                   help="swe-agent, kv-cache-tester: the jobs' arrival rate (the files have none)")
+    p.add_argument("--seed", type=int, default=7, help="swe-agent, kv-cache-tester: seeds the arrivals and --sample")
+    p.add_argument("--sample", type=int, help="kv-cache-tester: this many conversations drawn from the inputs (seeded)")
+    p.add_argument("--shared-prefix-share", type=float, default=DEFAULT_SHARED_PREFIX_SHARE,
+                   help="kv-cache-tester: the share of each conversation's tool_tokens + system_tokens declared shared "
+                        f"by every conversation; default: {DEFAULT_SHARED_PREFIX_SHARE:g}")
     args = p.parse_args(argv)
     try:
         jobs, notes = _read(args)
@@ -66,12 +76,29 @@ def _read(args: argparse.Namespace):
                              recover=args.sessions == "recover", min_shared=args.min_shared)  # fmt: skip
     if not args.jps > 0:
         raise TraceFormatError("--jps", 0, "value", f"got {args.jps:g}; valid: a positive rate")
+    if args.format == "kv-cache-tester":
+        return _read_kv_cache_tester(args)
     count = None
     if args.tokenizer:
         from orchestrator.workload.tokenizer import token_counter_for
 
         count = token_counter_for(args.tokenizer).count
     return read_swe_agent(args.inputs, args.block_tokens or 64, count, args.jps, args.seed)
+
+
+def _read_kv_cache_tester(args: argparse.Namespace):
+    if args.block_tokens is not None:
+        raise TraceFormatError("--block-tokens", 0, "value", "kv-cache-tester files state their own block_size")
+    if not 0 <= args.shared_prefix_share <= 1:
+        raise TraceFormatError("--shared-prefix-share", 0, "value",
+                               f"got {args.shared_prefix_share:g}; valid: a share in [0, 1]")  # fmt: skip
+    files = sorted(file for path in args.inputs for file in (sorted(path.glob("*.json")) if path.is_dir() else [path]))
+    if args.sample is not None:
+        if not 1 <= args.sample <= len(files):
+            valid = f"1 to {len(files)} (the files given)"
+            raise TraceFormatError("--sample", 0, "value", f"got {args.sample}; valid: {valid}")
+        files = sorted(random.Random(args.seed).sample(files, args.sample))
+    return read_kv_cache_tester(files, args.jps, args.seed, args.shared_prefix_share)
 
 
 if __name__ == "__main__":
