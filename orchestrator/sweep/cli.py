@@ -5,7 +5,7 @@
         [--duration-s F] [--scale F] [--workload source-study|parametric|trace] [--trace PATH] [--load M,...]
         [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--weights real|dummy]
         [--kv-blocks N]
-        [--max-num-seqs N] [--max-model-len N]
+        [--max-num-seqs N] [--max-model-len N] [--max-context N]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
 
@@ -63,7 +63,7 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GiB (2^30 bytes, as LMCache and vLLM read them), "
                    "for every GPU type (replaces per-GPU defaults)")
     p.add_argument("--replicas", nargs="+", help="replicas per cell, behind a router past one, as a Ray Serve application "
-                   f"(the simulator, the CPU and fake engines so far); default: {','.join(map(str, spec.replicas))}")  # fmt: skip
+                   f"(on GPUs, one GPU of the cell's type each); default: {','.join(map(str, spec.replicas))}")  # fmt: skip
     p.add_argument("--routers", nargs="+", help=f"routers of cells with several replicas: {', '.join(RouterKind)}; "
                    f"default: {','.join(spec.routers)}")  # fmt: skip
     p.add_argument("--serve-overhead", action="store_true", default=None,
@@ -78,6 +78,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
                    "tool outputs, answers and tool times drawn per job from presets; the flags below override each), "
                    f"or a replayed trace (--trace); default: {spec.workload.source}")
     p.add_argument("--trace", type=Path, help="replay this agent trace (kvsweep-trace/1 JSONL, docs/workloads.md)")
+    p.add_argument("--max-context", type=int, help="drop whole jobs with a request (prompt and answer) longer than "
+                   "this many tokens, counted in the summary (n_jobs_dropped); default: none dropped")
     p.add_argument("--load", nargs="+", help="with a trace: load multipliers of its own arrival rate (the JPS axis "
                    "becomes multiplier x the trace's rate)")
     shape = "a number, a preset name or a JSON distribution"
@@ -145,6 +147,7 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("weights", None, "weights"),
         ("trials", None, "trials"), ("serve_overhead", None, "serve_overhead"),
         ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
+        ("max_context", "workload", "max_context"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_model_len", "engine_options", "max_model_len"),
         ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),

@@ -13,6 +13,7 @@ from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, simulate
+from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
@@ -69,13 +70,16 @@ def test_several_replicas_without_a_router_are_refused():
         Replicas(2)
 
 
-def test_routed_cells_are_refused_on_real_gpus_before_anything_runs():
-    for routed in ({"replicas": (1, 2)}, {"serve_overhead": True}):
-        with pytest.raises(ValueError, match="cells behind a router on real GPUs \\(H100\\) are not built yet; valid"):
-            SweepSpec(name="r", engine=EngineKind.VLLM, gpus=("H100",), policies=("fcfs",), jps=(1,), **routed)
+def test_routed_cells_on_gpus_hold_a_gang_of_their_replica_count_and_nowhere_else():
+    on_gpus = SweepSpec(name="r", engine=EngineKind.VLLM, gpus=("H100",), policies=("fcfs",), jps=(1,),
+                        replicas=(1, 2), serve_overhead=True)  # fmt: skip
+    gangs = sorted((cell.replicas, cell.gang_size) for cell in expand(on_gpus, lambda gpu: True))
+    assert gangs == [(1, 0), (1, 1), (2, 2)]  # one replica direct holds its worker's GPU; through Serve, a gang
     on_cpu = SweepSpec(name="r", engine=EngineKind.VLLM, gpus=("cpu",), policies=("fcfs",), jps=(1,), replicas=(1, 2),
                        serve_overhead=True)  # fmt: skip
     assert on_cpu.replica_setups() == ((1, None), (1, RouterKind.ROUND_ROBIN), (2, RouterKind.LEAST_LOADED))
+    assert {cell.gang_size for cell in expand(on_cpu, lambda gpu: True)} == {0}  # beside their worker
     spec = SweepSpec(name="r", engine=EngineKind.SIM, gpus=("H100",), policies=("fcfs",), jps=(1,), replicas=(1, 2),
                      routers=("session-affinity", "round-robin"), model=LLAMA)  # fmt: skip
     assert spec.replica_setups() == ((1, None), (2, RouterKind.SESSION_AFFINITY), (2, RouterKind.ROUND_ROBIN))
+    assert {cell.gang_size for cell in expand(spec, lambda gpu: True)} == {0}  # simulated: no GPU held

@@ -44,7 +44,7 @@ def runs_by_key(results_dir: Path, sweep: str) -> dict:
 
 @pytest.fixture(scope="module")
 def fake_gpu_cluster():
-    """A Ray cluster of three local nodes: a head without GPUs, one 'H100' node and one 'A100' node.
+    """A Ray cluster of three local nodes: a head without GPUs, an 'H100' node of two GPUs and an 'A100' node of one.
 
     The GPUs are declared resources only (this machine has none); cells on them use the fake engine.
     Yields the node id of each GPU type."""
@@ -53,8 +53,8 @@ def fake_gpu_cluster():
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     nodes = {
-        gpu: cluster.add_node(num_cpus=1, num_gpus=1, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1})
-        for gpu in ("H100", "A100")
+        gpu: cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1})
+        for gpu, num_gpus in (("H100", 2), ("A100", 1))
     }
     ray.init(address=cluster.address, log_to_driver=False)
     yield {gpu: node.node_id for gpu, node in nodes.items()}

@@ -52,16 +52,19 @@ class NodeType:
 @dataclass(frozen=True)
 class Slot:
     """One place a cell worker runs: a GPU of ``gpu`` type on ``node_id`` (or the CPU engine's place, or
-    a CPU for simulated cells)."""
+    a CPU for simulated cells). A gang's slot is where a routed cell's coordinator runs: it holds nothing itself,
+    the cell's ``gang_size`` replicas hold the GPUs (Ray Serve places them)."""
 
     gpu: str
     node_id: str
     index: int
     memory_gib: float  # reserved host memory: the replica's CPU KV tier and the replica itself
+    gang_size: int = 0
 
     @property
     def name(self) -> str:
-        return f"{self.gpu}#{self.index}@{self.node_id[:8]}"
+        gang = f"x{self.gang_size}" if self.gang_size else ""
+        return f"{self.gpu}#{self.index}{gang}@{self.node_id[:8]}"
 
     def actor_options(self) -> dict:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -69,6 +72,8 @@ class Slot:
         options: dict = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.node_id, soft=False)}
         if self.gpu in (CPU, SIM):
             options["num_cpus"] = 1
+        elif self.gang_size:
+            options["num_cpus"] = 0
         else:
             options.update(num_cpus=0, num_gpus=1, accelerator_type=self.gpu)
         if self.memory_gib > 0:
@@ -123,6 +128,18 @@ class Inventory:
             f"DRAM budget {dram_gib:g} GiB is larger than any {gpu} node can give:{itself} the largest {gpu} node "
             f"({where}) has {largest:.0f} GiB of Ray memory; valid: at most {max(0, math.floor(largest - overhead))}"
         )
+
+    def check_gang(self, gpu: str, gang_size: int, replica_gib: float) -> None:
+        """Raises ``InputError`` if the cluster can never give a routed cell its ``gang_size`` GPUs of ``gpu`` at
+        once: the slots of the nodes up and of the most nodes the autoscaler may launch, for replicas of
+        ``replica_gib`` host memory."""
+        up = len(self.slots(gpu, replica_gib))
+        launchable = self.max_slots_launchable(gpu, replica_gib)
+        if gang_size > up + launchable:
+            raise InputError(
+                f"a cell of {gang_size} replicas needs {gang_size} {gpu} GPUs at once; the cluster has {up} {gpu} "
+                f"slot(s) up and can launch {launchable} more; valid: --replicas up to {up + launchable}"
+            )
 
     def slots(self, gpu: str, replica_gib: float) -> list[Slot]:
         """Worker slots on the nodes that are up, for cells of ``gpu`` whose replicas need ``replica_gib``."""

@@ -68,6 +68,8 @@ class CellSpec(BaseModel):
         # Fields added since keys were first made are left out when unset, so the keys of every other cell stay
         # what they were; a trace's path is left out too (its hash is the trace; a Ray job's copy lives elsewhere).
         exclude: dict = {"workload": {"trace": True if self.workload.trace is None else {"path"}}}
+        if self.workload.max_context is None:
+            exclude["workload"]["max_context"] = True
         if self.cpu_profile is None:
             exclude["cpu_profile"] = True
         if self.weights is Weights.REAL:
@@ -90,6 +92,14 @@ class CellSpec(BaseModel):
     def placement(self) -> str:
         """Where a worker for this cell runs: a GPU of its type, the CPU engine's place, or any CPU (sim)."""
         return SIM if self.engine is EngineKind.SIM else self.gpu
+
+    @property
+    def gang_size(self) -> int:
+        """GPUs of its type this cell holds at once through Ray Serve: its replica count when it is routed on a GPU
+        type (the workers of as many slots step aside for its replicas), else 0: one worker's own slot runs it
+        (one replica talked to directly, the CPU engine's replicas beside their worker, the simulator)."""
+        routed_on_gpus = self.router is not None and self.placement not in (CPU, SIM)
+        return self.replicas if routed_on_gpus else 0
 
     @property
     def server_group(self) -> tuple:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from orchestrator.sweep.cluster.inventory import NodeType
 
 
-def gpus_to_ask(node_type: NodeType, num_cells: int, replica_gib: float) -> int:
-    """GPUs to ask of ``node_type`` so that ``num_cells`` cells get a slot each, within its ``max_workers``:
-    whole nodes, since a node's memory may give fewer slots than it has GPUs."""
+def gpus_to_ask(node_type: NodeType, num_slots: int, replica_gib: float) -> int:
+    """GPUs to ask of ``node_type`` for ``num_slots`` slots (a cell takes one, a routed cell on GPUs one per
+    replica), within its ``max_workers``: whole nodes, since a node's memory may give fewer slots than it has GPUs."""
     per_node = max(1, node_type.slots_per_node(replica_gib))
-    nodes = min(node_type.max_workers, math.ceil(num_cells / per_node))
+    nodes = min(node_type.max_workers, math.ceil(num_slots / per_node))
     return nodes * node_type.num_gpus
 
 

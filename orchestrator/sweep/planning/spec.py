@@ -184,17 +184,7 @@ class SweepSpec(BaseModel):
             for gpu in self.gpus:
                 self.engine_options.check_pool_holds_a_sequence(gpu)
         self._check_tier_budgets()
-        self._check_routed_gpus()
         return self
-
-    def _check_routed_gpus(self) -> None:
-        """Real cells behind a router run their replicas beside their worker: the CPU engine's, or the fake
-        engine's, not yet on GPUs (their worker holds one GPU, and the pool does not reserve the others)."""
-        routed = max(self.replicas) > 1 or self.serve_overhead
-        on_gpus = [gpu for gpu in self.gpus if gpu != CPU]
-        if routed and self.engine in (EngineKind.AUTO, EngineKind.VLLM) and on_gpus:
-            raise ValueError(f"cells behind a router on real GPUs ({', '.join(on_gpus)}) are not built yet; valid: "
-                             "--engine sim, or the cpu engine, with --replicas above 1 or --serve-overhead")  # fmt: skip
 
     def replica_setups(self) -> tuple[tuple[int, RouterKind | None], ...]:
         """Each (replicas, router) of the grid: one replica has no router (and, with ``serve_overhead``, also

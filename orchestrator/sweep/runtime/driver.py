@@ -33,7 +33,7 @@ from orchestrator.records.verdict import read_verdicts
 from orchestrator.sim.config import check_simulable
 from orchestrator.sweep.cluster.autoscaler import read_launchable_types
 from orchestrator.sweep.cluster.connect import connect_ray
-from orchestrator.sweep.cluster.inventory import Inventory, read_inventory
+from orchestrator.sweep.cluster.inventory import Inventory, Slot, read_inventory
 from orchestrator.sweep.cluster.model_check import check_model_files
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.options import SweepOptions
@@ -85,9 +85,11 @@ def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
     replica that no node of its type can hold or a GPU type the simulator cannot run."""
     inventory = read_inventory(read_launchable_types(options.autoscaler_config))
     cells = expand(spec, inventory.has)
+    largest_replica_gib = _largest_replica_gib(cells)
     for cell in cells:
         if cell.engine is not EngineKind.SIM and inventory.has(cell.gpu):
             inventory.check_replica_memory(cell.gpu, cell.dram_gb, cell.replica_host_gib)
+            inventory.check_gang(cell.gpu, cell.gang_size, largest_replica_gib[cell.placement])
     simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
     if simulated:
         try:
@@ -167,9 +169,11 @@ class _Sweep:
         inventory = self.pool.inventory
         present = [cell for cell in self.cells if inventory.has(cell.placement)]
         to_run = [cell for cell in present if self.options.rerun or not self.ledger.is_done(cell.key)]
-        for cell in to_run:
+        # A routed cell on GPUs waits for its gang of idle workers: cells of single workers go first, so that it
+        # does not hold idle GPUs while others queue behind it.
+        for cell in sorted(to_run, key=lambda cell: cell.gang_size > 0):
             self.queues[cell.placement].append(cell)
-            self.replica_gib[cell.placement] = max(self.replica_gib.get(cell.placement, 0.0), cell.replica_host_gib)
+        self.replica_gib = dict(_largest_replica_gib(to_run))
         self.reporter.event(
             f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, {len(present) - len(to_run)} already "
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in "
@@ -184,7 +188,8 @@ class _Sweep:
         self.stop_signal = signum
 
     def _scale(self) -> None:
-        waiting = {gpu: len(self.queues[gpu]) + sum(w.slot.gpu == gpu for w in self.pool.in_flight())
+        waiting = {gpu: sum(max(1, cell.gang_size) for cell in self.queues[gpu])
+                        + sum(w.num_slots for w in self.pool.in_flight() if w.slot.gpu == gpu)
                    for gpu in self.replica_gib if gpu not in self.unavailable}  # fmt: skip
         for gpu, reason in self.pool.scale(waiting, self.replica_gib).items():
             self._give_up(gpu, reason)
@@ -205,24 +210,56 @@ class _Sweep:
         return None
 
     def _assign(self) -> None:
+        idle: dict[str, list[Worker]] = defaultdict(list)  # per placement, its workers that are up and idle
         for worker in list(self.pool.workers):
-            queue = self.queues[worker.slot.gpu]
-            if worker.attempt is not None or not queue:
+            if worker.attempt is not None or not self.queues[worker.slot.gpu]:
                 continue
             readiness = self.pool.readiness(worker)
             if readiness.state is WorkerState.GONE:
-                why = readiness.reason
-                self.reporter.event(f"gave up slot {worker.slot.name}: its worker could not start ({why})")
-                if not any(other.slot.gpu == worker.slot.gpu for other in self.pool.workers):
-                    self._give_up(worker.slot.gpu, f"no {worker.slot.gpu} worker could start: {why}")
-            if readiness.state is not WorkerState.UP:
-                continue
-            index = next((i for i, cell in enumerate(queue) if cell.server_group == worker.group), 0)
-            cell = queue.pop(index)
-            self.attempts_this_run[cell.key] += 1
-            started = self.ledger.start(cell, worker.slot.name, {"preflight": self.preflights[cell.key].note})
-            self.pool.run(worker, started, self.spec.limits)
-            self.reporter.event(f"start {cell.label} (attempt {started.number}) on {worker.slot.name}")
+                self._slot_gone(worker.slot, readiness.reason)
+            elif readiness.state is WorkerState.UP:
+                idle[worker.slot.gpu].append(worker)
+        for placement, workers in idle.items():
+            self._start_queued(self.queues[placement], workers)
+
+    def _start_queued(self, queue: list[CellSpec], idle: list[Worker]) -> None:
+        """Give each idle worker the first queued cell that reuses its replica, else the first cell of one worker;
+        then start, in queue order, each routed cell whose gang of idle workers is complete."""
+        for worker in list(idle):
+            singles = [index for index, cell in enumerate(queue) if not cell.gang_size]
+            if not singles:
+                break
+            index = next((i for i in singles if queue[i].server_group == worker.group), singles[0])
+            self._start(queue.pop(index), [worker])
+            idle.remove(worker)
+        for cell in [cell for cell in queue if cell.gang_size]:
+            if cell.gang_size <= len(idle):
+                queue.remove(cell)
+                self._start(cell, idle[: cell.gang_size])
+                del idle[: cell.gang_size]
+
+    def _start(self, cell: CellSpec, workers: list[Worker]) -> None:
+        self.attempts_this_run[cell.key] += 1
+        where = " ".join(worker.slot.name for worker in workers)
+        started = self.ledger.start(cell, where, {"preflight": self.preflights[cell.key].note})
+        if cell.gang_size:
+            self.pool.run_gang(workers, started, self.spec.limits)
+        else:
+            self.pool.run(workers[0], started, self.spec.limits)
+        self.reporter.event(f"start {cell.label} (attempt {started.number}) on {where}")
+
+    def _slot_gone(self, slot: Slot, why: str | None) -> None:
+        """A slot whose worker could not start is given up; so is its placement once no worker is left or too few
+        for the largest gang its queue waits for."""
+        gpu = slot.gpu
+        self.reporter.event(f"gave up slot {slot.name}: its worker could not start ({why})")
+        left = self.pool.num_slots(gpu)
+        largest_gang = max((cell.gang_size for cell in self.queues[gpu]), default=0)
+        if not left:
+            self._give_up(gpu, f"no {gpu} worker could start: {why}")
+        elif largest_gang > left:
+            self._give_up(gpu, f"a cell of {largest_gang} replicas needs {largest_gang} {gpu} GPUs at once, and "
+                               f"{left} {gpu} workers remain ({why})")  # fmt: skip
 
     def _collect(self, timeout_s: float) -> None:
         import ray
@@ -342,6 +379,14 @@ class _Sweep:
         page = runs_page(self.options.tracking_uri, self.ledger.tracker.experiment_id)
         print(f"[{self.spec.name}] MLflow runs: {page}", flush=True)
         return 1 if not_done else 0
+
+
+def _largest_replica_gib(cells: list[CellSpec]) -> dict[str, float]:
+    """Per placement, the host memory of its cells' largest replica: every slot of the placement reserves it."""
+    largest: dict[str, float] = defaultdict(float)
+    for cell in cells:
+        largest[cell.placement] = max(largest[cell.placement], cell.replica_host_gib)
+    return largest
 
 
 def _lost_outcome(attempt: InFlight, worker: Worker, reason: str, retryable: bool) -> CellOutcome:

@@ -5,6 +5,10 @@ The driver says which placements have cells waiting and how much host memory the
 the pool keeps a worker on every slot of those placements, creates again a worker whose actor could not
 start (no cell ran on it, so no attempt is charged), asks the autoscaler for the GPUs the waiting cells can
 use, and tells the driver which placements to give up on and why.
+
+A routed cell on GPUs runs on a gang: as many idle workers of its type as it has replicas step aside (their
+actors end, freeing each GPU and its host memory), Ray Serve places the cell's replicas on those GPUs, and a
+coordinator that holds no GPU runs the cell; when it ends, the workers come back.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from orchestrator.validation import first_line
 SCALE_REFRESH_S = 2.0
 # A worker whose actor cannot be created this many times in a row gives up its slot.
 MAX_WORKER_CREATIONS = 20
+# How long the pool waits for a worker to stop its replica before it ends the actor (and the replica with it).
+STOP_GRACE_S = 60.0
 
 
 class WorkerState(enum.Enum):
@@ -66,6 +72,11 @@ class Worker:
     num_creations: int = 0  # in a row, without the actor coming up
     group: tuple | None = None  # server group of the last cell, to prefer cells that reuse the replica
     attempt: InFlight | None = None  # the attempt in flight on this worker, None while idle
+    lent: tuple[Worker, ...] = ()  # a gang's coordinator: the workers that stepped aside for its replicas
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.lent) or 1
 
     def create(self) -> None:
         self.actor = worker_actor_class().options(**self.slot.actor_options()).remote(self.slot.node_id)
@@ -91,15 +102,19 @@ class WorkerPool:
         memory of its largest replica) that have none yet."""
         for placement, gib in replica_gib.items():
             slots = [s for s in self.inventory.slots(placement, gib) if (placement, s.node_id) not in self._slotted_nodes]
-            num_existing = sum(worker.slot.gpu == placement for worker in self.workers)
+            num_existing = self.num_slots(placement)
             for index, slot in enumerate(slots, start=num_existing):
                 worker = Worker(replace(slot, index=index))
                 worker.create()
                 self.workers.append(worker)
             self._slotted_nodes |= {(placement, slot.node_id) for slot in slots}
 
+    def num_slots(self, placement: str) -> int:
+        """The placement's slots that have workers, counting those lent to gangs."""
+        return sum(worker.num_slots for worker in self.workers if worker.slot.gpu == placement)
+
     def scale(self, waiting: Mapping[str, int], replica_gib: Mapping[str, float]) -> dict[str, str]:
-        """For the launchable placements in ``waiting`` (cells queued or running per placement): start
+        """For the launchable placements in ``waiting`` (slots the cells queued or running take): start
         workers on nodes that came up, ask for as many GPUs as those cells can use, and return the
         placements to give up on, with the reason (nodes too small for a replica, or none up in time)."""
         now = time.monotonic()
@@ -152,14 +167,41 @@ class WorkerPool:
         worker.attempt = InFlight(started, worker.actor.run.remote(started.cell, limits))
         worker.group = started.cell.server_group
 
+    def run_gang(self, workers: list[Worker], started: StartedAttempt, limits: RunLimits) -> Worker:
+        """Start ``started``'s routed cell on a gang of ``workers`` (up and idle, of the cell's type, one per replica):
+        they step aside, and a coordinator on the first one's node runs the cell; returns the coordinator."""
+        _end_actors(workers, STOP_GRACE_S)
+        for worker in workers:
+            self.workers.remove(worker)
+        first = workers[0].slot
+        coordinator = Worker(replace(first, memory_gib=0.0, gang_size=len(workers)), lent=tuple(workers))
+        coordinator.create()
+        self.workers.append(coordinator)
+        self.run(coordinator, started, limits)
+        return coordinator
+
     def release(self, worker: Worker, restart: bool = False) -> InFlight:
         """End the worker's attempt and hand it back; with ``restart``, its actor is replaced first (a dead
-        or silent worker)."""
+        or silent worker). A gang's coordinator ends instead, and the workers it had come back."""
         attempt = worker.attempt
-        if restart:
+        if worker.lent:
+            self._disband(worker, stopped=not restart)
+        elif restart:
             self.restart(worker)
         worker.attempt = None
         return attempt
+
+    def _disband(self, coordinator: Worker, stopped: bool) -> None:
+        """End a gang's coordinator and create its workers again; the cell's replicas go first unless its
+        coordinator ``stopped`` them itself (its cell returned)."""
+        _end_actors([coordinator], STOP_GRACE_S if stopped else 0.0)
+        if not stopped:
+            _stop_routed_replicas(coordinator)
+        self.workers.remove(coordinator)
+        for worker in coordinator.lent:
+            worker.num_creations = 0
+            worker.create()
+            self.workers.append(worker)
 
     def restart(self, worker: Worker) -> None:
         import ray
@@ -186,22 +228,29 @@ class WorkerPool:
 
     def shutdown(self) -> None:
         """Let every worker stop its replica, then end the actors."""
-        import ray
-
-        try:
-            ray.get([worker.actor.shutdown.remote() for worker in self.workers], timeout=60)
-        except (ray.exceptions.RayError, TimeoutError):
-            pass
-        self.kill()
+        self._end_all(STOP_GRACE_S)
 
     def kill(self) -> None:
         """End every actor at once; the reaper in each worker's replica takes the server down with it."""
-        import ray
+        self._end_all(0.0)
 
-        for worker in self.workers:
-            ray.kill(worker.actor)
+    def _end_all(self, grace_s: float) -> None:
+        _end_actors(self.workers, grace_s)
         for worker in self.workers:
             _stop_routed_replicas(worker)
+
+
+def _end_actors(workers: list[Worker], grace_s: float) -> None:
+    """Let each worker stop its replica for up to ``grace_s`` (none with 0), then end the actors."""
+    import ray
+
+    if grace_s > 0:
+        try:
+            ray.get([worker.actor.shutdown.remote() for worker in workers], timeout=grace_s)
+        except (ray.exceptions.RayError, TimeoutError):
+            pass
+    for worker in workers:
+        ray.kill(worker.actor)
 
 
 def _stop_routed_replicas(worker: Worker) -> None:

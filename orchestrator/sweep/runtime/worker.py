@@ -44,6 +44,7 @@ from orchestrator.sim.profile import cpu_sim_engine
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
+from orchestrator.units import GIB
 from orchestrator.validation import first_line
 from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
 from orchestrator.workload.loadgen import ShardResult
@@ -359,11 +360,13 @@ def worker_actor_class():
 
 
 def _replica_options(cell: CellSpec) -> dict:
-    """Where Serve places each replica of a routed cell: on a GPU of the cell's type, or (the CPU engine) anywhere,
-    taking no CPU of Ray's count, as the cell worker that runs it holds the one it needs."""
+    """Where Serve places each replica of a routed cell: on a GPU of the cell's type with the host memory of one
+    replica (those of the gang that stepped aside for it), or (the CPU engine) anywhere, taking no CPU of Ray's
+    count, as the cell worker that runs it holds the one it needs."""
     if cell.device == "cpu":
         return {"num_cpus": 0}
-    return {"num_cpus": 0, "num_gpus": 1, "accelerator_type": cell.gpu}
+    options = {"num_cpus": 0, "num_gpus": 1, "accelerator_type": cell.gpu}
+    return options | ({"memory": int(cell.replica_host_gib * GIB)} if cell.replica_host_gib > 0 else {})
 
 
 def _schedule_facts(schedule: Schedule) -> dict:
