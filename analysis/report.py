@@ -86,6 +86,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     report.heading(f"Sweep {data.name}", 1)
     done, total = len(data.done), len(data.summary)
     report.paragraph(f"{done} of {total} cells done. Numbers: {data.provenance()}. Results: {data.directory}.")
+    _dropped_jobs(report, data)
     per_policy = _verdicts(report, data)
     _routing(report, data)
     _serve_cost(report, data)
@@ -95,6 +96,18 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     if compare is not None:
         _comparison(report, data, load_sweep(compare))
     return report.write(f"kvsweep report: {data.name}")
+
+
+def _dropped_jobs(report: ReportBuilder, data: SweepData) -> None:
+    """Jobs that ``--max-context`` left out of the schedules, said before any number that comes without them."""
+    done = data.done
+    if "n_jobs_dropped" not in done or not done.n_jobs_dropped.fillna(0).any():
+        return
+    limits = " and ".join(f"{int(limit):,}" for limit in sorted(done.max_context.dropna().unique()))
+    cells = int((done.n_jobs_dropped > 0).sum())
+    report.paragraph(f"--max-context {limits} tokens dropped {int(done.n_jobs_dropped.sum()):,} jobs whole (a request "
+                     f"longer than that) from {cells} done cells' schedules; every number below is without them "
+                     "(per cell: n_jobs_dropped in the summary).")  # fmt: skip
 
 
 def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:

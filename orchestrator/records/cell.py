@@ -137,6 +137,7 @@ class ScheduleStats:
     mean_final_prompt_tokens: float
     mean_output_tokens: float
     mean_tool_time_s: float  # over tool calls (a job's last turn has none)
+    num_jobs_dropped: int = 0  # whole jobs left out for a request over the workload's max_context
 
 
 @dataclass

@@ -60,6 +60,8 @@ class SummaryRow:
     tool_time_s: float | None = None  # the mean, where tool times are drawn
     workload_source: str | None = None  # source-study, parametric or trace
     load_multiplier: float | None = None  # a replay's rate over the trace's own
+    max_context: int | None = None  # jobs with a longer request were dropped whole ...
+    n_jobs_dropped: int | None = None  # ... this many, in the done attempt's schedule
     replicas: int | None = None  # behind a router, when more than one
     router: str | None = None
     n_errors: int | None = None
@@ -117,6 +119,7 @@ class SummaryRow:
             scale=workload.scale,
             duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
             workload_source=workload.source, load_multiplier=workload.load_multiplier(), reason=reason,
+            max_context=workload.max_context,
             replicas=cell.replicas, router=cell.router.value if cell.router else None,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
         )  # fmt: skip
@@ -153,6 +156,7 @@ def attempt_columns(attempt: Attempt) -> dict:
         "replica_replaced": config.replica_replaced,
         "replica_start_s": config.replica_start_s,
         "schedule_fingerprint": config.schedule_fingerprint,
+        "n_jobs_dropped": config.schedule_stats.num_jobs_dropped if config.schedule_stats else None,
         "n_preemptions": config.n_preemptions,
         **asdict(config.tier_counters),
         **{f"stack_{name}": value for name, value in asdict(stack).items()},

@@ -52,6 +52,7 @@ class Schedule:
     system_prompt_tokens: int  # 0 in a replay, whose prompts are all declared blocks and tails
     jobs: tuple[JobShape, ...]
     block_tokens: int | None = None  # a replay's declared block, scaled; None when prompts grow by appending
+    dropped_jobs: tuple[str, ...] = ()  # jobs left out whole for a request over the workload's max_context
 
     @property
     def is_replay(self) -> bool:
@@ -70,15 +71,27 @@ class Schedule:
         return digest.hexdigest()
 
     def context_error(self, max_model_len: int) -> str | None:
-        """Why the engine would refuse a request of this schedule (prompt and answer past ``max_model_len``), or
-        None: every request fits."""
-        requests = ((t.prompt_tokens + t.output_tokens, job.job_id, t.turn) for job in self.jobs for t in job.turns)
-        tokens, job_id, turn = max(requests, key=lambda request: request[0], default=(0, "", 0))  # the first longest
-        if tokens <= max_model_len:
+        """Why the engine would refuse requests of this schedule (prompt and answer past ``max_model_len``): how many,
+        in which jobs; or None: every request fits."""
+        over = [(t.prompt_tokens + t.output_tokens, job.job_id) for job in self.jobs for t in job.turns
+                if t.prompt_tokens + t.output_tokens > max_model_len]  # fmt: skip
+        if not over:
             return None
-        return (f"job {job_id} turn {turn} needs {tokens} tokens (prompt and answer), more than max_model_len "
-                f"{max_model_len}; valid: --max-model-len {tokens} or more, or a smaller workload "
+        jobs = list(dict.fromkeys(job_id for _, job_id in over))
+        named = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+        longest = max(tokens for tokens, _ in over)
+        return (f"{len(over)} requests in {len(jobs)} of {len(self.jobs)} jobs ({named}) need more than max_model_len "
+                f"{max_model_len} tokens (prompt and answer; the longest {longest}); valid: --max-model-len {longest} "
+                f"or more, --max-context {max_model_len} (drops those jobs whole, counted), or a smaller workload "
                 "(--scale, --tool-tokens)")
+
+    def without_jobs_over(self, max_context: int) -> Schedule:
+        """This schedule without the jobs that have a request (prompt and answer) over ``max_context`` tokens."""
+        def fits(job: JobShape) -> bool:
+            return all(t.prompt_tokens + t.output_tokens <= max_context for t in job.turns)
+
+        dropped = tuple(job.job_id for job in self.jobs if not fits(job))
+        return replace(self, jobs=tuple(job for job in self.jobs if fits(job)), dropped_jobs=self.dropped_jobs + dropped)
 
     def with_best_cached(self, requests: Sequence[RequestRecord]) -> tuple[RequestRecord, ...]:
         """``requests`` with a replay's theoretical best prefix hit (``declared_best_tokens``); the other
@@ -114,6 +127,7 @@ class Schedule:
             mean_final_prompt_tokens=sum(job.turns[-1].prompt_tokens for job in self.jobs) / jobs,
             mean_output_tokens=sum(turn.output_tokens for turn in turns) / max(1, len(turns)),
             mean_tool_time_s=sum(tool_times) / max(1, len(tool_times)),
+            num_jobs_dropped=len(self.dropped_jobs),
         )
 
 
@@ -206,7 +220,9 @@ def schedule_for(spec: WorkloadSpec) -> Schedule:
     """The cell's whole schedule: a replayed trace, or Poisson arrivals at ``spec.jps`` inside its window with
     every job's turns drawn."""
     if spec.trace is not None:
-        return _replayed(spec, load_trace(spec.trace))
-    arrivals = poisson_arrivals(spec.jps, spec.duration_s, spec.seed)
-    jobs = tuple(_job(spec, index, arrival_s) for index, arrival_s in enumerate(arrivals))
-    return Schedule(spec.source, spec.scaled_system_prompt_tokens, jobs)
+        schedule = _replayed(spec, load_trace(spec.trace))
+    else:
+        arrivals = poisson_arrivals(spec.jps, spec.duration_s, spec.seed)
+        jobs = tuple(_job(spec, index, arrival_s) for index, arrival_s in enumerate(arrivals))
+        schedule = Schedule(spec.source, spec.scaled_system_prompt_tokens, jobs)
+    return schedule if spec.max_context is None else schedule.without_jobs_over(spec.max_context)

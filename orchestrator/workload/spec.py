@@ -75,6 +75,9 @@ class WorkloadSpec(BaseModel):
     # A replayed trace: its jobs replace the shape above; ``jps`` rescales its arrivals and ``duration_s``
     # cuts them. Left out of cell keys when None, so keys from before traces existed stay what they were.
     trace: TraceRef | None = None
+    # Jobs with a request (prompt and answer) longer than this are dropped whole from the schedule, and counted; left
+    # out of cell keys when None.
+    max_context: int | None = Field(None, ge=1, description="Drop whole jobs with a request longer than this.")
 
     @model_validator(mode="after")
     def _tools_match_turns(self) -> WorkloadSpec:

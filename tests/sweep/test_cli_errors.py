@@ -28,7 +28,7 @@ def run_script(tmp_path, *flags):
         (["--tool-time-s", "-1"], "workload.tool_time_s: Input should be greater than or equal to 0 (got -1.0)"),
         (["--tool-time-s", "swe"], "--tool-time-s 'swe' is not a number, preset or JSON distribution; valid: a number, a preset (swe-agent-tool-time"),
         (["--turns", "agent-turns"], "num_turns is drawn from a int-uniform distribution; give tool_tokens as a distribution too"),
-        (["--max-model-len", "2048"], "the workload at 1 JPS, seed 42: job s42-j00000 turn 8 needs 3274 tokens (prompt and answer), more than max_model_len 2048; valid: --max-model-len 3274 or more"),
+        (["--max-model-len", "2048"], "need more than max_model_len 2048 tokens (prompt and answer; the longest 3274); valid: --max-model-len 3274 or more, --max-context 2048 (drops those jobs whole, counted)"),
         (["--jps", "1e9"], "jobs per second 1e+09 over a 30 s arrival window plans about 3e+10 jobs per cell; valid: at most 20000 jobs per cell (jps <= 666.7"),
         (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
     ],

@@ -104,7 +104,8 @@ def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(f
 
 def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule_per_load(fake_gpu_cluster, tmp_path):
     agent = WorkloadSpec(jps=1, duration_s=15, num_turns=PRESETS["agent-turns"], tool_tokens=PRESETS["agent-tool-tokens"],
-                         output_tokens=PRESETS["agent-output-tokens"], tool_time_s=PRESETS["swe-agent-tool-time"])  # fmt: skip
+                         output_tokens=PRESETS["agent-output-tokens"], tool_time_s=PRESETS["swe-agent-tool-time"],
+                         max_context=10_000)  # fmt: skip
     spec = SweepSpec(name="agents", engine=EngineKind.SIM, gpus=("H100",), policies=("fcfs", "continuum"), jps=(2,),
                      model="meta-llama/Llama-3.1-8B-Instruct", workload=agent)  # fmt: skip
     assert run_sweep(spec, options(tmp_path)) == 0
@@ -113,6 +114,10 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
     assert rows.schedule_fingerprint.nunique() == 1  # both policies ran the identical jobs
     assert rows.tool_time_s.iloc[0] == pytest.approx(PRESETS["swe-agent-tool-time"].mean)
     schedule = schedule_for(expand(spec)[0].workload)
+    # Three of the 33 jobs have a request over 10,000 tokens: left out whole, counted per cell and in the report.
+    assert set(rows.max_context) == {10_000} and set(rows.n_jobs_dropped) == {3} == {len(schedule.dropped_jobs)}
+    assert (rows.n_jobs == 30).all()
+    assert "--max-context 10,000 tokens dropped 6 jobs whole" in (tmp_path / "agents" / "report" / "report.html").read_text()
     planned = {(job.job_id, turn.turn): turn.output_tokens for job in schedule.jobs for turn in job.turns}
     for key in rows.cell_key:
         requests = pd.read_parquet(tmp_path / "agents" / "cells" / key / "requests.parquet")
@@ -168,7 +173,7 @@ def test_a_cell_with_a_request_past_max_model_len_fails_before_it_runs_and_is_no
     cell = cell.model_copy(update={"engine_options": EngineOptions(max_model_len=4096)})
     outcome = CellWorker().run(cell, RunLimits())
     assert outcome.status is CellStatus.FAILED and not outcome.retryable and outcome.requests == ()
-    assert "needs 12615 tokens (prompt and answer), more than max_model_len 4096" in outcome.reason
+    assert "need more than max_model_len 4096 tokens (prompt and answer; the longest 12615)" in outcome.reason
 
 
 def test_a_grid_of_replicas_and_routers_compares_each_policy_with_each_router(fake_gpu_cluster, tmp_path):

@@ -105,6 +105,20 @@ def test_a_request_past_max_model_len_is_named_and_the_default_parametric_worklo
     schedule = schedule_for(WorkloadSpec(jps=1))
     assert schedule.context_error(12595 + 20) is None
     error = schedule.context_error(12_000)
-    assert error.startswith("job s42-j00000 turn 8 needs 12615 tokens (prompt and answer), more than max_model_len 12000")
+    assert error.startswith("54 requests in 54 of 54 jobs (s42-j00000, s42-j00001, s42-j00002 and 51 more) need more "
+                            "than max_model_len 12000 tokens (prompt and answer; the longest 12615)")  # fmt: skip
     # The presets' caps bound the longest job at 16,264 tokens, inside vLLM's default of 16,384.
     assert schedule_for(agent_spec(jps=40, duration_s=50)).context_error(16_384) is None
+
+
+def test_max_context_drops_whole_jobs_with_a_longer_request_and_counts_them():
+    full = schedule_for(agent_spec(jps=40, duration_s=50))
+    cut = schedule_for(agent_spec(jps=40, duration_s=50, max_context=8000))
+
+    def longest(job):
+        return max(t.prompt_tokens + t.output_tokens for t in job.turns)
+
+    assert cut.context_error(8000) is None and full.context_error(8000) is not None
+    assert cut.dropped_jobs == tuple(job.job_id for job in full.jobs if longest(job) > 8000) != ()
+    assert cut.jobs == tuple(job for job in full.jobs if longest(job) <= 8000)  # the rest untouched
+    assert cut.stats().num_jobs_dropped == len(cut.dropped_jobs) and full.stats().num_jobs_dropped == 0
