@@ -44,7 +44,8 @@ def runs_by_key(results_dir: Path, sweep: str) -> dict:
 
 @pytest.fixture(scope="module")
 def fake_gpu_cluster():
-    """A Ray cluster of three local nodes: a head without GPUs, an 'H100' node of two GPUs and an 'A100' node of one.
+    """A Ray cluster of four local nodes: a head without GPUs, an 'H100' node and an 'A100' node of one GPU each, and an
+    'L4' node of two (for a cell that needs both).
 
     The GPUs are declared resources only (this machine has none); cells on them use the fake engine.
     Yields the node id of each GPU type."""
@@ -54,7 +55,7 @@ def fake_gpu_cluster():
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     nodes = {
         gpu: cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1})
-        for gpu, num_gpus in (("H100", 2), ("A100", 1))
+        for gpu, num_gpus in (("H100", 1), ("A100", 1), ("L4", 2))
     }
     ray.init(address=cluster.address, log_to_driver=False)
     yield {gpu: node.node_id for gpu, node in nodes.items()}

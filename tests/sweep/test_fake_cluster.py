@@ -61,7 +61,7 @@ def test_dry_run_shows_done_pending_and_placement_without_running(fake_gpu_clust
     capsys.readouterr()
     run_sweep(fake_spec("dry", **GRID), options(tmp_path, dry_run=True))
     out = capsys.readouterr().out
-    assert "H100: up (2 GPUs on 1 node(s)); 2 slot(s) on 1 node(s)" in out and "H200: absent: cells pend" in out
+    assert "H100: up (1 GPUs on 1 node(s)); 1 slot(s) on 1 node(s)" in out and "H200: absent: cells pend" in out
     assert out.count("done (skipped)") == 2 and out.count("pending: no H200 in the cluster and none its autoscaler can launch") == 2
     assert out.count("run on a H100 slot") == 1
 
@@ -99,20 +99,20 @@ def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_giv
 
 
 def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(fake_gpu_cluster, tmp_path):
-    """Two H100 slots, each a worker holding its GPU: the cell through Serve with one replica takes a gang of one
+    """Two L4 slots, each a worker holding its GPU: the cell through Serve with one replica takes a gang of one
     (its worker steps aside for the replica), the cell of two replicas a gang of both once the others are done
     and their workers are back; Serve could place no replica on a GPU a worker still held."""
-    grid = dict(gpus=("H100",), jps=(2,), dram_gb=(1,), replicas=(1, 2), routers=("round-robin",),
+    grid = dict(gpus=("L4",), jps=(2,), dram_gb=(1,), replicas=(1, 2), routers=("round-robin",),
                 serve_overhead=True)  # fmt: skip
     assert run_sweep(fake_spec("gang", **grid), options(tmp_path)) == 0
     rows = summary(tmp_path, "gang")
     assert list(rows.status) == ["done"] * 3 and (rows.n_completed == rows.n_jobs).all()
-    assert set(rows.node_id) == {fake_gpu_cluster["H100"]}
+    assert set(rows.node_id) == {fake_gpu_cluster["L4"]}
     pair = rows[rows.replicas == 2].iloc[0]
     assert pair.started_unix >= rows[rows.replicas == 1].finished_unix.max()
     requests = pd.read_parquet(SweepFiles(tmp_path / "gang").cell(pair.cell_key).requests)
     assert set(requests.replica) == {0, 1}
-    with pytest.raises(InputError, match="a cell of 3 replicas needs 3 H100 GPUs at once; the cluster has 2 H100 "
+    with pytest.raises(InputError, match="a cell of 3 replicas needs 3 L4 GPUs at once; the cluster has 2 L4 "
                                          "slot\\(s\\) up and can launch 0 more; valid: --replicas up to 2"):  # fmt: skip
         run_sweep(fake_spec("gang-too-large", **(grid | {"replicas": (3,)})), options(tmp_path))
 

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.traces.convert import main as convert_main
 from orchestrator.workload.traces.kv_cache_tester import read_kv_cache_tester
 from orchestrator.workload.traces.mooncake import read_mooncake
 from orchestrator.workload.traces.schema import TraceFormatError, TraceRef, read_trace_file
@@ -91,19 +92,17 @@ def test_kv_cache_tester_conversations_and_their_sub_agents_become_jobs_with_re_
     assert notes["out"] == "1 answers of 0 tokens sent as 1 token"
 
 
-def test_convert_samples_kv_cache_tester_conversations_from_a_directory(tmp_path):
+def test_convert_samples_kv_cache_tester_conversations_from_a_directory(tmp_path, capsys):
     out = tmp_path / "claude.jsonl"
-    command = [sys.executable, "-m", "orchestrator.workload.traces.convert", "--format", "kv-cache-tester"]
     folder = tmp_path / "traces"
     shutil.copytree(DATA / "kv-cache-tester", folder)
     (folder / "trace_malformed.json").unlink()
-    done = subprocess.run([*command, str(folder), "--out", str(out), "--sample", "1", "--seed", "4"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    flags = ["--format", "kv-cache-tester", str(folder), "--out", str(out)]
+    assert convert_main([*flags, "--sample", "1", "--seed", "4"]) == 0
     assert read_trace_file(out).jobs[0].job_id in {"trace_a", "trace_b"}
-    refused = subprocess.run([*command, str(folder), "--out", str(out), "--sample", "3"],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert refused.returncode == 2 and refused.stderr == "error: --sample: value: got 3; valid: 1 to 2 (the files given)\n"
+    capsys.readouterr()
+    assert convert_main([*flags, "--sample", "3"]) == 2
+    assert capsys.readouterr().err == "error: --sample: value: got 3; valid: 1 to 2 (the files given)\n"
 
 
 @pytest.mark.parametrize(
