@@ -89,7 +89,8 @@ def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
     for cell in cells:
         if cell.engine is not EngineKind.SIM and inventory.has(cell.gpu):
             inventory.check_replica_memory(cell.gpu, cell.dram_gb, cell.replica_host_gib)
-            inventory.check_gang(cell.gpu, cell.gang_size, largest_replica_gib[cell.placement])
+            if cell.gang_size:
+                inventory.check_gang(cell.gpu, cell.gang_size, largest_replica_gib[cell.placement])
     simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
     if simulated:
         try:
@@ -432,8 +433,7 @@ def _package_versions() -> dict[str, str]:
 def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool) -> None:
     spec, cells, inventory, results = plan.spec, plan.cells, plan.inventory, plan.results
     print(f"sweep {spec.name}: {len(cells)} cells (engine {spec.engine.value}); results {results.sweep_dir}")
-    for placement in dict.fromkeys(cell.placement for cell in cells):
-        largest = max(cell.replica_host_gib for cell in cells if cell.placement == placement)
+    for placement, largest in _largest_replica_gib(cells).items():
         slots = inventory.slots(placement, largest) if inventory.is_up(placement) else []
         where = inventory.availability(placement) if placement != "sim" else "simulated on the driver's node"
         if slots:
