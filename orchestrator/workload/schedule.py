@@ -37,6 +37,11 @@ class TurnShape:
     # A replay's prompt is planned whole: these declared blocks (``Schedule.block_tokens`` each), then its own tail.
     prefix_blocks: tuple[str, ...] = ()
 
+    @property
+    def context_tokens(self) -> int:
+        """The tokens the engine holds for this request at its end: prompt and answer (what ``max_model_len`` bounds)."""
+        return self.prompt_tokens + self.output_tokens
+
 
 @dataclass(frozen=True)
 class JobShape:
@@ -73,8 +78,7 @@ class Schedule:
     def context_error(self, max_model_len: int) -> str | None:
         """Why the engine would refuse requests of this schedule (prompt and answer past ``max_model_len``): how many,
         in which jobs; or None: every request fits."""
-        over = [(t.prompt_tokens + t.output_tokens, job.job_id) for job in self.jobs for t in job.turns
-                if t.prompt_tokens + t.output_tokens > max_model_len]  # fmt: skip
+        over = [(t.context_tokens, job.job_id) for job in self.jobs for t in job.turns if t.context_tokens > max_model_len]
         if not over:
             return None
         jobs = list(dict.fromkeys(job_id for _, job_id in over))
@@ -88,7 +92,7 @@ class Schedule:
     def without_jobs_over(self, max_context: int) -> Schedule:
         """This schedule without the jobs that have a request (prompt and answer) over ``max_context`` tokens."""
         def fits(job: JobShape) -> bool:
-            return all(t.prompt_tokens + t.output_tokens <= max_context for t in job.turns)
+            return all(t.context_tokens <= max_context for t in job.turns)
 
         dropped = tuple(job.job_id for job in self.jobs if not fits(job))
         return replace(self, jobs=tuple(job for job in self.jobs if fits(job)), dropped_jobs=self.dropped_jobs + dropped)

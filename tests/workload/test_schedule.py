@@ -116,7 +116,7 @@ def test_max_context_drops_whole_jobs_with_a_longer_request_and_counts_them():
     cut = schedule_for(agent_spec(jps=40, duration_s=50, max_context=8000))
 
     def longest(job):
-        return max(t.prompt_tokens + t.output_tokens for t in job.turns)
+        return max(t.context_tokens for t in job.turns)
 
     assert cut.context_error(8000) is None and full.context_error(8000) is not None
     assert cut.dropped_jobs == tuple(job.job_id for job in full.jobs if longest(job) > 8000) != ()

@@ -31,14 +31,20 @@ How it is read (the converted file's header says the same):
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.workload.traces.schema import TraceFormatError, TraceJob, TraceTurn, check_chain, number_field
-from orchestrator.workload.traces.source_files import array_items, file_lines
+from orchestrator.workload.traces.schema import (
+    TraceFormatError,
+    TraceJob,
+    TraceTurn,
+    check_chain,
+    nested_number_field,
+    number_field,
+)
+from orchestrator.workload.traces.source_files import array_items, json_document
 
 DEFAULT_SHARED_PREFIX_SHARE = 0.5
 SHARED_PREFIX = "tools+system"
@@ -67,7 +73,7 @@ def read_kv_cache_tester(paths: Sequence[Path], jps: float = 0.5, seed: int = 7,
     jobs: list[TraceJob] = []
     arrival = 0.0
     for path in paths:
-        document, text = _document(path)
+        document, text = json_document(path, "a conversation")
         block_tokens = number_field(document, "block_size", str(path), 1, int, minimum=1, default=64)
         if reading is None:
             reading = _Reading(block_tokens, shared_prefix_share)
@@ -78,18 +84,6 @@ def read_kv_cache_tester(paths: Sequence[Path], jps: float = 0.5, seed: int = 7,
         arrival += rng.expovariate(jps)
     jobs.sort(key=lambda job: job.arrival_s)  # stable: a conversation before the sub-agents it starts at once
     return jobs, _notes(reading, len(paths), jps, seed)
-
-
-def _document(path: Path) -> tuple[dict, str]:
-    text = "\n".join(file_lines(path))
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise TraceFormatError(str(path), error.lineno, "json", f"{error.msg} at column {error.colno}") from None
-    if not isinstance(document, dict):
-        kind = type(document).__name__
-        raise TraceFormatError(str(path), 1, "json", f"a conversation is one JSON object, got {kind}")
-    return document, text
 
 
 def _conversation_jobs(path: Path, document: dict, text: str, arrival: float, reading: _Reading) -> list[TraceJob]:
@@ -112,7 +106,7 @@ def _subagent_job(parent: _Context, line: int, where: str, entry: dict, arrival:
     agent = entry.get("agent_id")
     if not isinstance(agent, str) or not agent:
         raise TraceFormatError(parent.source, line, f"{where}.agent_id", f"got {agent!r}; valid: a non-empty string")
-    offset = _number(entry, "t", parent.source, line, where, float, 0)
+    offset = nested_number_field(entry, "t", where, parent.source, line, float, 0)
     job_id = f"{parent.job_id}/{agent}"
     scope = parent.scope if parent.scope == "global" else job_id
     context = _Context(parent.source, job_id, scope, parent.shared_blocks)
@@ -153,8 +147,8 @@ class _Context:
         return tuple(replace(turn, tool_s=tool_s) for turn, tool_s in zip(turns, [*tool_times, 0.0]))
 
     def _turn(self, line: int, where: str, request: dict, reading: _Reading) -> TraceTurn:
-        input_tokens = _number(request, "in", self.source, line, where, int, 1)
-        output_tokens = _number(request, "out", self.source, line, where, int, 0)
+        input_tokens = nested_number_field(request, "in", where, self.source, line, int, 1)
+        output_tokens = nested_number_field(request, "out", where, self.source, line, int, 0)
         if output_tokens == 0:
             reading.answers_raised_to_one += 1
         raw = request.get("hash_ids", [])
@@ -179,20 +173,13 @@ class _Context:
     def _tool_s(self, previous: tuple, following: tuple, reading: _Reading) -> float:
         (line, where, before), (next_line, next_where, after) = previous, following
         if "think_time" in after:
-            return _number(after, "think_time", self.source, next_line, next_where, float, 0)
-        start = _number(before, "t", self.source, line, where, float, 0)
-        gap = _number(after, "t", self.source, next_line, next_where, float, start) - start
+            return nested_number_field(after, "think_time", next_where, self.source, next_line, float, 0)
+        start = nested_number_field(before, "t", where, self.source, line, float, 0)
+        gap = nested_number_field(after, "t", next_where, self.source, next_line, float, start) - start
         if "api_time" in before:
-            return max(0.0, gap - _number(before, "api_time", self.source, line, where, float, 0))
+            return max(0.0, gap - nested_number_field(before, "api_time", where, self.source, line, float, 0))
         reading.gaps_with_service_time += 1
         return gap
-
-
-def _number(payload: dict, name: str, source: str, line: int, where: str, kind: type, minimum: float) -> float:
-    try:
-        return number_field(payload, name, source, line, kind, minimum)
-    except TraceFormatError as error:  # the field's name with the request it belongs to
-        raise TraceFormatError(source, line, f"{where}.{name}", str(error).split(f"{name}: ", 1)[1]) from None
 
 
 def _notes(reading: _Reading, num_files: int, jps: float, seed: int) -> dict:

@@ -174,9 +174,9 @@ def _job(payload: dict, source: str, line: int, block_tokens: int, parents: dict
         where = f"turns[{index}]"
         if not isinstance(raw, dict):
             raise TraceFormatError(source, line, where, f"got {raw!r}; valid: an object")
-        input_tokens = _field(raw, "input_tokens", where, source, line, int, 1)
-        output_tokens = _field(raw, "output_tokens", where, source, line, int, 1)
-        tool_s = _field(raw, "tool_s", where, source, line, float, 0, default=0.0)
+        input_tokens = nested_number_field(raw, "input_tokens", where, source, line, int, 1)
+        output_tokens = nested_number_field(raw, "output_tokens", where, source, line, int, 1)
+        tool_s = nested_number_field(raw, "tool_s", where, source, line, float, 0, default=0.0)
         blocks = raw.get("prefix_blocks", [])
         if not isinstance(blocks, list):
             raise TraceFormatError(source, line, f"{where}.prefix_blocks",
@@ -190,11 +190,12 @@ def _job(payload: dict, source: str, line: int, block_tokens: int, parents: dict
     return TraceJob(job_id, arrival, tuple(turns))
 
 
-def _field(raw: dict, name: str, where: str, source: str, line: int, kind: type, minimum: float, default=None):
+def nested_number_field(raw: dict, name: str, where: str, source: str, line: int, kind: type, minimum: float,
+                        default=None):  # fmt: skip
+    """``number_field`` of an object inside a line (a turn, a request), named in errors by its path ``where``."""
     try:
         return number_field(raw, name, source, line, kind, minimum, default)
     except TraceFormatError as error:
-        # The field's name with the turn it belongs to.
         raise TraceFormatError(source, line, f"{where}.{name}", str(error).split(f"{name}: ", 1)[1]) from None
 
 

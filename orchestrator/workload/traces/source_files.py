@@ -16,6 +16,18 @@ def file_lines(path: Path) -> list[str]:
         raise TraceFormatError(str(path), 0, "file", error.strerror or str(error)) from None
 
 
+def json_document(path: Path, what: str) -> tuple[dict, str]:
+    """The file's one JSON object (``what`` it is, for the error), and its text for ``array_items``."""
+    text = "\n".join(file_lines(path))
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TraceFormatError(str(path), error.lineno, "json", f"{error.msg} at column {error.colno}") from None
+    if not isinstance(document, dict):
+        raise TraceFormatError(str(path), 1, "json", f"{what} is one JSON object, got {type(document).__name__}")
+    return document, text
+
+
 def line_of(text: str, needle: str) -> int:
     offset = text.find(needle)
     return text.count("\n", 0, offset) + 1 if offset >= 0 else 1

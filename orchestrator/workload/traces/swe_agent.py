@@ -12,13 +12,12 @@ in file-name order.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from orchestrator.workload.traces.schema import TraceFormatError, TraceJob, TraceTurn, check_chain, number_field
-from orchestrator.workload.traces.source_files import array_items, file_lines, line_of
+from orchestrator.workload.traces.source_files import array_items, json_document, line_of
 
 CHARS_PER_TOKEN = 4
 
@@ -42,13 +41,7 @@ def read_swe_agent(paths: Iterable[Path], block_tokens: int = 64, count: Callabl
 
 def _trajectory_job(path: Path, block_tokens: int, tokens, parents: dict, arrival: float) -> TraceJob:
     source = str(path)
-    text = "\n".join(file_lines(path))
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise TraceFormatError(source, error.lineno, "json", f"{error.msg} at column {error.colno}") from None
-    if not isinstance(document, dict):
-        raise TraceFormatError(source, 1, "json", f"a trajectory is one JSON object, got {type(document).__name__}")
+    document, text = json_document(path, "a trajectory")
     steps = array_items(text, "trajectory", source, "steps")
     history = document.get("history", [])
     if not isinstance(history, list):
