@@ -28,7 +28,7 @@ from orchestrator.sim.calibrate import MODEL
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import simulate
-from orchestrator.workload.schedule import schedule_for
+from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces import convert
 from orchestrator.workload.traces.schema import TraceRef, load_trace
@@ -73,6 +73,16 @@ def _timed(what, *args):
     return result, time.perf_counter() - started
 
 
+def _replay(converted: Path) -> tuple[WorkloadSpec, Schedule]:
+    """The converted trace read and checked, replayed whole at its own rate, and the schedule of that cell."""
+    reference = TraceRef.of(converted)
+    trace = load_trace(reference)
+    span_s = trace.jobs[-1].arrival_s - trace.jobs[0].arrival_s
+    workload = WorkloadSpec(trace=reference, jps=trace.native_jps, duration_s=span_s + 1, request_timeout_s=3600,
+                            job_timeout_s=4 * 3600)  # fmt: skip
+    return workload, schedule_for(workload)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=12_031)
@@ -91,11 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     code, convert_s = _timed(convert.main, ["--format", "mooncake", str(source), "--out", str(converted)])
     if code:
         return code
-    trace = load_trace(TraceRef.of(converted))
-    span_s = trace.jobs[-1].arrival_s - trace.jobs[0].arrival_s
-    workload = WorkloadSpec(trace=TraceRef.of(converted), jps=trace.native_jps, duration_s=span_s + 1,
-                            request_timeout_s=3600, job_timeout_s=4 * 3600)  # fmt: skip
-    schedule, schedule_s = _timed(schedule_for, workload)
+    (workload, schedule), schedule_s = _timed(_replay, converted)
     engine = sim_engine(Device.gpu(args.gpu), MODEL, args.policy, 0.0, workload)
     result, simulate_s = _timed(simulate, workload, engine, schedule)
 
