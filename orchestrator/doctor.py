@@ -7,11 +7,13 @@ runtime torch was built for, torch seeing the GPU, vLLM importing, LMCache's com
 model's weights readable; then one short cell per policy with the evidence that the policy did what it
 claims (Continuum's pins carried KV to the next turn, an offload tier stored bytes, prefix hits for the
 stock scheduler), the replica's start time, its KV pool against the sizing library's prediction, and a
-reset proven clean (``orchestrator.checks``). One table; exit 1 on any failure.
+reset proven clean (``orchestrator.checks``). First, the cluster's authentication: each node's Ray
+authentication mode, and a failure where the head's job API runs jobs for anyone who reaches it (no token asked,
+on an address beyond loopback). One table; exit 1 on any failure.
 Without a GPU it runs the CPU engine's subset and lists what it could not check.
 
     python -m orchestrator.doctor [--ray-address ADDR] [--gpus H100,A100] [--policies ...] [--model NAME]
-                                  [--weights real|dummy] [--duration-s F]
+                                  [--weights real|dummy] [--duration-s F] [--auth-only]
 """
 
 from __future__ import annotations
@@ -56,6 +58,48 @@ def doctor_cells(target: str, policies: Iterable[str], model: str, duration_s: f
         engine_options=EngineOptions(num_kv_blocks=2400) if on_cpu else EngineOptions(),
     )  # fmt: skip
     return expand(spec)
+
+
+# -- authentication ------------------------------------------------------------------------------------
+
+
+def authentication_checks() -> list[Check]:
+    """Each live node's Ray authentication mode (read by a task on it: a task's process has its raylet's
+    environment), then whether the head's job API asks for a token. Fails only the job API that answers
+    without one on an address beyond loopback: anyone who reaches it can run code on every node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from orchestrator.sweep.cluster.auth import auth_mode_here
+
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    read_mode = ray.remote(num_cpus=0)(auth_mode_here)
+    on_each = [NodeAffinitySchedulingStrategy(node["NodeID"], soft=False) for node in nodes]
+    modes = ray.get([read_mode.options(scheduling_strategy=strategy).remote() for strategy in on_each], timeout=120)
+    checks = []
+    for node, mode in zip(nodes, modes, strict=True):
+        head = " (head)" if "node:__internal_head__" in node["Resources"] else ""
+        detail = "token" if mode == "token" else "disabled: whoever reaches this node's Ray ports can run code on it"
+        checks.append(Check(f"node {node['NodeManagerAddress']}{head}", "authentication", True, detail))
+    return checks + [_job_api_check(ray._private.worker.get_dashboard_url())]
+
+
+def _job_api_check(dashboard_address: str | None) -> Check:
+    from orchestrator.sweep.cluster.auth import is_loopback, job_api_answers_without_token
+
+    if not dashboard_address:
+        return Check("cluster", "job API", True, "no dashboard: the head serves no job API")
+    host = dashboard_address.rpartition(":")[0]
+    open_to_all = job_api_answers_without_token(dashboard_address)
+    if open_to_all is None:
+        return Check("cluster", "job API", None, f"{dashboard_address} did not answer as a job API from here")
+    if not open_to_all:
+        return Check("cluster", "job API", True, f"{dashboard_address} refuses requests without the token")
+    if is_loopback(host):
+        return Check("cluster", "job API", True, f"{dashboard_address} asks for no token, on loopback only")
+    return Check("cluster", "job API", False,
+                 f"{dashboard_address} runs jobs for anyone who reaches it (no token asked); start Ray with "
+                 "RAY_AUTH_MODE=token (deploy/ recipes, docs/clusters.md) or bind the dashboard to 127.0.0.1")  # fmt: skip
 
 
 # -- the command ---------------------------------------------------------------------------------------
@@ -121,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="real: the model's own weights, which every node must have; dummy: random weights of its "
                    "shapes, nothing to download; default: real")
     p.add_argument("--duration-s", type=float, default=5.0, help="arrival window of each short cell; default: 5")
+    p.add_argument("--auth-only", action="store_true",
+                   help="check the cluster's authentication only (seconds: no node checks, no replica)")
     args = p.parse_args(argv)
     try:
         chosen = [gpu for gpu in (args.gpus or "").split(",") if gpu]
@@ -143,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    checks = run_doctor(chosen, policies, models, args.duration_s, Weights(args.weights)) + not_checked_here(chosen)
+    checks = authentication_checks()
+    if not args.auth_only:
+        checks += run_doctor(chosen, policies, models, args.duration_s, Weights(args.weights)) + not_checked_here(chosen)
     print(format_table(checks), flush=True)
     failed = [c for c in checks if c.ok is False]
     print(f"doctor: {len(failed)} failed, {sum(c.ok is True for c in checks)} ok, {sum(c.ok is None for c in checks)} not checked")

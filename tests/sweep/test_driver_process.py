@@ -1,7 +1,11 @@
-"""The driver as a separate process, as ``ray job submit`` runs it: killed, stopped and re-run."""
+"""The driver as a separate process, as ``ray job submit`` runs it: killed, stopped and re-run, on a cluster that
+asks for a token as the recipes start theirs (the token in ~/.ray/auth_token, RAY_AUTH_MODE unset here); and what
+happens without the token."""
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,16 +14,19 @@ from pathlib import Path
 
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import CellStatus
+from orchestrator.replica.server import free_port
 from tests.processes import FAKE_ENGINE, wait_until_gone
-from tests.sweep.conftest import runs_by_key, summary
+from tests.sweep.conftest import SecureHead, runs_by_key, summary
+from tests.sweep.test_broken_environment import assert_one_line_error
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
 
 
-def start_driver(results_dir: Path, address: str, *flags: str) -> subprocess.Popen:
-    command = [sys.executable, SCRIPT, "--engine", "fake", "--results-dir", str(results_dir), "--ray-address", address,
-               "--scale", "0.05", "--tool-time-s", "0.1", "--progress-interval-s", "600", *flags]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_driver(results_dir: Path, head: SecureHead, *flags: str) -> subprocess.Popen:
+    """The driver joining ``head`` with RAY_AUTH_MODE unset and the token in ~/.ray/auth_token."""
+    command = [sys.executable, SCRIPT, "--engine", "fake", "--results-dir", str(results_dir), "--ray-address",
+               head.address, "--scale", "0.05", "--tool-time-s", "0.1", "--progress-interval-s", "600", *flags]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=head.client_env())
 
 
 def read_until(process: subprocess.Popen, *markers: str, timeout_s: float = 120) -> list[str]:
@@ -35,9 +42,9 @@ def read_until(process: subprocess.Popen, *markers: str, timeout_s: float = 120)
     return lines
 
 
-def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_counted_twice(ray_head, tmp_path):
+def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_counted_twice(secure_ray_head, tmp_path):
     flags = ("--jps", "1,2,3", "--duration-s", "3")
-    driver = start_driver(tmp_path, ray_head, *flags)
+    driver = start_driver(tmp_path, secure_ray_head, *flags)
     read_until(driver, "done cpu fcfs jps=1", "start cpu fcfs jps=2")
     time.sleep(1.0)  # the second cell is mid-run
     driver.kill()
@@ -46,7 +53,7 @@ def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_c
     assert sorted(run.status for runs in before.values() for run in runs) == [CellStatus.DONE, CellStatus.RUNNING]
     assert wait_until_gone(FAKE_ENGINE) == []  # the dead driver's replica went with its worker
 
-    rerun = start_driver(tmp_path, ray_head, *flags)
+    rerun = start_driver(tmp_path, secure_ray_head, *flags)
     output = rerun.communicate(timeout=300)[0]
     assert rerun.returncode == 0, output
     after = runs_by_key(tmp_path, "cpu_tiny")
@@ -61,8 +68,8 @@ def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_c
     assert len(rows) == 6 and rows.cell_key.is_unique and set(rows.status) == {"done"}
 
 
-def test_sigterm_stops_the_sweep_marks_the_cell_interrupted_and_leaves_no_server(ray_head, tmp_path):
-    driver = start_driver(tmp_path, ray_head, "--jps", "1", "--duration-s", "60", "--policies", "fcfs")
+def test_sigterm_stops_the_sweep_marks_the_cell_interrupted_and_leaves_no_server(secure_ray_head, tmp_path):
+    driver = start_driver(tmp_path, secure_ray_head, "--jps", "1", "--duration-s", "60", "--policies", "fcfs")
     read_until(driver, "start cpu fcfs jps=1")
     time.sleep(2.0)
     signalled = time.monotonic()
@@ -76,3 +83,66 @@ def test_sigterm_stops_the_sweep_marks_the_cell_interrupted_and_leaves_no_server
     assert set(summary(tmp_path, "cpu_tiny").status) == {"interrupted"}
     assert wait_until_gone(FAKE_ENGINE) == []
     print(f"driver exited {stop_s:.2f} s after SIGTERM")
+
+
+def test_without_the_clusters_token_the_driver_stops_within_seconds_in_one_line(secure_ray_head, tmp_path):
+    empty_home = tmp_path / "home"
+    empty_home.mkdir()
+    started = time.monotonic()
+    driver = subprocess.run([sys.executable, SCRIPT, "--engine", "fake", "--results-dir", str(tmp_path / "results"),
+                             "--ray-address", secure_ray_head.address], capture_output=True, text=True, timeout=60,
+                            env=secure_ray_head.client_env(empty_home))  # fmt: skip
+    took_s = time.monotonic() - started
+    asks = f"--ray-address {secure_ray_head.address}: the cluster asks for a Ray auth token"
+    assert_one_line_error(driver, f"{asks} and none was found")
+    assert f"{empty_home}/.ray/auth_token" in driver.stderr and "ray get-auth-token" in driver.stderr
+    assert not (tmp_path / "results" / "mlflow.db").exists()
+    assert took_s < 30, f"took {took_s:.1f} s"  # Ray itself retries for about a minute before it gives up
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-token")
+    refused = subprocess.run([sys.executable, SCRIPT, "--engine", "fake", "--dry-run", "--results-dir", str(tmp_path),
+                              "--ray-address", secure_ray_head.address], capture_output=True, text=True, timeout=60,
+                             env=secure_ray_head.client_env(empty_home) | {"RAY_AUTH_TOKEN_PATH": str(wrong)})  # fmt: skip
+    assert_one_line_error(refused, f"refused the one in RAY_AUTH_TOKEN_PATH ({wrong})")
+
+
+def test_the_job_api_refuses_a_submission_without_the_token_and_answers_with_it(secure_ray_head, tmp_path):
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    submit = [ray_cli, "job", "submit", "--address", secure_ray_head.job_api, "--", "python", "-c", "pass"]
+    without_token = secure_ray_head.client_env(tmp_path)
+    refused = subprocess.run(submit, capture_output=True, text=True, timeout=60, env=without_token)
+    assert refused.returncode != 0 and "Unauthorized" in refused.stdout + refused.stderr
+    with_token = secure_ray_head.client_env() | {"RAY_AUTH_MODE": "token"}
+    listed = subprocess.run([ray_cli, "job", "list", "--address", secure_ray_head.job_api], capture_output=True,
+                            text=True, timeout=60, env=with_token)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+
+
+def doctor_auth_rows(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "orchestrator.doctor", "--ray-address", address, "--auth-only"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=PROJECT_ROOT)
+
+
+def test_the_doctor_passes_a_head_that_asks_every_caller_for_the_token(secure_ray_head):
+    doctor = doctor_auth_rows(secure_ray_head.address, secure_ray_head.client_env())
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert re.search(r"^node \S+ \(head\)\s+authentication\s+ok\s+token$", doctor.stdout, re.M), doctor.stdout
+    assert re.search(r"^cluster\s+job API\s+ok\s+\S+:\d+ refuses requests without the token$", doctor.stdout, re.M)
+
+
+def test_the_doctor_fails_a_head_whose_job_api_runs_jobs_for_anyone_beyond_loopback(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    # This test process, and so this head, runs with RAY_AUTH_MODE=disabled (tests/conftest.py).
+    dashboard = {"include_dashboard": True, "dashboard_host": "0.0.0.0", "dashboard_port": free_port()}
+    open_head = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **dashboard})
+    try:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")}
+        doctor = doctor_auth_rows(open_head.address, env | {"HOME": str(tmp_path)})
+    finally:
+        open_head.shutdown()
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert re.search(r"^node \S+ \(head\)\s+authentication\s+ok\s+disabled: ", doctor.stdout, re.M), doctor.stdout
+    (row,) = [line for line in doctor.stdout.splitlines() if line.startswith("cluster")]
+    assert "FAIL" in row and "runs jobs for anyone who reaches it (no token asked)" in row
+    assert "doctor: 1 failed" in doctor.stdout

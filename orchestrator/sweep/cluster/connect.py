@@ -5,6 +5,9 @@
 ``ray.init()`` then retries it for minutes (and honours SIGTERM only after ~30 s). So: an address given
 by flag or ``RAY_ADDRESS`` must answer within seconds or the sweep stops with one line; a recorded local
 cluster that does not answer is passed over, with a note, for a fresh local one.
+
+A cluster is joined with whatever authentication it uses (``sweep.cluster.auth``); a new local one keeps Ray's
+default, token authentication.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from pathlib import Path
 
+from orchestrator.sweep.cluster.auth import find_token, join_in_the_clusters_mode, turn_token_mode_on
 from orchestrator.validation import InputError
 
 CONNECT_TIMEOUT_S = 3.0
@@ -25,21 +30,32 @@ def connect_ray(address: str | None) -> None:
 
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     chosen = address or os.environ.get("RAY_ADDRESS") or None
+    given_as = "--ray-address" if address else "RAY_ADDRESS"
     if chosen:
-        _check_answers(chosen, "--ray-address" if address else "RAY_ADDRESS")
+        _check_answers(chosen, given_as)
+        joined = _recorded_local_cluster() if chosen == "auto" else None if chosen == "local" else chosen
     else:
-        recorded = _recorded_local_cluster()
-        if recorded and not _answers(recorded):
+        joined, given_as = _recorded_local_cluster(), "the local Ray cluster on record"
+        if joined and not _answers(joined):
             print(
-                f"note: the local Ray cluster recorded at {recorded} (Ray's ray_current_cluster file) is not running; "
+                f"note: the local Ray cluster recorded at {joined} (Ray's ray_current_cluster file) is not running; "
                 "starting a fresh local one (`ray stop` clears the record)",
                 file=sys.stderr,
                 flush=True,
             )
-            chosen = "local"
+            chosen, joined = "local", None
+    if joined:
+        _join_with_its_authentication(joined, given_as)
     ray.init(address=chosen, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
+def _join_with_its_authentication(address: str, given_as: str) -> None:
+    if not address.startswith("ray://"):
+        join_in_the_clusters_mode(address, given_as)
+    elif "RAY_AUTH_MODE" not in os.environ and find_token(os.environ, Path.home()):
+        # A Ray Client server cannot be asked as a GCS can: send the token there is (one it does not need is ignored).
+        turn_token_mode_on()
 
 
 def _check_answers(address: str, source: str) -> None:
