@@ -189,13 +189,25 @@ def test_ray_starts_with_the_virtualenv_first_on_the_path_so_jobs_run_its_python
     system's. Here the start command runs with a stand-in `ray` in the virtualenv that reports what `python` is."""
     bin_dir = tmp_path / "kvsweep-venv" / "bin"
     bin_dir.mkdir(parents=True)
-    for name, body in (("ray", 'command -v python\necho "$@"'), ("python", "exit 0")):
+    for name, body in (("ray", 'command -v python\necho "$RAY_AUTH_MODE"\necho "$@"'), ("python", "exit 0")):
         program = bin_dir / name
         program.write_text(f"#!/bin/sh\n{body}\n")
         program.chmod(program.stat().st_mode | stat.S_IEXEC)
     (start,) = [command for command in CONFIG[key] if "ray start" in command]
-    env = {**os.environ, "HOME": str(tmp_path), "RAY_HEAD_IP": "10.0.0.1"}
+    env = {key: value for key, value in os.environ.items() if key != "RAY_AUTH_MODE"}
+    env |= {"HOME": str(tmp_path), "RAY_HEAD_IP": "10.0.0.1"}
     result = subprocess.run([shutil.which("bash"), "-c", start], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
-    found, arguments = result.stdout.splitlines()
+    found, auth_mode, arguments = result.stdout.splitlines()
     assert found == str(bin_dir / "python") and arguments.startswith("start ")
+    # Token authentication on every node; the dashboard and job API on the head's loopback (`ray dashboard`).
+    assert auth_mode == "token"
+    assert re.findall(r"--dashboard-host=(\S+)", arguments) in ([], ["127.0.0.1"])
+
+
+def test_every_node_gets_the_token_file_from_the_launching_machine_readable_by_its_user_only():
+    assert CONFIG["file_mounts"]["/home/ubuntu/.ray/auth_token"] == "~/.ray/auth_token"
+    for key in ("head_setup_commands", "worker_setup_commands"):
+        assert "chmod 700 ~/.ray && chmod 600 ~/.ray/auth_token" in CONFIG[key], key
+    text = (PROJECT_ROOT / "ray_cluster.yaml").read_text()
+    assert "RAY_AUTH_TOKEN=" not in text and "RAY_AUTH_MODE=disabled" not in text

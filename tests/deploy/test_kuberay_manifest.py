@@ -119,3 +119,16 @@ def test_the_results_outlive_the_head_pod():
         volume["persistentVolumeClaim"]["claimName"] for volume in head["volumes"] if "persistentVolumeClaim" in volume
     ]
     assert any(doc["kind"] == "PersistentVolumeClaim" and doc["metadata"]["name"] == claim for doc in DOCUMENTS)
+
+
+def test_every_ray_container_runs_with_token_authentication_which_an_open_dashboard_needs():
+    # KubeRay's authOptions gives every Ray container (the autoscaler's too) RAY_AUTH_MODE=token and the token from a
+    # Secret it generates: nothing in the manifest may switch it off or put a token in plain text.
+    assert SPEC["authOptions"] == {"mode": "token"}
+    for name, group in _pods():
+        for container in group["template"]["spec"]["containers"]:
+            names = {item["name"] for item in container.get("env", [])}
+            assert not names & {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"}, name
+    host = SPEC["headGroupSpec"]["rayStartParams"].get("dashboard-host", "localhost")
+    assert host in ("localhost", "127.0.0.1") or SPEC["authOptions"]["mode"] == "token"
+    assert "RAY_AUTH_MODE=token ray job submit" in MANIFEST.read_text()

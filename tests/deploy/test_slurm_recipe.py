@@ -107,3 +107,26 @@ def test_dummy_weights_need_no_cache_and_a_bad_weights_setting_is_refused(tmp_pa
     assert dummy.returncode == 2 and "not inside a Slurm allocation" in dummy.stderr
     bad = _run(tmp_path, KVSWEEP_VENV=sys.prefix, KVSWEEP_DIR=str(PROJECT_ROOT), WEIGHTS="random")
     assert bad.returncode == 2 and "WEIGHTS=random; valid: real, dummy" in bad.stderr
+
+
+def test_every_ray_node_starts_with_token_authentication_and_the_job_api_on_loopback():
+    exported = re.search(r"^export RAY_AUTH_MODE=token$", TEXT, re.M)
+    assert exported and exported.start() < TEXT.index('"$RAY" start')  # srun passes it to every node
+    assert "RAY_AUTH_MODE=disabled" not in TEXT and "RAY_AUTH_TOKEN=" not in TEXT
+    for line in _ray_starts():
+        hosts = re.findall(r"--dashboard-host=(\S+)", line)
+        assert hosts in ([], ["127.0.0.1"]), line
+
+
+def test_the_token_is_made_once_readable_by_its_user_only_and_never_printed(tmp_path):
+    (function,) = re.findall(r"^ensure_ray_token\(\) \{\n.*?^\}$", TEXT, re.M | re.S)
+    shell = f'fail() {{ echo "$*" >&2; exit 2; }}; RAY={sys.prefix}/bin/ray; {function}; ensure_ray_token'
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
+    made = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, env=env, timeout=60)
+    assert made.returncode == 0, made.stderr
+    token = (tmp_path / ".ray" / "auth_token").read_text().strip()
+    assert len(token) >= 32 and token not in made.stdout + made.stderr
+    assert (tmp_path / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / ".ray").stat().st_mode & 0o777 == 0o700
+    again = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 0 and (tmp_path / ".ray" / "auth_token").read_text().strip() == token

@@ -1,6 +1,6 @@
 """The sweep as users run it: ``ray job submit --working-dir . -- python sweeps/cpu_tiny.py`` against a
-local ``ray start --head``, then ``ray job stop``. Results must land in the absolute results directory,
-not in the job's temporary copy of the working directory."""
+local ``ray start --head`` with token authentication, as the recipes start theirs, then ``ray job stop``. Results
+must land in the absolute results directory, not in the job's temporary copy of the working directory."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -24,13 +25,30 @@ pytestmark = pytest.mark.engine
 BIN = Path(sys.executable).parent
 
 
-def ray_cli(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "disabled"}
-    return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT, env=env)
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory) -> Path:
+    """The cluster's token (any secret string), readable by this user only; named by RAY_AUTH_TOKEN_PATH."""
+    path = tmp_path_factory.mktemp("ray-token") / "auth_token"
+    path.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+    path.chmod(0o600)
+    return path
 
 
 @pytest.fixture(scope="module")
-def job_server():
+def ray_cli(token_file):
+    """The `ray` command, with the head's virtualenv first on the PATH (a job's `python`) and the token."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN_PATH": str(token_file)}  # fmt: skip
+
+    def run(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, timeout=timeout_s,
+                              cwd=PROJECT_ROOT, env=env)  # fmt: skip
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def job_server(ray_cli):
     dashboard_port = free_port()
     started = ray_cli("start", "--head", f"--port={free_port()}", f"--dashboard-port={dashboard_port}",
                       "--include-dashboard=true", "--num-cpus=2", "--disable-usage-stats")  # fmt: skip
@@ -39,7 +57,7 @@ def job_server():
     ray_cli("stop", "--force")
 
 
-def test_a_submitted_sweep_writes_to_the_absolute_results_directory(job_server, tmp_path):
+def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job_server, tmp_path):
     submitted = ray_cli("job", "submit", "--address", job_server, "--working-dir", ".", "--", "python",
                         "sweeps/cpu_tiny.py", "--policies", "fcfs", "--jps", "1", "--duration-s", "4",
                         "--tool-time-s", "0.1", "--results-dir", str(tmp_path))  # fmt: skip
@@ -50,7 +68,7 @@ def test_a_submitted_sweep_writes_to_the_absolute_results_directory(job_server, 
     assert (tmp_path / "mlflow.db").exists() and (tmp_path / "cpu_tiny" / "cells" / rows.cell_key[0] / "requests.parquet").exists()
 
 
-def test_ray_job_stop_marks_the_running_cell_interrupted_and_leaves_no_server(job_server, tmp_path):
+def test_ray_job_stop_marks_the_running_cell_interrupted_and_leaves_no_server(ray_cli, job_server, tmp_path):
     submitted = ray_cli("job", "submit", "--no-wait", "--address", job_server, "--working-dir", ".", "--", "python",
                         "sweeps/cpu_tiny.py", "--engine", "fake", "--policies", "fcfs", "--jps", "1",
                         "--duration-s", "120", "--results-dir", str(tmp_path))  # fmt: skip
