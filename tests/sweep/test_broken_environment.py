@@ -37,10 +37,12 @@ def assert_one_line_error(result, message):
     assert message in result.stderr
 
 
-def test_an_unreachable_tracking_server_is_one_line_within_seconds(tmp_path):
-    uri = f"http://127.0.0.1:{closed_port()}"
-    result, took_s = run_script("--results-dir", str(tmp_path), "--tracking-uri", uri, timeout_s=30)
-    assert_one_line_error(result, f"--tracking-uri {uri}: no MLflow server answers there")
+def test_an_unreachable_tracking_server_is_one_line_within_seconds_that_never_shows_its_credentials(tmp_path):
+    server = f"127.0.0.1:{closed_port()}"
+    with_credentials = f"http://alice:s3cret@{server}"
+    result, took_s = run_script("--results-dir", str(tmp_path), "--tracking-uri", with_credentials, timeout_s=30)
+    assert_one_line_error(result, f"--tracking-uri http://{server}: no MLflow server answers there")
+    assert "s3cret" not in result.stdout + result.stderr
     assert took_s < 20
 
 

@@ -82,6 +82,9 @@ def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing_and_ends_on_its_run
 
 def test_on_a_tracking_server_the_runs_page_is_the_servers_own():
     assert runs_page("https://mlflow.example.org/", "7") == "https://mlflow.example.org/#/experiments/7/runs"
+    # Credentials in the URI are MLflow's to use, never the sweep's to print.
+    assert runs_page("https://alice:s3cret@mlflow.example.org", "7") == "https://mlflow.example.org/#/experiments/7/runs"
+    assert "s3cret" not in runs_page("postgresql://alice:s3cret@db.example.org/mlflow", "7")
 
 
 def test_the_report_labels_every_table_as_simulated(simulated):

@@ -43,7 +43,7 @@ from orchestrator.sweep.runtime.ledger import CellLedger, is_done
 from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState
 from orchestrator.sweep.runtime.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.runtime.results import SweepResults
-from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker, runs_page
+from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker, runs_page, without_credentials
 from orchestrator.sweep.runtime.worker import WorkerPhase, WorkerStatus
 from orchestrator.validation import InputError, first_line
 
@@ -178,7 +178,7 @@ class _Sweep:
         self.reporter.event(
             f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, {len(present) - len(to_run)} already "
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in "
-            f"{self.ledger.results.sweep_dir}, tracking at {self.options.tracking_uri}"
+            f"{self.ledger.results.sweep_dir}, tracking at {without_credentials(self.options.tracking_uri)}"
         )
         for placement in self.queues:
             if not inventory.is_up(placement):

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.summary import CellSummary
@@ -46,13 +46,23 @@ def absolute_tracking_uri(uri: str) -> str:
     return uri
 
 
+def without_credentials(uri: str) -> str:
+    """``uri`` as the sweep prints it: without the user and password it may hold (``https://user:secret@host``,
+    ``postgresql://user:secret@host/db``), so a runs page link still opens and asks for them. The sweep writes
+    tracking URIs only this way; MLflow itself gets the URI as given (credentials belong in
+    MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD: docs/clusters.md, 'A shared MLflow server')."""
+    parts = urlsplit(uri)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else uri
+
+
 def check_tracking_server(uri: str, timeout_s: float = 5.0) -> None:
     """Raises ``InputError`` within ``timeout_s`` when an http(s) tracking URI has no MLflow server behind it
     (MLflow's own client retries for minutes before it says so)."""
     if not uri.startswith(("http://", "https://")):
         return
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+        # /health asks for no credentials, on MLflow's basic-auth app too.
+        with urllib.request.urlopen(without_credentials(uri).rstrip("/") + "/health", timeout=timeout_s) as response:
             if response.status == 200:
                 return
             problem = f"/health answered HTTP {response.status}"
@@ -61,7 +71,7 @@ def check_tracking_server(uri: str, timeout_s: float = 5.0) -> None:
     except (urllib.error.URLError, OSError) as error:
         problem = str(getattr(error, "reason", error))
     raise InputError(
-        f"--tracking-uri {uri}: no MLflow server answers there ({problem}); valid: the URL of a running "
+        f"--tracking-uri {without_credentials(uri)}: no MLflow server answers there ({problem}); valid: the URL of a running "
         "`mlflow server`, or sqlite:///ABSOLUTE/PATH.db (the default keeps it beside the results)"
     )
 
@@ -81,8 +91,8 @@ def runs_page(tracking_uri: str, experiment_id: str) -> str:
     itself, or, for a local store, on the UI that ``mlflow ui`` serves over it."""
     page = f"#/experiments/{experiment_id}/runs"
     if tracking_uri.startswith(("http://", "https://")):
-        return f"{tracking_uri.rstrip('/')}/{page}"
-    return f"http://127.0.0.1:5000/{page} (start the UI: mlflow ui --backend-store-uri {tracking_uri})"
+        return f"{without_credentials(tracking_uri).rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page} (start the UI: mlflow ui --backend-store-uri {without_credentials(tracking_uri)})"
 
 
 @dataclass(frozen=True)
