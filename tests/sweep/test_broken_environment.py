@@ -22,10 +22,12 @@ def closed_port() -> int:
 
 
 def run_script(*flags, timeout_s=60, env=None):
+    """The sweep script in dry-run mode; ``env`` adds to this process's environment (None: a variable unset)."""
     started = time.monotonic()
+    merged = {key: value for key, value in {**os.environ, **(env or {})}.items() if value is not None}
     result = subprocess.run(
         [sys.executable, SCRIPT, "--engine", "fake", "--dry-run", *flags],
-        capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})},
+        capture_output=True, text=True, timeout=timeout_s, env=merged,
     )  # fmt: skip
     return result, time.monotonic() - started
 
@@ -62,14 +64,19 @@ def test_a_ray_address_nobody_answers_at_is_one_line_within_seconds(tmp_path):
     assert_one_line_error(result, f"RAY_ADDRESS {address}: no Ray cluster answers there")
 
 
-def test_a_dead_local_cluster_on_record_is_passed_over_for_a_fresh_one(tmp_path):
+def test_a_dead_local_cluster_on_record_is_passed_over_for_a_fresh_one_with_rays_default_authentication(tmp_path):
     # Ray's temp dir of its own (short: Ray's socket paths must fit 107 bytes), recording a dead cluster.
     ray_tmp = Path(tempfile.mkdtemp(prefix="kvr", dir="/tmp"))
     (ray_tmp / "ray").mkdir()
     (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{closed_port()}")
-    env = {"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": ""}
+    home = tmp_path / "home"
+    home.mkdir()
+    # RAY_AUTH_MODE unset, as a user runs it: the fresh local cluster keeps Ray's default, token authentication,
+    # for which Ray writes a token into the home it finds without one.
+    env = {"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": "", "RAY_AUTH_MODE": None, "HOME": str(home)}
     result, took_s = run_script("--results-dir", str(tmp_path), env=env, timeout_s=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is not running; starting a fresh local one" in result.stderr
     assert "sweep cpu_tiny:" in result.stdout and "Traceback" not in result.stderr
+    assert (home / ".ray" / "auth_token").read_text().strip()
     assert took_s < 90
