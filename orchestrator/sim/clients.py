@@ -43,7 +43,6 @@ class Clients:
         self._schedule = schedule
         self._request_overhead_s = request_overhead_s
         self._block_size = block_size
-        self._sent_blocks: set[str] = set()  # a replay's declared blocks sent so far
         self._job_of: dict[str, Job] = {}
         self.requests: list[RequestRecord] = []
         self.jobs: list[JobRecord] = []
@@ -74,19 +73,19 @@ class Clients:
             arrival=due + self._request_overhead_s,
             output_tokens=turn.output_tokens,
             shared_blocks=shared_blocks,
-            warm_shared_blocks=self._warm_shared_blocks(turn) if self._schedule.is_replay else None,
+            shared_segments=self._shared_segments(turn) if self._schedule.is_replay else (),
             max_job_hit_blocks=self._job_hit_blocks(job, shared_blocks),
             due_at=due,
         )
         return request, min(due + self.workload.request_timeout_s, job.deadline)
 
-    def _warm_shared_blocks(self, turn: TurnShape) -> int:
-        """A replay's shared blocks that some request sent before this one (the rest are computed now)."""
-        num_shared = turn.shared_tokens // self._schedule.block_tokens
-        warm = next((i for i, block in enumerate(turn.prefix_blocks[:num_shared]) if block not in self._sent_blocks),
-                    num_shared)  # fmt: skip
-        self._sent_blocks.update(turn.prefix_blocks[:num_shared])
-        return warm * self._schedule.block_tokens // self._block_size
+    def _shared_segments(self, turn: TurnShape) -> tuple[tuple[str, int], ...]:
+        """A replay's declared shared blocks as the pool caches them: each with the engine blocks whose last token
+        lies in it (none, where a declared block is smaller than an engine block and holds no block's end)."""
+        size, block = self._schedule.block_tokens, self._block_size
+        shared = turn.prefix_blocks[:turn.shared_tokens // size]
+        segments = ((block_id, (size * (k + 1)) // block - (size * k) // block) for k, block_id in enumerate(shared))
+        return tuple((block_id, count) for block_id, count in segments if count)
 
     def _job_hit_blocks(self, job: Job, shared_blocks: int) -> int | None:
         """A replay's prompt shares with its job's previous one only the blocks both declare (its answer is

@@ -34,14 +34,14 @@ from orchestrator.replica.schedulers.continuum_rules import (
     waiting_priority,
 )
 from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
-from orchestrator.sim.blocks import BlockPool, CpuTier
+from orchestrator.sim.blocks import BlockPool, CpuTier, SharedHold
 from orchestrator.sim.request_queue import request_queue
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
     num_blocks: int
-    num_shared_blocks: int  # the full blocks every job shares (system prompt, a trace's shared blocks), held all run
+    num_shared_blocks: int  # the system prompt's full blocks, which every job shares: held all run
     max_num_batched_tokens: int
     max_num_seqs: int
     block_size: int = 16
@@ -65,10 +65,10 @@ class SimRequest:
     prompt_tokens: int
     arrival: float
     output_tokens: int  # the completion's exact length (min_tokens = max_tokens on a real engine)
-    shared_blocks: int = 0  # its leading blocks the pool holds for the whole run (system prompt, shared trace blocks)
-    # Of those, how many are computed already (a replay's shared blocks are cold until a request first sends
-    # them); None: all (the system prompt is taken as warm from the start).
-    warm_shared_blocks: int | None = None
+    shared_blocks: int = 0  # its leading blocks other jobs send too: the system prompt (held all run), or ...
+    # ... a replay's declared shared blocks, as the pool's segments: (declared block id, engine blocks), in order
+    shared_segments: tuple[tuple[str, int], ...] = ()
+    shared_hold: SharedHold = SharedHold()  # the segments it references while admitted
     # Of its job's cached chain, how many blocks its prompt can use (a replay's declared prefix shared with the
     # job's previous request); None: all of them (prompts that grow by appending).
     max_job_hit_blocks: int | None = None
@@ -137,6 +137,7 @@ class SimScheduler:
         self.running: list[SimRequest] = []
         self.waiting = request_queue(config.job_priority)
         self.n_preemptions = 0
+        self._pinned_shared: dict[str, SharedHold] = {}  # a pinned job's shared segments, held with its pin
 
     # Requests in and out.
     def add(self, request: SimRequest) -> None:
@@ -217,6 +218,7 @@ class SimScheduler:
             computed = hit_tokens + load_tokens
             num_new = min(request.num_tokens - computed, budget)
             hit_blocks = max(0, hit_tokens // block - request.shared_blocks)
+            shared_hit = min(hit_tokens // block, request.shared_blocks)
             needed = self._blocks_for(request, computed + num_new) - hit_blocks
             must_fit = needed
             if self.config.reserve_full_prompt:
@@ -225,16 +227,18 @@ class SimScheduler:
             hit_from_free = 0 if from_pin else hit_blocks
             if self._must_wait_for_reserve(request):
                 break
-            if not self._make_room(request, must_fit + hit_from_free, plan):
+            if not self._make_room(request, must_fit + hit_from_free, plan, shared_hit):
                 break
             if from_pin and request.job_id not in self.pins:
                 # Its own pin gave way (the idle rule takes the latest pin, whoever's): its blocks are free
                 # and still cached, so the hit now comes out of the free queue, as in vLLM, where
                 # ``allocate_slots`` takes the hit blocks back after the pin released them.
                 from_pin = False
-                if not self._make_room(request, must_fit + hit_blocks, plan):
+                if not self._make_room(request, must_fit + hit_blocks, plan, shared_hit):
                     break
             self.waiting.pop()
+            if request.shared_segments:
+                request.shared_hold = self.pool.hold_shared(request.shared_segments, shared_hit)
             self._take_hit(request, hit_blocks, from_pin, plan)
             self.pool.allocate(needed)
             request.num_blocks += needed
@@ -263,7 +267,7 @@ class SimScheduler:
         block, own = self.config.block_size, self.pool.cached_blocks(request.job_id)
         if request.max_job_hit_blocks is not None:
             own = min(own, request.max_job_hit_blocks)
-        warm = request.shared_blocks if request.warm_shared_blocks is None else request.warm_shared_blocks
+        warm = self.pool.shared_hit(request.shared_segments)[0] if request.shared_segments else request.shared_blocks
         hit = warm + own if warm == request.shared_blocks else warm
         from_pin = self.pins is not None and request.job_id in self.pins
         return min(hit, (request.num_tokens - 1) // block) * block, from_pin
@@ -280,8 +284,10 @@ class SimScheduler:
     def _take_hit(self, request: SimRequest, hit_blocks: int, from_pin: bool, plan: StepPlan) -> None:
         if from_pin:
             pin = take_for_next_turn(self.pins, request.job_id)
-            # The next turn now references the pinned blocks; only the uncached tail block goes back.
+            # The next turn now references the pinned blocks; only the uncached tail block goes back, and the
+            # shared segments the pin held (the next turn took its own references first).
             self.pool.release_uncached(len(pin.blocks) - hit_blocks)
+            self._release_pinned_shared(pin.job_id)
             plan.unpins.append(Release(pin, UnpinReason.NEXT_TURN))
         else:
             self.pool.touch(request.job_id, hit_blocks)
@@ -297,16 +303,21 @@ class SimScheduler:
             request.num_blocks += num_blocks
         return True
 
-    def _make_room(self, request: SimRequest, num_blocks: int, plan: StepPlan) -> bool:
-        """Release pins by Continuum's pressure rule until ``num_blocks`` are free for ``request``; False when
-        the rule lets no more pins go and they are still not free. Allocates nothing, and what the pins gave
-        back stays released either way, as in the plugin (where vLLM's own allocation follows)."""
-        while num_blocks > self.pool.num_free:
+    def _make_room(self, request: SimRequest, num_blocks: int, plan: StepPlan, num_shared_hit: int = 0) -> bool:
+        """Release pins by Continuum's pressure rule until ``num_blocks`` are free for ``request``, and what its
+        shared segments take (``num_shared_hit`` of them a hit; what that costs changes as pins give theirs
+        back); False when the rule lets no more pins go and they are still not free. Allocates nothing, and
+        what the pins gave back stays released either way, as in the plugin (where vLLM's own allocation
+        follows)."""
+        while num_blocks + self._shared_cost(request, num_shared_hit) > self.pool.num_free:
             victim = self._take_pressure_victim(request)
             if victim is None:
                 return False
             plan.unpins.append(self._release(victim, UnpinReason.PRESSURE))
         return True
+
+    def _shared_cost(self, request: SimRequest, num_shared_hit: int) -> int:
+        return self.pool.shared_cost(request.shared_segments, num_shared_hit) if request.shared_segments else 0
 
     def _take_pressure_victim(self, request: SimRequest) -> Pin | None:
         if self.pins is None:
@@ -340,6 +351,14 @@ class SimScheduler:
         if request.num_blocks:
             self.pool.free(request.job_id, request.num_blocks, self._cached_blocks_of(request))
         request.num_blocks = 0
+        if request.shared_segments:
+            self.pool.release_shared(request.shared_hold)
+            request.shared_hold = SharedHold()
+
+    def _release_pinned_shared(self, job_id: str) -> None:
+        hold = self._pinned_shared.pop(job_id, None)
+        if hold is not None:
+            self.pool.release_shared(hold)
 
     def finish(self, request: SimRequest, now: float) -> list[Release]:
         """The request's last token is out: its blocks are freed, or pinned until the job's next turn; the
@@ -354,10 +373,14 @@ class SimScheduler:
         replaced = pins.pin(request.job_id, request.job_index, range(request.num_blocks), now)
         released = [self._release(pin, UnpinReason.REPLACED) for pin in replaced]
         request.num_blocks = 0
+        if request.shared_segments:  # the pin holds them too, as vLLM's pinned blocks include the shared prefix
+            self._pinned_shared[request.job_id] = request.shared_hold
+            request.shared_hold = SharedHold()
         return released
 
     def _release(self, pin: Pin, reason: UnpinReason) -> Release:
         self.pool.free(pin.job_id, len(pin.blocks), min(self.pool.cached_blocks(pin.job_id), len(pin.blocks)))
+        self._release_pinned_shared(pin.job_id)
         return Release(pin, reason)
 
     # The CPU tier.

@@ -156,11 +156,9 @@ class WorkloadSpec(BaseModel):
         return None if self.trace is None else self.jps / load_trace(self.trace).native_jps
 
     def held_prefix_tokens(self) -> int:
-        """Tokens every cell keeps cached for its whole run: the system prompt, or a trace's shared blocks."""
-        if self.trace is None:
-            return self.scaled_system_prompt_tokens
-        trace = load_trace(self.trace)
-        return len(trace.shared_blocks) * self.scaled(trace.block_tokens)
+        """Tokens every cell keeps cached for its whole run: the system prompt, which every request sends. A
+        trace's shared blocks are cached as they are sent and evicted like any other (``sim.blocks``)."""
+        return 0 if self.trace is not None else self.scaled_system_prompt_tokens
 
 
 def _mean(value: float | Distribution) -> float:

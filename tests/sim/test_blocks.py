@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestrator.sim.blocks import BlockPool, CpuTier
+from orchestrator.sim.blocks import BlockPool, CpuTier, SharedHold
 
 
 def test_freed_blocks_are_evicted_oldest_request_first_and_each_chain_from_its_tail():
@@ -63,3 +63,70 @@ def test_the_cpu_tier_evicts_whole_jobs_least_recently_used_first():
     assert tier.saved_tokens("c") == 0 and tier.used_tokens == 800 and tier.evicted_tokens == 700
     tier.save("d", 1001)  # larger than the tier: not kept
     assert tier.saved_tokens("d") == 0 and tier.used_tokens == 800
+
+
+# Shared segments: a replay's declared blocks, (id, engine blocks) in prompt order, cached across jobs.
+TOOLS = (("s0", 2), ("s1", 2))
+
+
+def test_a_shared_prefix_is_cached_once_and_hit_by_every_job_while_any_holds_it():
+    pool = BlockPool(num_blocks=10)
+    assert pool.shared_hit(TOOLS) == (0, 0) and pool.shared_cost(TOOLS, 0) == 4
+    first = pool.hold_shared(TOOLS, 0)  # cold: computed and cached under its ids
+    assert first == SharedHold(("s0", "s1"), 0) and pool.num_free == 6
+    assert pool.shared_hit(TOOLS) == (4, 0) and pool.shared_cost(TOOLS, 4) == 0  # held: hitting it costs nothing
+    second = pool.hold_shared(TOOLS, 4)
+    assert second.keys == ("s0", "s1") and pool.num_free == 6
+    pool.release_shared(first)
+    assert pool.num_free == 6  # the second job still holds it
+    pool.release_shared(second)
+    assert pool.num_free == 10 and pool.shared_hit(TOOLS) == (4, 4)  # free, still cached
+    assert pool.shared_cost(TOOLS, 4) == 4  # a hit on free blocks uses them up
+
+
+def test_unheld_shared_blocks_are_evicted_from_the_free_queue_like_any_chain_and_counted():
+    pool = BlockPool(num_blocks=8)
+    pool.release_shared(pool.hold_shared(TOOLS, 0))
+    assert pool.allocate(4) and pool.evicted_blocks == 0  # the never-used blocks first
+    pool.free("job", 4, 4)  # freed after the segments: evicted after them
+    assert pool.allocate(1) and pool.evicted_blocks == 1
+    # s1 went first (a holder's last blocks are nearest the head): s0 whole, s1 with its leading block.
+    assert pool.shared_cached_blocks("s1") == 1 and pool.shared_hit(TOOLS) == (3, 3)
+    assert pool.allocate(2) and pool.shared_cached_blocks("s1") == 0 and pool.shared_hit(TOOLS) == (1, 1)
+    assert pool.evicted_blocks == 3 and pool.cached_blocks("job") == 4
+
+
+def test_a_partly_evicted_segment_is_hit_as_far_as_it_goes_and_made_whole_again():
+    pool = BlockPool(num_blocks=8)
+    pool.release_shared(pool.hold_shared(TOOLS, 0))
+    assert pool.allocate(5)  # the 4 never-used blocks, then s1's last one
+    pool.free("job", 5, 0)
+    assert pool.shared_hit(TOOLS) == (3, 3) and pool.num_free == 8
+    cost = pool.shared_cost(TOOLS, 3)
+    assert cost == 4  # the 3 cached free blocks and 1 new one
+    hold = pool.hold_shared(TOOLS, 3)
+    assert hold == SharedHold(("s0", "s1"), 0) and pool.num_free == 8 - cost
+    assert pool.shared_hit(TOOLS) == (4, 0) and pool.evicted_blocks == 1
+
+
+def test_past_a_miss_a_block_cached_elsewhere_is_a_private_copy_and_a_new_one_is_cached():
+    pool = BlockPool(num_blocks=12)
+    other = pool.hold_shared((("s1", 2),), 0)  # another prompt's block with the same id (chained: same prefix)
+    chain = (("s0", 2), ("s1", 2), ("s2", 2))
+    assert pool.shared_hit(chain) == (0, 0)  # s0 is not cached: nothing after it can hit
+    assert pool.shared_cost(chain, 0) == 6
+    hold = pool.hold_shared(chain, 0)
+    assert hold == SharedHold(("s0", "s2"), 2) and pool.num_free == 12 - 2 - 6
+    pool.release_shared(hold)
+    pool.release_shared(other)
+    assert pool.num_free == 12 and pool.shared_hit(chain) == (6, 6)
+
+
+def test_a_hit_that_stops_inside_a_segment_holds_it_and_recomputes_the_rest_privately():
+    pool = BlockPool(num_blocks=10)
+    pool.release_shared(pool.hold_shared(TOOLS, 0))
+    cost = pool.shared_cost(TOOLS, 3)  # the prompt ends with the shared prefix: its last token is never a hit
+    hold = pool.hold_shared(TOOLS, 3)
+    assert hold == SharedHold(("s0", "s1"), 1) and cost == 5 and pool.num_free == 5
+    pool.release_shared(hold)
+    assert pool.num_free == 10 and pool.shared_hit(TOOLS) == (4, 4)

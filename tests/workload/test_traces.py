@@ -152,6 +152,35 @@ def test_the_simulator_replays_the_trace_and_hits_exactly_the_declared_shared_pr
     assert sum(record.cached_tokens for record in requests) > 0.5 * sum(record.prompt_tokens for record in requests)
 
 
+def test_a_shared_prefix_is_one_cache_for_every_job_and_a_small_pool_evicts_it_between_its_senders(tmp_path):
+    """Job "a" sends a document of 8 blocks, 4 jobs of 30 blocks of their own follow, then job "c" sends the same
+    document. Roomy, "c" finds it cached; in a pool of 48 blocks the others' blocks evict it first."""
+    doc = tuple(f"doc{i}" for i in range(8))
+
+    def job(name: str, at: float, blocks: tuple[str, ...]) -> TraceJob:
+        return TraceJob(name, at, (TraceTurn(16 * len(blocks) + 8, 4, 0.0, blocks),))
+
+    own = {name: tuple(f"{name}{i}" for i in range(30)) for name in ("f1", "f2", "f3", "f4")}
+    others = [job(name, 1.0 + i, blocks) for i, (name, blocks) in enumerate(own.items())]
+    jobs = [job("a", 0.0, doc + ("a0", "a1")), *others, job("c", 10.0, doc + ("c0", "c1"))]
+    path = tmp_path / "doc.jsonl"
+    path.write_bytes(dump_trace("doc", 16, jobs))
+    trace = TraceRef.of(path)
+    spec = WorkloadSpec(jps=load_trace(trace).native_jps, duration_s=100, trace=trace)
+    schedule = schedule_for(spec)
+
+    def run(num_kv_blocks: int | None):
+        sized = {} if num_kv_blocks is None else {"num_kv_blocks": num_kv_blocks}
+        engine = sim_engine(Device.gpu("H100"), "meta-llama/Llama-3.1-8B-Instruct", "fcfs", 0, spec, **sized)
+        result = simulate(spec, engine, schedule)
+        return {record.job_id: record.cached_tokens for record in result.requests}, result.stats.evicted_blocks
+
+    roomy, roomy_evicted = run(None)
+    assert roomy == {"a": 0, "f1": 0, "f2": 0, "f3": 0, "f4": 0, "c": 8 * 16} and roomy_evicted == 0
+    small, small_evicted = run(48)
+    assert small["c"] == 0 and small_evicted > 0
+
+
 def test_shipped_trace_copies_elsewhere_are_the_same_cell(tmp_path):
     from orchestrator.sweep.planning.cells import CellSpec
     from orchestrator.sweep.planning.spec import EngineKind, EngineOptions
