@@ -8,6 +8,8 @@ read these files, and the simulator's fingerprint hashes them, so a field is add
 - ``Admit``: a request admitted for the first time, with its prefix-cache hit.
 - ``Finish``: a request finished; its blocks were freed (``action=free``) or kept for the job (``action=pin``).
 - ``Unpin``: a pin was released, with its reason (``UnpinReason``).
+- ``Evict``: cached blocks the engine took from its free queue for reuse since its last ``Evict``, written by the
+  plugin after a step that evicted (vLLM exports no such counter); the simulator counts them in its stats instead.
 
 Imports nothing of vLLM, Ray or the filesystem: the plugin writes the lines where it must, the simulator keeps them.
 """
@@ -110,7 +112,16 @@ class Unpin:
     free_blocks: int
 
 
-TraceEvent = Step | Admit | Finish | Unpin
+@dataclass(frozen=True)
+class Evict:
+    """Cached blocks the engine evicted (their KV dropped to make room) since the last ``Evict``."""
+
+    kind: ClassVar[str] = "evict"
+    t: float
+    num_blocks: int
+
+
+TraceEvent = Step | Admit | Finish | Unpin | Evict
 
 
 def trace_line(event: TraceEvent, replica: int | None = None) -> str:
@@ -145,7 +156,7 @@ def merged_traces(traces: Sequence[bytes]) -> bytes:
     return "".join(line for _, _, line in sorted(lines, key=lambda entry: (entry[0], entry[1]))).encode()
 
 
-_KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin)}
+_KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin, Evict)}
 
 
 def released_pins(events: Iterable[TraceEvent]) -> dict[tuple[str, int], Unpin]:

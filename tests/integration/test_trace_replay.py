@@ -1,6 +1,7 @@
 """The shipped agent trace replayed on the real CPU engine (issue 16's acceptance): every prompt's token count
 and every scheduled time exactly as planned, and the prefix cache hitting the trace's declared shared blocks
-and nothing else."""
+and nothing else. Then, on the same replica, a trace whose shared document other jobs' blocks push out of the
+pool: the engine evicts it, and the simulator's shared cache does the same."""
 
 from __future__ import annotations
 
@@ -8,33 +9,48 @@ import pytest
 
 from orchestrator.gpus import CPU
 from orchestrator.records.schema import RequestStatus
+from orchestrator.records.trace import read_trace
+from orchestrator.sim.config import sim_engine
+from orchestrator.sim.hardware import Device
+from orchestrator.sim.loop import simulate
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces.generate import SHIPPED
-from orchestrator.workload.traces.schema import TraceRef, load_trace
+from orchestrator.workload.traces.schema import TraceJob, TraceRef, TraceTurn, dump_trace, load_trace
 
 pytestmark = pytest.mark.engine
 
 BLOCK = 32  # the CPU engine's block: the trace's 64-token blocks at scale 0.5
 
 
+NUM_BLOCKS = 1200
+LIMITS = RunLimits(health_timeout_s=300, hang_timeout_s=120, client_actors=0)
+
+
 @pytest.fixture(scope="module")
-def replayed():
-    trace = TraceRef.of(SHIPPED)
-    workload = WorkloadSpec(jps=2 * load_trace(trace).native_jps, duration_s=1000, scale=0.5, trace=trace,
-                            request_timeout_s=300, job_timeout_s=600)  # fmt: skip
-    cell = CellSpec(engine=EngineKind.VLLM, gpu=CPU, policy="fcfs", dram_gb=0, model="tiny", workload=workload,
-                    engine_options=EngineOptions(num_kv_blocks=1200))  # fmt: skip
+def worker():
+    """One worker for the module's cells: they share the engine configuration, so they share its replica."""
     worker = CellWorker()
-    try:
-        outcome = worker.run(cell, RunLimits(health_timeout_s=300, hang_timeout_s=120, client_actors=0))
-    finally:
-        worker.shutdown()
+    yield worker
+    worker.shutdown()
+
+
+def replay_cell(trace: TraceRef, jps: float) -> CellSpec:
+    workload = WorkloadSpec(jps=jps, duration_s=1000, scale=0.5, trace=trace, request_timeout_s=300, job_timeout_s=600)
+    return CellSpec(engine=EngineKind.VLLM, gpu=CPU, policy="fcfs", dram_gb=0, model="tiny", workload=workload,
+                    engine_options=EngineOptions(num_kv_blocks=NUM_BLOCKS))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def replayed(worker):
+    trace = TraceRef.of(SHIPPED)
+    cell = replay_cell(trace, 2 * load_trace(trace).native_jps)
+    outcome = worker.run(cell, LIMITS)
     assert outcome.status.is_done, outcome.reason
-    return schedule_for(workload), outcome
+    return schedule_for(cell.workload), outcome
 
 
 def test_every_request_is_sent_as_planned_with_its_exact_prompt(replayed):
@@ -83,3 +99,32 @@ def test_the_prefix_cache_hits_the_declared_shared_blocks_and_nothing_else(repla
         if record.turn == 1 and blocks[(record.job_id, 1)][0].startswith(record.job_id):
             assert record.cached_tokens == 0
     assert hits > 0.5 * sum(record.prompt_tokens for record in requests)
+
+
+def test_a_shared_document_pushed_out_of_the_pool_is_evicted_by_the_engine_and_by_the_simulator(worker, tmp_path):
+    """Job "a" sends a document of 8 blocks, "b" the same right after, 5 jobs of 300 blocks of their own follow
+    (more than the pool), then "c" sends the document again: "b" hits it, "c" finds it evicted."""
+    doc = tuple(f"doc{i}" for i in range(8))
+
+    def job(name: str, at: float, blocks: tuple[str, ...]) -> TraceJob:
+        return TraceJob(name, at, (TraceTurn(64 * len(blocks) + 8, 4, 0.0, blocks),))
+
+    fillers = [job(f"f{i}", 4.0 + i, tuple(f"f{i}-{k}" for k in range(300))) for i in range(5)]
+    jobs = [job("a", 0.0, doc + ("a0", "a1")), job("b", 2.0, doc + ("b0", "b1")), *fillers,
+            job("c", 15.0, doc + ("c0", "c1"))]  # fmt: skip
+    path = tmp_path / "doc.jsonl"
+    path.write_bytes(dump_trace("doc", 64, jobs))
+    trace = TraceRef.of(path)
+    cell = replay_cell(trace, load_trace(trace).native_jps)
+    outcome = worker.run(cell, LIMITS)
+    assert outcome.status.is_done, outcome.reason
+    expected = {"a": 0, "b": 8 * BLOCK, "c": 0} | {filler.job_id: 0 for filler in fillers}
+    assert {record.job_id: record.cached_tokens for record in outcome.requests} == expected
+    evicted = sum(event.num_blocks for event in read_trace(outcome.scheduler_trace, ("evict",)))
+    assert evicted >= 8  # at least the document
+
+    engine = sim_engine(Device.gpu("H100"), "meta-llama/Llama-3.1-8B-Instruct", "fcfs", 0, cell.workload,
+                        block_size=BLOCK, num_kv_blocks=NUM_BLOCKS)  # the pool's shape; the model sets only the times
+    simulated = simulate(cell.workload, engine, schedule_for(cell.workload))
+    assert {record.job_id: record.cached_tokens for record in simulated.requests} == expected
+    assert simulated.stats.evicted_blocks >= 8

@@ -23,6 +23,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from orchestrator.records.trace import (
     Admit,
+    Evict,
     Finish,
     FinishAction,
     Step,
@@ -82,6 +83,20 @@ class TracingScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.trace = TraceWriter(os.environ.get(TRACE_ENV))
         self._num_steps = 0
+        self._num_evicted = 0  # since the last Evict event
+        self._count_evictions(self.kv_cache_manager.block_pool)
+
+    def _count_evictions(self, pool: Any) -> None:
+        # vLLM counts no evictions: every block it takes from the free queue goes through this method, which says
+        # whether the block was cached (it then drops the block's hash). Both tested stacks have it.
+        evict = pool._maybe_evict_cached_block
+
+        def counted(block: Any) -> bool:
+            evicted = evict(block)
+            self._num_evicted += bool(evicted)
+            return evicted
+
+        pool._maybe_evict_cached_block = counted
 
     # Hooks for subclasses.
     def retain_finished_blocks(self, request: Any, tag: JobTag) -> bool:
@@ -166,3 +181,6 @@ class TracingScheduler(Scheduler):
             context_tokens=context, attention_pairs=pairs, free_blocks=self.free_blocks(),
             pinned_blocks=self.num_pinned_blocks, preempted=len(output.preempted_req_ids or ()),
         ))  # fmt: skip
+        if self._num_evicted:
+            self.trace.write(Evict(t=time.time(), num_blocks=self._num_evicted))
+            self._num_evicted = 0
