@@ -184,6 +184,9 @@ class CellConfig:
     engine_facts: EngineFacts | None = None
     tier_counters: TierCounters = field(default_factory=TierCounters)
     n_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
+    # Cached blocks evicted over the cell: the plugin's evict events (real vLLM; the fake engine never evicts), or
+    # the simulator's count; None if unknown
+    n_evicted_blocks: int | None = None
     stack: NodeStack | None = None  # real vLLM cells only
     # How the cell got its replica: reused after a proven reset, or started in ``replica_start_s``.
     replica_reused: bool = False

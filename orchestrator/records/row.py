@@ -97,6 +97,7 @@ class SummaryRow:
     replica_start_s: float | None = None
     schedule_fingerprint: str | None = None  # cells compare only on one schedule
     n_preemptions: int | None = None
+    n_evicted_blocks: int | None = None  # cached blocks the engine evicted over the cell
     kv_offload_store_bytes: float | None = None
     kv_offload_load_bytes: float | None = None
     external_prefix_cache_queries: float | None = None
@@ -158,6 +159,7 @@ def attempt_columns(attempt: Attempt) -> dict:
         "schedule_fingerprint": config.schedule_fingerprint,
         "n_jobs_dropped": config.schedule_stats.num_jobs_dropped if config.schedule_stats else None,
         "n_preemptions": config.n_preemptions,
+        "n_evicted_blocks": config.n_evicted_blocks,
         **asdict(config.tier_counters),
         **{f"stack_{name}": value for name, value in asdict(stack).items()},
     }

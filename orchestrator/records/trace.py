@@ -159,6 +159,11 @@ def merged_traces(traces: Sequence[bytes]) -> bytes:
 _KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin, Evict)}
 
 
+def evicted_blocks(data: bytes) -> int:
+    """The cached blocks a trace's ``Evict`` events count."""
+    return sum(event.num_blocks for event in read_trace(data, (Evict.kind,)))
+
+
 def released_pins(events: Iterable[TraceEvent]) -> dict[tuple[str, int], Unpin]:
     """The ``Unpin`` that ended each pin, keyed by the job and turn whose finish pinned it. A pin the trace never
     saw released is left out."""

@@ -64,6 +64,8 @@ def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(
     assert config.engine.kind == "sim" and config.engine.scheduler.max_num_batched_tokens == 2048
     assert config.simulation.tier_counters == config.tier_counters and config.cell.gpu == "L40S"
     assert config.tier_counters.kv_offload_store_bytes > 0 and config.engine_facts.device_name == "simulated L40S"
+    row = rows[rows.cell_key == key].iloc[0]
+    assert row.n_evicted_blocks == config.n_evicted_blocks == config.simulation.evicted_blocks
 
 
 def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing_and_ends_on_its_runs_page(simulated, capsys):

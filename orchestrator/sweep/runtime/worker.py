@@ -31,6 +31,7 @@ from orchestrator.records.cell import (
     ResetProof,
     TierCounters,
 )
+from orchestrator.records.trace import evicted_blocks
 from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
@@ -149,7 +150,7 @@ class CellWorker:
             cell, schedule, started, ran.status, ran.reason, retryable=ran.crashed, load=ran.load,
             server_log=ran.server_log, trace=ran.trace, engine=served.engine,
             engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, n_preemptions=ran.n_preemptions,
-            stack=stack,
+            n_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
             replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
             replica_replaced=reuse.replaced_because, request_options=ran.options,
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
@@ -273,7 +274,7 @@ class CellWorker:
                                      kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,
                                      device_name=f"simulated {cell.gpu}"),
             tier_counters=result.stats.tier_counters, n_preemptions=result.stats.n_preemptions,
-            simulation=result.stats,
+            n_evicted_blocks=result.stats.evicted_blocks, simulation=result.stats,
         )  # fmt: skip
 
     def prove_reset(self) -> ResetProof:
