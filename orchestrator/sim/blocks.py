@@ -254,7 +254,9 @@ class CpuTier:
     tokens, evicted least recently used first once ``capacity_tokens`` is exceeded.
 
     A job's entry is evicted whole: its chunks are keyed by chained hashes too, so a prefix that has lost
-    its first chunk is worthless, and LRU order takes a job's older (earlier) chunks first.
+    its first chunk is worthless, and LRU order takes a job's older (earlier) chunks first. A replay's declared
+    shared blocks are entries of their own, saved once under their ids whichever job computed them (the tier's
+    chunk hashes do not know the job), and a job's entry then holds only what follows them (``*_chain``).
     """
 
     def __init__(self, capacity_tokens: int):
@@ -277,6 +279,32 @@ class CpuTier:
         self._saved.move_to_end(job)
         return self._saved[job]
 
+    def hit_chain(self, job: str, segments: Sequence[tuple[str, int]]) -> int:
+        """The saved prefix of a prompt that starts with the shared ``segments`` (id, tokens), marked recently used:
+        the segments saved from its start, then, behind all of them, ``job``'s own entry."""
+        found = 0
+        for key, num_tokens in segments:
+            if (_SHARED, key) not in self._saved:
+                return found
+            self._saved.move_to_end((_SHARED, key))
+            found += num_tokens
+        return found + self.hit(job)
+
+    def save_chain(self, job: str, segments: Sequence[tuple[str, int]], num_tokens: int) -> None:
+        """Save the first ``num_tokens`` of a prompt that starts with the shared ``segments``: each whole segment
+        under its id (once), the rest as ``job``'s entry."""
+        done = 0
+        for key, size in segments:
+            if done + size > num_tokens:
+                return
+            done += size
+            if (_SHARED, key) in self._saved:
+                self._saved.move_to_end((_SHARED, key))
+            else:
+                self._put((_SHARED, key), size)
+        if num_tokens > done:
+            self.save(job, num_tokens - done)
+
     def save(self, job: str, num_tokens: int) -> None:
         """Extend ``job``'s saved prefix to ``num_tokens``; a prefix larger than the tier is not kept."""
         previous = self._saved.pop(job, 0)
@@ -284,10 +312,17 @@ class CpuTier:
         if num_tokens > self.capacity_tokens:
             self.evicted_tokens += previous
             return
-        size = max(previous, num_tokens)
+        self._put(job, max(previous, num_tokens))
+
+    def _put(self, key: str | tuple[str, str], size: int) -> None:
+        if size > self.capacity_tokens:
+            return
         while self._used + size > self.capacity_tokens:
             _, evicted = self._saved.popitem(last=False)
             self._used -= evicted
             self.evicted_tokens += evicted
-        self._saved[job] = size
+        self._saved[key] = size
         self._used += size
+
+
+_SHARED = "shared"  # the tier's key of a declared shared block: (_SHARED, its id), apart from job ids

@@ -276,7 +276,10 @@ class SimScheduler:
         """Tokens beyond the GPU hit that the CPU tier can load instead of recompute (whole blocks)."""
         if self.tier is None:
             return 0
-        saved = self.tier.hit(request.job_id)
+        if request.shared_segments:
+            saved = self.tier.hit_chain(request.job_id, self._tier_segments(request))
+        else:
+            saved = self.tier.hit(request.job_id)
         request.saved_tokens = min(saved, request.prompt_tokens)
         usable = min(saved, request.num_tokens - 1) // self.config.block_size * self.config.block_size
         return max(0, usable - gpu_hit_tokens)
@@ -395,5 +398,12 @@ class SimScheduler:
         if new <= 0:
             return 0
         request.saved_tokens = computed
-        self.tier.save(request.job_id, computed)
+        if request.shared_segments:
+            self.tier.save_chain(request.job_id, self._tier_segments(request), computed)
+        else:
+            self.tier.save(request.job_id, computed)
         return new
+
+    def _tier_segments(self, request: SimRequest) -> tuple[tuple[str, int], ...]:
+        """A replay's shared segments in the tier's unit, tokens."""
+        return tuple((key, num_blocks * self.config.block_size) for key, num_blocks in request.shared_segments)

@@ -130,3 +130,22 @@ def test_a_hit_that_stops_inside_a_segment_holds_it_and_recomputes_the_rest_priv
     assert hold == SharedHold(("s0", "s1"), 1) and cost == 5 and pool.num_free == 5
     pool.release_shared(hold)
     assert pool.num_free == 10 and pool.shared_hit(TOOLS) == (4, 4)
+
+
+def test_the_cpu_tier_saves_a_shared_prefix_once_for_every_job_and_a_jobs_own_tokens_behind_it():
+    tier = CpuTier(capacity_tokens=1000)
+    doc = (("d0", 100), ("d1", 100))
+    tier.save_chain("a", doc, 150)  # d0 whole, d1 not yet
+    assert tier.used_tokens == 100 and tier.hit_chain("c", doc) == 100
+    tier.save_chain("a", doc, 260)
+    assert tier.used_tokens == 260 and tier.saved_tokens("a") == 60
+    assert tier.hit_chain("c", doc) == 200  # another job finds the shared blocks "a" saved, not "a"'s own
+    assert tier.hit_chain("a", doc) == 260
+    tier.save_chain("c", doc, 300)  # the shared blocks are kept once
+    assert tier.used_tokens == 360
+    tier.save("x", 700)  # evicts the least recently used entry: "a"'s own tokens
+    assert tier.saved_tokens("a") == 0 and tier.hit_chain("a", doc) == 200
+    small = CpuTier(capacity_tokens=300)
+    small.save_chain("a", doc, 260)
+    small.save("z", 100)  # evicts d0: what follows it is worth nothing (chained hashes)
+    assert small.hit_chain("a", doc) == 0 and small.saved_tokens("a") == 60

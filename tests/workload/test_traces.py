@@ -154,7 +154,8 @@ def test_the_simulator_replays_the_trace_and_hits_exactly_the_declared_shared_pr
 
 def test_a_shared_prefix_is_one_cache_for_every_job_and_a_small_pool_evicts_it_between_its_senders(tmp_path):
     """Job "a" sends a document of 8 blocks, 4 jobs of 30 blocks of their own follow, then job "c" sends the same
-    document. Roomy, "c" finds it cached; in a pool of 48 blocks the others' blocks evict it first."""
+    document. Roomy, "c" finds it cached; in a pool of 48 blocks the others' blocks evict it first, and a CPU tier
+    has kept it."""
     doc = tuple(f"doc{i}" for i in range(8))
 
     def job(name: str, at: float, blocks: tuple[str, ...]) -> TraceJob:
@@ -169,9 +170,9 @@ def test_a_shared_prefix_is_one_cache_for_every_job_and_a_small_pool_evicts_it_b
     spec = WorkloadSpec(jps=load_trace(trace).native_jps, duration_s=100, trace=trace)
     schedule = schedule_for(spec)
 
-    def run(num_kv_blocks: int | None):
+    def run(num_kv_blocks: int | None, policy: str = "fcfs"):
         sized = {} if num_kv_blocks is None else {"num_kv_blocks": num_kv_blocks}
-        engine = sim_engine(Device.gpu("H100"), "meta-llama/Llama-3.1-8B-Instruct", "fcfs", 0, spec, **sized)
+        engine = sim_engine(Device.gpu("H100"), "meta-llama/Llama-3.1-8B-Instruct", policy, 8, spec, **sized)
         result = simulate(spec, engine, schedule)
         return {record.job_id: record.cached_tokens for record in result.requests}, result.stats.evicted_blocks
 
@@ -179,6 +180,9 @@ def test_a_shared_prefix_is_one_cache_for_every_job_and_a_small_pool_evicts_it_b
     assert roomy == {"a": 0, "f1": 0, "f2": 0, "f3": 0, "f4": 0, "c": 8 * 16} and roomy_evicted == 0
     small, small_evicted = run(48)
     assert small["c"] == 0 and small_evicted > 0
+    # A CPU tier keeps what the GPU evicted, whichever job saved it: "c" loads the document "a" computed.
+    tiered, tiered_evicted = run(48, "lmcache")
+    assert tiered["c"] == 8 * 16 and tiered_evicted > 0
 
 
 def test_shipped_trace_copies_elsewhere_are_the_same_cell(tmp_path):
