@@ -79,6 +79,13 @@ def ray_head():
     cluster.shutdown()
 
 
+def ray_client_env(home: Path) -> dict[str, str]:
+    """This process's environment with RAY_AUTH_MODE and the token variables unset (the ordinary case) and ``home``
+    as HOME, where Ray looks for ``.ray/auth_token``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")}
+    return env | {"HOME": str(home)}
+
+
 @dataclass(frozen=True)
 class SecureHead:
     """A running head that asks for a token, and the environments its clients run in."""
@@ -88,10 +95,8 @@ class SecureHead:
     home: Path  # a home whose ~/.ray/auth_token is the cluster's token
 
     def client_env(self, home: Path | None = None) -> dict[str, str]:
-        """This process's environment with RAY_AUTH_MODE unset (the ordinary case) and ``home`` (default: the one
-        holding the token) as HOME."""
-        env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")}
-        return env | {"HOME": str(home or self.home)}
+        """A client's environment (``ray_client_env``) with ``home`` as HOME, by default the one holding the token."""
+        return ray_client_env(home or self.home)
 
 
 @pytest.fixture(scope="module")

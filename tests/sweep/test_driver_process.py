@@ -4,7 +4,6 @@ happens without the token."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import CellStatus
 from orchestrator.replica.server import free_port
 from tests.processes import FAKE_ENGINE, wait_until_gone
-from tests.sweep.conftest import SecureHead, runs_by_key, summary
+from tests.sweep.conftest import SecureHead, ray_client_env, runs_by_key, summary
 from tests.sweep.test_broken_environment import assert_one_line_error
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
@@ -137,8 +136,7 @@ def test_the_doctor_fails_a_head_whose_job_api_runs_jobs_for_anyone_beyond_loopb
     dashboard = {"include_dashboard": True, "dashboard_host": "0.0.0.0", "dashboard_port": free_port()}
     open_head = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **dashboard})
     try:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")}
-        doctor = doctor_auth_rows(open_head.address, env | {"HOME": str(tmp_path)})
+        doctor = doctor_auth_rows(open_head.address, ray_client_env(tmp_path))
     finally:
         open_head.shutdown()
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr
