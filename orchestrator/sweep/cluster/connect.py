@@ -33,8 +33,7 @@ def connect_ray(address: str | None) -> None:
     chosen = address or os.environ.get("RAY_ADDRESS") or None
     given_as = "--ray-address" if address else "RAY_ADDRESS"
     if chosen:
-        _check_answers(chosen, given_as)
-        joined = _recorded_local_cluster() if chosen == "auto" else None if chosen == "local" else chosen
+        joined = _running_cluster(chosen, given_as)
     else:
         joined, given_as = _recorded_local_cluster(), "the local Ray cluster on record"
         if joined and not _answers(joined):
@@ -58,18 +57,23 @@ def _join_with_its_authentication(address: str, given_as: str) -> None:
         turn_token_mode_on()
 
 
-def _check_answers(address: str, source: str) -> None:
-    if address in ("local", "auto"):
-        resolved = _recorded_local_cluster() if address == "auto" else None
-        if address == "auto" and not (resolved and _answers(resolved)):
+def _running_cluster(address: str, source: str) -> str | None:
+    """The running cluster ``address`` names (``auto``: the recorded local one; ``local``: none, a new one starts),
+    checked to answer."""
+    if address == "local":
+        return None
+    if address == "auto":
+        resolved = _recorded_local_cluster()
+        if not (resolved and _answers(resolved)):
             raise InputError(f"{source} auto: no running local Ray cluster is recorded on this machine; start one with "
                              "`ray start --head` or leave the address out to start a private one")  # fmt: skip
-        return
+        return resolved
     if not _answers(address):
         raise InputError(
             f"{source} {address}: no Ray cluster answers there within {CONNECT_TIMEOUT_S:g} s; valid: the address of a "
             "running cluster's head (HOST:6379 or ray://HOST:10001), 'auto', or none to start a local cluster"
         )
+    return address
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
