@@ -4,7 +4,7 @@ Names are Ray's ``accelerator_type`` labels (what ``ray start`` detects from the
 for ``H100`` is placed with the resource ``accelerator_type:H100``. ``cpu`` is not a GPU: it names the
 CPU build of vLLM serving the generated tiny model on any node.
 
-The figures live in ``data/gpus.toml`` (datasheet HBM capacity and bandwidth, dense BF16 throughput, PCIe
+The figures live in ``data/gpus.toml`` (datasheet HBM capacity and bandwidth, dense BF16 and FP8 throughput, PCIe
 generation and its effective bandwidth per direction, which is what a CPU KV tier moves blocks over).
 """
 
@@ -27,6 +27,7 @@ class GpuType:
     bf16_tflops: float  # dense
     pcie_gen: int
     pcie_gb_s: float  # effective host <-> device, one direction
+    fp8_tflops: float = 0.0  # dense; 0 where the part has no FP8 tensor cores
 
     # vLLM's serving defaults by device (``EngineArgs``): the largest parts get a 16K token budget, 70 GiB
     # and up (except A100, where it hurt throughput) 8K, the rest 2K.

@@ -1,7 +1,7 @@
 """From a cell's description (device, model, policy, DRAM budget, engine options) to a simulated engine.
 
-The same numbers the real engine would get: KV blocks from the sizing code at the cell's utilization
-(or ``num_kv_blocks`` when the options fix the pool), vLLM's batch defaults for the GPU, the policy's
+The same numbers the real engine would get: KV blocks from the sizing code at the cell's utilization and
+precision (or ``num_kv_blocks`` when the options fix the pool), vLLM's batch defaults for the GPU, the policy's
 ordering, pins and CPU tier, and the tier's size in tokens from the DRAM budget.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.policies import get_policy
 from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.hardware import Calibration, Device, StepCost, gpu_kv_blocks
+from orchestrator.sim.hardware import Calibration, Device, Precision, StepCost, gpu_kv_blocks
 from orchestrator.sim.scheduler import SchedulerConfig
 from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import ModelArch, load_model
@@ -46,11 +46,12 @@ def sim_engine(
     gpu_memory_utilization: float = 0.85,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    precision: Precision = Precision(),
 ) -> SimEngine:
     arch = model if isinstance(model, ModelArch) else load_model(model)
     chosen = get_policy(policy)
     if num_kv_blocks is None:
-        num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size)
+        num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size, precision)
     scheduler = SchedulerConfig(
         num_blocks=num_kv_blocks,
         num_shared_blocks=workload.held_prefix_tokens() // block_size,
@@ -61,6 +62,6 @@ def sim_engine(
         pins=chosen.pins,
         tier=chosen.cpu_tier,
         # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says.
-        tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, 2)),
+        tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, precision.kv_dtype_bytes)),
     )
-    return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load()))
+    return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load(), precision))

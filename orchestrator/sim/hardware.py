@@ -4,18 +4,21 @@ A forward pass over a batch computes ``N`` new tokens, each attending to its req
 kinds of kernels run one after the other, and each is bound by whichever is slower for it, arithmetic
 or memory traffic:
 
-    linear    = max(2 * P_active * N / F_eff,  weights / B_eff)          GEMMs: the weights once per step
+    linear    = max(2 * P_active * N / F_gemm,  weights / B_eff)          GEMMs: the weights once per step
     attention = max(4 * L_attn * H_q * d_head * sum_i n_i * (c_i + (n_i + 1) / 2) / F_eff,
                     b_kv * sum_i (c_i + n_i) / B_eff)                     every request reads its KV context
     t_step    = linear + attention + o_step + o_seq * batch
 
-with ``F_eff = F * e_compute`` and ``B_eff = B_hbm * e_hbm``. So a prefill chunk is compute-bound, a
-large decode batch over long contexts is bound by reading its KV, and a mixed batch pays both.
+with ``F_eff = F * e_compute * r_bf16`` and ``B_eff = B_hbm * e_hbm * r_mem``. So a prefill chunk is compute-bound, a
+large decode batch over long contexts is bound by reading its KV, and a mixed batch pays both. ``F_gemm`` is ``F_eff``,
+or with FP8 weights on a part with FP8 tensor cores ``F_fp8 * e_compute * r_fp8`` (attention stays BF16); FP8 weights
+and an FP8 KV cache halve ``weights`` and ``b_kv`` (``Precision``).
 
-``F`` and ``B_hbm`` are datasheet figures (``orchestrator/data/gpus.toml``); ``e_compute``, ``e_hbm``,
-``o_step`` and ``o_seq`` are the calibration (``calibration.toml``), shared by every GPU: they describe
-the software stack (kernels, scheduler, sampler), not a particular card. A CPU tier adds PCIe copies at
-the GPU's host-link bandwidth, and LMCache adds its per-step save stall (``lmcache_save_*``).
+``F``, ``F_fp8`` and ``B_hbm`` are datasheet figures (``orchestrator/data/gpus.toml``); ``e_compute``, ``e_hbm``,
+``o_step`` and ``o_seq`` are the calibration (``calibration.toml``), fitted on the H200: they describe the software
+stack (kernels, scheduler, sampler). The ``r`` are the part's measured shares of its datasheet rates against the
+H200's (``rates.py``, 1 where nothing was measured). A CPU tier adds copies at the GPU's measured host-link rate, and
+LMCache adds its per-step save stall (``lmcache_save_*``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.gpus import GPU_TYPES, GpuType
+from orchestrator.sim.rates import GPU_RATES, RelativeRates
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, kv_bytes_per_token, size, weight_bytes
 from orchestrator.sizing.models import ModelArch
 
@@ -58,19 +63,23 @@ class Calibration:
 
 @dataclass(frozen=True)
 class Device:
-    """Peak figures of what runs the forward pass: a GPU from the catalogue, or a measured CPU."""
+    """Peak figures of what runs the forward pass (a GPU from the catalogue, or a measured CPU), its measured shares of
+    them against the calibration's GPU (``rates.RelativeRates``) and its host link."""
 
     name: str
-    peak_flops: float
+    peak_flops: float  # dense BF16
     memory_bytes_s: float
     host_link_bytes_s: float
     default_max_num_batched_tokens: int
     default_max_num_seqs: int
+    fp8_peak_flops: float = 0.0  # dense FP8; 0 without FP8 tensor cores, where FP8 weights run in BF16 GEMMs
+    relative: RelativeRates = RelativeRates()
 
     @classmethod
     def from_gpu(cls, gpu: GpuType) -> Device:
-        return cls(gpu.name, gpu.bf16_tflops * 1e12, gpu.hbm_gb_s * 1e9, gpu.pcie_gb_s * 1e9,
-                   gpu.default_max_num_batched_tokens, gpu.default_max_num_seqs)  # fmt: skip
+        return cls(gpu.name, gpu.bf16_tflops * 1e12, gpu.hbm_gb_s * 1e9, GPU_RATES.host_link_gb_s(gpu.name) * 1e9,
+                   gpu.default_max_num_batched_tokens, gpu.default_max_num_seqs, gpu.fp8_tflops * 1e12,
+                   GPU_RATES.relative(gpu.name))  # fmt: skip
 
     @classmethod
     def gpu(cls, name: str) -> Device:
@@ -79,30 +88,54 @@ class Device:
         return cls.from_gpu(GPU_TYPES[name])
 
 
-def gpu_kv_blocks(arch: ModelArch, gpu: str, utilization: float, block_size: int = 16) -> int:
+@dataclass(frozen=True)
+class Precision:
+    """What the weights and the KV cache are stored in. ``model``: the checkpoint's own dtype (BF16 for the shipped
+    models); ``fp8``: one byte each, the weights as vLLM runs an FP8 checkpoint (W8A8: FP8 GEMMs where the part has
+    FP8 tensor cores), the KV cache as ``--kv-cache-dtype fp8``."""
+
+    weights: Literal["model", "fp8"] = "model"
+    kv_cache: Literal["bf16", "fp8"] = "bf16"
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return 1 if self.kv_cache == "fp8" else 2
+
+    def stored(self, arch: ModelArch) -> ModelArch:
+        """``arch`` with its weights in this precision's bytes."""
+        return replace(arch, weight_dtype_bytes=1) if self.weights == "fp8" else arch
+
+
+def gpu_kv_blocks(arch: ModelArch, gpu: str, utilization: float, block_size: int = 16,
+                  precision: Precision = Precision()) -> int:  # fmt: skip
     """KV blocks vLLM allocates for ``arch`` on one ``gpu``: the preflight's sizing."""
-    sizing = size(arch, gpu, GPU_TYPES[gpu].memory_gib, utilization=utilization,
-                  overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=block_size)  # fmt: skip
+    sizing = size(precision.stored(arch), gpu, GPU_TYPES[gpu].memory_gib, utilization=utilization,
+                  overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, kv_dtype_bytes=precision.kv_dtype_bytes,
+                  block_size=block_size)  # fmt: skip
     return sizing.gpu_kv_tokens // block_size
 
 
 class StepCost:
-    """The roofline of one model on one device under one calibration."""
+    """The roofline of one model on one device under one calibration, at one precision."""
 
-    def __init__(self, arch: ModelArch, device: Device, calibration: Calibration):
+    def __init__(self, arch: ModelArch, device: Device, calibration: Calibration, precision: Precision = Precision()):
         self.calibration = calibration
-        self.kv_bytes_per_token = kv_bytes_per_token(arch, 2)
+        self.kv_bytes_per_token = kv_bytes_per_token(arch, precision.kv_dtype_bytes)
         self._flops_per_token = 2 * (arch.active_parameters or arch.num_parameters)
         self._flops_per_pair = 4 * arch.num_kv_layers * arch.num_attention_heads * arch.head_dim
-        self._weight_bytes = weight_bytes(arch)
-        self._flops_s = device.peak_flops * calibration.compute_efficiency
-        self._bytes_s = device.memory_bytes_s * calibration.hbm_efficiency
+        self._weight_bytes = weight_bytes(precision.stored(arch))
+        relative = device.relative
+        self._flops_s = device.peak_flops * calibration.compute_efficiency * relative.matmul_bf16
+        self._gemm_flops_s = self._flops_s
+        if precision.weights == "fp8" and device.fp8_peak_flops:
+            self._gemm_flops_s = device.fp8_peak_flops * calibration.compute_efficiency * relative.matmul_fp8
+        self._bytes_s = device.memory_bytes_s * calibration.hbm_efficiency * relative.memory
         self._link_bytes_s = device.host_link_bytes_s
 
     def forward_s(self, num_tokens: int, attention_pairs: float, context_tokens: int, num_seqs: int) -> float:
         """One step: ``num_tokens`` computed, ``attention_pairs`` (query, key) products, ``context_tokens``
         of KV read, ``num_seqs`` requests."""
-        linear = max(self._flops_per_token * num_tokens / self._flops_s, self._weight_bytes / self._bytes_s)
+        linear = max(self._flops_per_token * num_tokens / self._gemm_flops_s, self._weight_bytes / self._bytes_s)
         attention = max(self._flops_per_pair * attention_pairs / self._flops_s,
                         self.kv_bytes_per_token * context_tokens / self._bytes_s)  # fmt: skip
         calibration = self.calibration
