@@ -24,7 +24,7 @@ from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.verdict import VerdictKind, verdict_frame
-from orchestrator.sim.error_bands import load_policy_errors
+from orchestrator.sim.error_bands import load_errors
 
 REPORT_FILE = "report.html"
 STYLE = """
@@ -115,7 +115,7 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     statistics behind the verdicts, for the GPU sections."""
     if not len(data.done):
         return pd.DataFrame(columns=["gpu", "policy"])
-    found, per_policy = verdicts(data.summary, cell_records(data.files), load_policy_errors())
+    found, per_policy = verdicts(data.summary, cell_records(data.files), load_errors())
     table = verdict_frame(found)
     report.heading("Verdicts")
     report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie; "

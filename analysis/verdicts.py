@@ -22,15 +22,14 @@ verdict is a tie naming the tied policies, or, where a rival is faster than the 
 but lost jobs the leader completed, a trade-off naming the faster policy and the jobs it lost (the verdict a
 mean over censored times would otherwise hide as a tie with a large negative margin). Simulated cells carry
 the simulator's own error (``sim/sim_error.toml``): a simulated margin that does not clear the combined error
-of the two policies is "too close to call in simulation", and the verdict names the cells whose measurement
-would settle it. The verdict is one typed value, ``records.verdict.Verdict``.
+of the two policies and of the GPU's roofline is "too close to call in simulation", and the verdict names the
+cells whose measurement would settle it. The verdict is one typed value, ``records.verdict.Verdict``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -39,6 +38,7 @@ from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
 from orchestrator.records.schema import JobStatus
 from orchestrator.records.verdict import Verdict, VerdictKind
+from orchestrator.sim.error_bands import SimErrors
 
 # The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
 # uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
@@ -134,10 +134,9 @@ def request_tails(requests: pd.DataFrame) -> dict:
     return tails
 
 
-def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: dict[str, float] | None = None) -> Verdict:
-    """The verdict of one comparison (``where``: its gpu, dram_gb, jps and engine). ``sim_error`` (relative
-    error per policy) is given for simulated cells: a margin must then also clear the two policies' combined
-    error."""
+def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: SimErrors | None = None) -> Verdict:
+    """The verdict of one comparison (``where``: its gpu, dram_gb, jps and engine). ``sim_error`` is given for
+    simulated cells: a margin must then also clear the two policies' and the GPU's errors combined."""
     n_trials = len(runs[0].times) if runs else 0
     if len(runs) < 2 or n_trials == 0:
         return Verdict(**where, kind=VerdictKind.UNDECIDED, leader=None, tied_with=(), margin_pct=np.nan,
@@ -155,7 +154,8 @@ def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: dict[str, float] 
                   by_mean[0])  # fmt: skip
     rivals = [r for r in by_mean if r is not leader]
     margins = {r.policy: interval(list(zip(leader.times, r.times)), margin_pct) for r in rivals}
-    bands = {r.policy: _sim_band_pct(sim_error, leader.policy, r.policy) for r in rivals}
+    bands = {r.policy: sim_error.band_pct(where["gpu"], leader.policy, r.policy) if sim_error is not None else 0.0
+             for r in rivals}
     # Faster than the leader beyond the uncertainty: then it lost jobs the leader completed (or it would lead).
     faster = [r for r in rivals if margins[r.policy].hi < -max(bands[r.policy], MIN_EFFECT_PCT)]
     faster_names = {r.policy for r in faster}
@@ -189,23 +189,15 @@ def _completion_gap(leader: PolicyRuns, rival: PolicyRuns) -> Interval:
     return interval(list(zip(leader.completed, rival.completed)), completion_gap_pct)
 
 
-def _sim_band_pct(sim_error: dict[str, float] | None, a: str, b: str) -> float:
-    """The margin a simulated comparison must clear: the two policies' relative errors combined as
-    independent (root sum of squares), in percent; 0 for measured cells."""
-    if sim_error is None:
-        return 0.0
-    fallback = max(sim_error.values(), default=0.0)
-    return math.hypot(sim_error.get(a, fallback), sim_error.get(b, fallback)) * 100
-
-
 def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
-             sim_error: dict[str, float]) -> tuple[list[Verdict], pd.DataFrame]:  # fmt: skip
+             sim_error: SimErrors) -> tuple[list[Verdict], pd.DataFrame]:  # fmt: skip
     """One verdict per comparison, and per policy of each comparison the statistics behind it with its tails,
     timeouts, errors and preemptions, from the done rows of ``summary``."""
     done = routed_arms(summary[summary.status == CellStatus.DONE.value])
     # A policy behind a router keeps its policy's error band: the simulator's routing is not yet checked on its own.
-    sim_error = sim_error | {arm: sim_error[kv_policy] for arm, kv_policy in zip(done.policy, done.kv_policy)
-                             if kv_policy in sim_error}  # fmt: skip
+    policies = sim_error.policies
+    sim_error = replace(sim_error, policies=dict(policies) | {
+        arm: policies[kv_policy] for arm, kv_policy in zip(done.policy, done.kv_policy) if kv_policy in policies})
     found, policy_rows = [], []
     for key, cells in done.groupby(GROUP, sort=True):
         where = dict(zip(GROUP, key))

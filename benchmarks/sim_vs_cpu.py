@@ -44,7 +44,7 @@ from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.trace import read_trace
 from orchestrator.records.verdict import VerdictKind, read_verdicts
-from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
+from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import CpuProfile, cpu_sim_engine, step_pace
 from orchestrator.sizing.models import ModelArch, load_model
@@ -128,7 +128,7 @@ def compare_pool(num_kv_blocks: int, measured: SweepFiles, simulated: SweepFiles
                       "jct_error_paced": relative_error(paced_jct, real[key].jct_mean_s)}
                      | shape_row(real[key], sim[key]))  # fmt: skip
     predicted = {verdict.jps: verdict.label
-                 for verdict in verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), sim_error={})[0]}
+                 for verdict in verdicts(pd.read_parquet(simulated.summary), cell_records(simulated), SimErrors({}))[0]}
     rows = []
     for verdict in read_verdicts(measured.verdicts):
         if verdict.jps not in predicted or verdict.kind is VerdictKind.UNDECIDED:

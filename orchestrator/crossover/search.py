@@ -75,7 +75,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
     skipped) and reads the verdict of each load asked from the sweep's results."""
     from analysis.load import cell_records
     from analysis.verdicts import verdicts
-    from orchestrator.sim.error_bands import load_policy_errors
+    from orchestrator.sim.error_bands import load_errors
     from orchestrator.sweep.runtime.driver import EXIT_INTERRUPTED, run_sweep
 
     asked: set[float] = set()
@@ -91,7 +91,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
         if code == EXIT_INTERRUPTED:  # stopped by a signal: so is the search; a re-run resumes it
             raise SystemExit(code)
         summary = pd.read_parquet(files.summary)
-        found, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_policy_errors())
+        found, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_errors())
         by_load = {verdict.jps: verdict.label for verdict in found}
         return {jps: by_load.get(jps, NOT_MEASURED) for jps in loads}
 

@@ -1,19 +1,26 @@
-"""The simulator's own error per policy, as data: one table per source that measured it, and the band a
-simulated verdict must clear is the largest any source found (``analysis/verdicts.py``).
+"""The simulator's own error, as data: per policy, one table per source that measured it, and per GPU type, how far
+its roofline is from published measurements of that GPU. A simulated verdict must clear the band they make together
+(``analysis/verdicts.py``).
 
 Sources, each written by the tool that measures it:
 
-- ``calibration``: RMS relative error of mean JCT over the H200 cells of the source study
+- ``calibration`` (per policy): RMS relative error of mean JCT over the H200 cells of the source study
   (``python -m orchestrator.sim.calibrate --write-errors``);
-- ``cpu_pressure``: RMS relative error of mean JCT over the CPU engine's pressure grid, where the real vLLM
-  scheduler and the real Continuum plugin run under KV pressure (``benchmarks/sim_vs_cpu.py --write-errors``).
+- ``cpu_pressure`` (per policy): RMS relative error of mean JCT over the CPU engine's pressure grid, where the real
+  vLLM scheduler and the real Continuum plugin run under KV pressure (``benchmarks/sim_vs_cpu.py --write-errors``);
+- ``public_figures`` (per GPU type): RMS relative error of the simulated against the published figures of that GPU
+  (``benchmarks/public_figures.py --write-errors``).
 
-A policy no source measured takes the largest error of any policy.
+A policy's error is the largest any source found, a policy no source measured takes the largest of any policy, and a
+GPU type with no published figure takes the largest of any GPU type.
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SIM_ERROR_FILE = Path(__file__).parent / "sim_error.toml"
@@ -21,40 +28,74 @@ SOURCES = {
     "calibration": "RMS over the H200 calibration cells: python -m orchestrator.sim.calibrate --write-errors",
     "cpu_pressure": "RMS over the CPU engine's pressure grid: python benchmarks/sim_vs_cpu.py --write-errors",
 }
+GPU_SOURCE = "public_figures"
+GPU_SOURCE_NOTE = "RMS per GPU type over its published figures: python benchmarks/public_figures.py --write-errors"
+
+
+@dataclass(frozen=True)
+class SimErrors:
+    """The simulator's relative errors: per policy (the largest any source found) and per GPU type."""
+
+    policies: Mapping[str, float]
+    gpus: Mapping[str, float] = field(default_factory=dict)
+
+    def band_pct(self, gpu: str, a: str, b: str) -> float:
+        """The margin a simulated comparison of policies ``a`` and ``b`` on ``gpu`` must clear, in percent: the two
+        policies' errors and the GPU's combined as independent (root sum of squares). An unmeasured policy or GPU
+        takes the largest of its kind."""
+        policy_fallback = max(self.policies.values(), default=0.0)
+        gpu_error = self.gpus.get(gpu, max(self.gpus.values(), default=0.0))
+        return math.sqrt(self.policies.get(a, policy_fallback) ** 2 + self.policies.get(b, policy_fallback) ** 2
+                         + gpu_error**2) * 100  # fmt: skip
 
 
 def load_error_tables(path: Path = SIM_ERROR_FILE) -> dict[str, dict[str, float]]:
-    """Each source's errors by policy, as stored."""
+    """Each source's errors (by policy, or by GPU type for ``public_figures``), as stored."""
     tables = tomllib.loads(path.read_text()) if path.exists() else {}
-    unknown = set(tables) - set(SOURCES)
+    unknown = set(tables) - set(SOURCES) - {GPU_SOURCE}
     if unknown:
-        raise ValueError(f"{path}: unknown error sources {sorted(unknown)}; known: {sorted(SOURCES)}")
+        raise ValueError(f"{path}: unknown error sources {sorted(unknown)}; known: {sorted([*SOURCES, GPU_SOURCE])}")
     return tables
 
 
 def load_policy_errors(path: Path = SIM_ERROR_FILE) -> dict[str, float]:
     """Per policy, the largest relative error any source measured: the simulator's error band."""
     bands: dict[str, float] = {}
-    for errors in load_error_tables(path).values():
-        for policy, error in errors.items():
+    for source, errors in load_error_tables(path).items():
+        for policy, error in errors.items() if source in SOURCES else ():
             bands[policy] = max(bands.get(policy, 0.0), float(error))
     return bands
 
 
+def load_errors(path: Path = SIM_ERROR_FILE) -> SimErrors:
+    """The errors a simulated verdict must clear: per policy and per GPU type."""
+    gpus = {gpu: float(error) for gpu, error in load_error_tables(path).get(GPU_SOURCE, {}).items()}
+    return SimErrors(load_policy_errors(path), gpus)
+
+
 def write_errors(source: str, errors: dict[str, float], path: Path = SIM_ERROR_FILE) -> None:
-    """Replace ``source``'s table, keeping the others; the file is swapped in whole."""
+    """Replace ``source``'s table of errors by policy, keeping the others; the file is swapped in whole."""
     if source not in SOURCES:
         raise ValueError(f"unknown error source {source!r}; known: {sorted(SOURCES)}")
-    tables = load_error_tables(path) | {source: errors}
+    _write(load_error_tables(path) | {source: errors}, path)
+
+
+def write_gpu_errors(errors: dict[str, float], path: Path = SIM_ERROR_FILE) -> None:
+    """Replace the table of errors by GPU type, keeping the others; the file is swapped in whole."""
+    _write(load_error_tables(path) | {GPU_SOURCE: errors}, path)
+
+
+def _write(tables: dict[str, dict[str, float]], path: Path) -> None:
     lines = [
-        "# The simulator's relative error of mean JCT per policy, one table per source that measured it",
-        "# (orchestrator/sim/error_bands.py). A simulated verdict must clear the two policies' bands combined,",
-        "# a policy's band being the largest error any source found; policies no source measured take the largest.",
+        "# The simulator's relative errors (orchestrator/sim/error_bands.py): of mean JCT per policy, one table per",
+        "# source that measured it, and of published figures per GPU type. A simulated verdict must clear the two",
+        "# policies' errors and its GPU's combined; a policy's error is the largest any source found, and a policy or",
+        "# GPU type nothing measured takes the largest of its kind.",
     ]
-    for name in SOURCES:
+    for name, note in [*SOURCES.items(), (GPU_SOURCE, GPU_SOURCE_NOTE)]:
         if name in tables:
-            lines += ["", f"# {SOURCES[name]}", f"[{name}]"]
-            lines += [f'"{policy}" = {error:.4f}' for policy, error in sorted(tables[name].items())]
+            lines += ["", f"# {note}", f"[{name}]"]
+            lines += [f'"{key}" = {error:.4f}' for key, error in sorted(tables[name].items())]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(path)

@@ -11,7 +11,7 @@ from analysis.verdicts import CellRecords, censored_job_times, verdicts
 from orchestrator.records.row import Attempt, SummaryRow
 from orchestrator.records.store import records_frame
 from orchestrator.records.summary import summarize
-from orchestrator.sim.error_bands import load_policy_errors
+from orchestrator.sim.error_bands import load_errors
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
@@ -40,7 +40,7 @@ def simulated_h200() -> tuple[pd.DataFrame, dict[str, CellRecords]]:
 def test_the_policies_tie_at_1_jps_and_continuum_wins_significantly_at_15(simulated_h200, num_trials):
     summary, jobs = simulated_h200
     seeds = sorted(summary.seed.unique(), key=lambda seed: seed != 42)[:num_trials]  # the base seed first
-    found, per_policy = verdicts(summary[summary.seed.isin(seeds)], jobs.__getitem__, load_policy_errors())
+    found, per_policy = verdicts(summary[summary.seed.isin(seeds)], jobs.__getitem__, load_errors())
     light, heavy = (next(verdict for verdict in found if verdict.jps == jps) for jps in (1, 15))
     assert light.label == "tie" and not light.significant and {"fcfs", "continuum"} <= set(light.tied_with)
     assert heavy.label == "continuum" and heavy.significant and heavy.margin_lo_pct > 20

@@ -10,6 +10,7 @@ import pytest
 from analysis.verdicts import PolicyRuns, censored_job_times, margin_pct, verdict
 from orchestrator.records.intervals import interval
 from orchestrator.records.verdict import Verdict, VerdictKind, read_verdicts, verdict_frame
+from orchestrator.sim.error_bands import SimErrors
 
 TRUE_MARGIN_PCT = 10.0  # the leader's jobs take 10% less time than the rival's, in expectation
 
@@ -99,10 +100,17 @@ def test_a_simulated_margin_inside_the_simulators_error_is_too_close_to_call():
     leader, rival = _paired_jobs(rng, 600)
     runs = [_runs("continuum", [leader]), _runs("fcfs", [rival])]
     assert verdict(WHERE, runs).significant  # measured: 10% beyond the job-level uncertainty
-    simulated = verdict(WHERE, runs, sim_error={"continuum": 0.19, "fcfs": 0.09})  # a band of 21%
+    simulated = verdict(WHERE, runs, sim_error=SimErrors({"continuum": 0.19, "fcfs": 0.09}))  # a band of 21%
     assert simulated.label == "tie" and "too close to call in simulation" in simulated.note
     assert "continuum" in simulated.note and "fcfs" in simulated.note
-    assert verdict(WHERE, runs, sim_error={"continuum": 0.02, "fcfs": 0.02}).significant
+    assert verdict(WHERE, runs, sim_error=SimErrors({"continuum": 0.02, "fcfs": 0.02})).significant
+    # The GPU's own error joins the band: the same policies on a GPU whose roofline is 20% off are too close to call,
+    # and a GPU no published figure checked takes the largest error of any GPU.
+    uncertain_gpu = SimErrors({"continuum": 0.02, "fcfs": 0.02}, {WHERE["gpu"]: 0.2, "L4": 0.01})
+    assert "too close to call in simulation" in verdict(WHERE, runs, sim_error=uncertain_gpu).note
+    unmeasured_gpu = SimErrors({"continuum": 0.02, "fcfs": 0.02}, {"L4": 0.2})
+    assert "too close to call in simulation" in verdict(WHERE, runs, sim_error=unmeasured_gpu).note
+    assert verdict(WHERE, runs, sim_error=SimErrors({"continuum": 0.02, "fcfs": 0.02}, {WHERE["gpu"]: 0.01})).significant
 
 
 def test_a_timed_out_job_counts_at_the_time_it_was_cut_never_dropped():

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.sim.error_bands import load_error_tables, load_policy_errors, write_errors
+from orchestrator.sim.error_bands import (
+    SimErrors,
+    load_error_tables,
+    load_errors,
+    load_policy_errors,
+    write_errors,
+    write_gpu_errors,
+)
 
 
 def test_a_policys_band_is_the_largest_error_any_source_found_and_each_source_keeps_its_table(tmp_path):
@@ -23,3 +30,16 @@ def test_an_unknown_source_is_refused_naming_the_known_ones(tmp_path):
     (tmp_path / "old.toml").write_text('[relative_error]\n"fcfs" = 0.1\n')
     with pytest.raises(ValueError, match=r"unknown error sources \['relative_error'\]"):
         load_policy_errors(tmp_path / "old.toml")
+
+
+def test_the_gpu_table_joins_the_band_and_an_unchecked_gpu_takes_the_largest(tmp_path):
+    path = tmp_path / "sim_error.toml"
+    write_errors("calibration", {"fcfs": 0.03, "continuum": 0.04}, path)
+    write_gpu_errors({"H100": 0.12, "L40S": 0.5}, path)
+    write_errors("cpu_pressure", {"fcfs": 0.02}, path)  # a policy table's rewrite keeps the GPU table
+    errors = load_errors(path)
+    assert errors.gpus == {"H100": 0.12, "L40S": 0.5} and errors.policies == {"fcfs": 0.03, "continuum": 0.04}
+    assert errors.band_pct("H100", "fcfs", "continuum") == pytest.approx(13.0, abs=0.01)  # sqrt(3^2 + 4^2 + 12^2)
+    assert errors.band_pct("B200", "fcfs", "continuum") == pytest.approx((0.03**2 + 0.04**2 + 0.5**2) ** 0.5 * 100)
+    assert errors.band_pct("H100", "fcfs", "lmcache") == pytest.approx((0.03**2 + 0.04**2 + 0.12**2) ** 0.5 * 100)
+    assert SimErrors({"fcfs": 0.1}).band_pct("H100", "fcfs", "fcfs") == pytest.approx(0.1 * 2**0.5 * 100)
