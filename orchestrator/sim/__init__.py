@@ -4,5 +4,6 @@ blocks.py (block pool, CPU tier) -> scheduler.py (one vLLM step, the policies' h
 clients, the host link and time) with hardware.py (what a step costs, from the datasheet and rates.py's
 measured rates per GPU in gpu_rates.toml) and config.py (a cell to an engine); calibrate.py fits the
 constants on measured/ into calibration.toml; error_bands.py keeps the simulator's own error per policy and
-per GPU (sim_error.toml); profile.py builds a device from a real engine's step trace. See docs/simulator.md.
+per GPU (sim_error.toml); profile.py builds a device from a real engine's step trace, and gpu_profile.py a
+GPU's rates from its own. See docs/simulator.md.
 """

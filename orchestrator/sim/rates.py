@@ -52,7 +52,11 @@ class GpuRates:
 
     @classmethod
     def load(cls, path: Path = RATES_FILE) -> GpuRates:
-        document = tomllib.loads(path.read_text())
+        return cls.load_text(path.read_text(), str(path))
+
+    @classmethod
+    def load_text(cls, text: str, path: str = "rates") -> GpuRates:
+        document = tomllib.loads(text)
         reference = document.pop("reference", None)
         if reference not in GPU_TYPES:
             raise ValueError(f"{path}: reference {reference!r} is not a GPU type; valid: {', '.join(GPU_TYPES)}")

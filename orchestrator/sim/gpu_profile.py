@@ -1,0 +1,134 @@
+"""A GPU's rates from its own step times: the scheduler trace of real cells on that GPU becomes its matmul and memory
+rates in ``gpu_rates.toml``, in the units the simulator reads.
+
+    python -m orchestrator.sim.gpu_profile --gpu H100 CELL_DIR/scheduler_trace.jsonl [...] [--write]
+
+The steps are fitted with the roofline the simulator uses (``profile.fit_step_costs``: the effective FLOP/s and
+bytes/s at efficiency 1, and the per-step and per-request overheads). The simulator's effective rate for a GPU is the
+calibration's efficiency times the GPU's measured rate, scaled as the reference GPU's is
+(``rates.py``), so the measured rate a fitted one stands for is
+
+    measured = effective * (measured / datasheet)(reference) / efficiency
+
+and with it written the simulator steps as the GPU's own steps did. Printed: the rates before and after, the fitted
+overheads beside the calibration's (they stay the stack's), and how far the simulator's step times are from the
+trace's under each (median relative error). ``python benchmarks/public_figures.py`` then shows the published figures
+before and after. A cell in BF16 gives the BF16 matmul rate; the trace must come from one GPU type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.gpus import GPU_TYPES
+from orchestrator.sim.hardware import Calibration, Device, StepCost
+from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples
+from orchestrator.sim.rates import RATES_FILE, GpuRates, RelativeRates
+from orchestrator.sizing.models import ModelArch, load_model
+
+MODEL = "llama-3.1-8b-instruct"
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """What one GPU's steps showed, in the units of ``gpu_rates.toml``."""
+
+    gpu: str
+    matmul_bf16_tflops: float
+    memory_read_gb_s: float
+    step_overhead_s: float
+    seq_overhead_s: float
+    num_steps: int
+
+
+def profile_gpu(gpu: str, steps: pd.DataFrame, arch: ModelArch, calibration: Calibration, rates: GpuRates) -> GpuProfile:
+    """The measured rates that make the simulator's roofline fit ``steps`` (``profile.step_samples`` rows)."""
+    flops, bytes_s, step_s, seq_s = fit_step_costs(steps, arch)
+    matmul_share = rates.share(rates.reference, "matmul_bf16_tflops") or 1.0
+    memory_share = rates.share(rates.reference, "memory_read_gb_s") or 1.0
+    return GpuProfile(gpu, matmul_bf16_tflops=flops / 1e12 * matmul_share / calibration.compute_efficiency,
+                      memory_read_gb_s=bytes_s / 1e9 * memory_share / calibration.hbm_efficiency,
+                      step_overhead_s=step_s, seq_overhead_s=seq_s, num_steps=len(steps))  # fmt: skip
+
+
+def relative_with(profile: GpuProfile, rates: GpuRates) -> RelativeRates:
+    """``profile.gpu``'s relative rates once the profile is its measurement."""
+    gpu = GPU_TYPES[profile.gpu]
+    matmul = (profile.matmul_bf16_tflops / gpu.bf16_tflops) / (rates.share(rates.reference, "matmul_bf16_tflops") or 1.0)
+    memory = (profile.memory_read_gb_s / gpu.hbm_gb_s) / (rates.share(rates.reference, "memory_read_gb_s") or 1.0)
+    return replace(rates.relative(profile.gpu), matmul_bf16=matmul, memory=memory)
+
+
+def step_error(steps: pd.DataFrame, arch: ModelArch, device: Device, calibration: Calibration) -> float:
+    """The median relative error of the simulator's step times against the measured ones."""
+    predicted = predicted_step_s(StepCost(arch, device, calibration), steps)
+    return statistics.median(abs(p - m) / m for p, m in zip(predicted, steps.duration_s) if m > 0)
+
+
+def write_profile(profile: GpuProfile, source: str, path: Path = RATES_FILE) -> None:
+    """Replace ``profile.gpu``'s matmul and memory entries of ``path`` by the profile's (every other entry and every
+    comment kept); the file is swapped in whole."""
+    text = path.read_text()
+    for name, value in (("matmul_bf16_tflops", profile.matmul_bf16_tflops), ("memory_read_gb_s", profile.memory_read_gb_s)):
+        table = f"[{profile.gpu}.{name}]"
+        text = re.sub(rf"\n{re.escape(table)}\nvalue = [^\n]*\nsource = [^\n]*\n", "\n", text)
+        text = text.rstrip("\n") + f'\n\n{table}\nvalue = {value:.6g}\nsource = "{source}"\n'
+    GpuRates.load_text(text, str(path))  # what is written must read back
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.gpu_profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", nargs="+", type=Path, help="scheduler_trace.jsonl files of cells on the GPU")
+    parser.add_argument("--gpu", required=True, help=f"the GPU type they ran on: {', '.join(GPU_TYPES)}")
+    parser.add_argument("--model", default=MODEL, help="the model they served (a shipped config name or a config.json)")
+    parser.add_argument("--write", action="store_true", help=f"write the rates into {RATES_FILE}")
+    args = parser.parse_args(argv)
+    if args.gpu not in GPU_TYPES:
+        print(f"error: unknown GPU type {args.gpu!r}; valid: {', '.join(GPU_TYPES)}", file=sys.stderr)
+        return 2
+    missing = [str(path) for path in args.traces if not path.is_file()]
+    if missing:
+        print(f"error: no trace file {', '.join(missing)}", file=sys.stderr)
+        return 2
+    arch = load_model(args.model)
+    steps = pd.concat([step_samples(pd.read_json(path, lines=True)) for path in args.traces], ignore_index=True)
+    if len(steps) < 20:
+        print(f"error: {len(steps)} busy steps in {len(args.traces)} traces; a profile needs at least 20", file=sys.stderr)
+        return 2
+    rates, calibration = GpuRates.load(), Calibration.load()
+    profile = profile_gpu(args.gpu, steps, arch, calibration, rates)
+    before = Device.gpu(args.gpu)
+    after = replace(before, relative=relative_with(profile, rates))
+    print(f"{args.gpu}: {profile.num_steps} steps from {len(args.traces)} traces")
+    print(f"  BF16 matmul   {_rate(rates, args.gpu, 'matmul_bf16_tflops')} -> {profile.matmul_bf16_tflops:.1f} TFLOPS")
+    print(f"  memory read   {_rate(rates, args.gpu, 'memory_read_gb_s')} -> {profile.memory_read_gb_s:.0f} GB/s")
+    print(f"  per step      {calibration.step_overhead_s * 1e3:.3g} ms (calibration) | {profile.step_overhead_s * 1e3:.3g} ms fitted")
+    print(f"  per request   {calibration.seq_overhead_s * 1e3:.3g} ms (calibration) | {profile.seq_overhead_s * 1e3:.3g} ms fitted")
+    print(f"  median step-time error {step_error(steps, arch, before, calibration):.1%} before, "
+          f"{step_error(steps, arch, after, calibration):.1%} after")  # fmt: skip
+    if args.write:
+        names = ", ".join(path.parent.name for path in args.traces)
+        write_profile(profile, f"step-time profile of {profile.num_steps} steps on this GPU ({names}), {date.today()}: "
+                               "python -m orchestrator.sim.gpu_profile")  # fmt: skip
+        print(f"wrote {RATES_FILE}; now: python benchmarks/public_figures.py")
+    return 0
+
+
+def _rate(rates: GpuRates, gpu: str, name: str) -> str:
+    measured = rates.measured.get(gpu, {}).get(name)
+    return f"{measured.value:g}" if measured else "(not measured)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
