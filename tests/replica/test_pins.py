@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.replica.schedulers.pins import CONFIG_ENV, AdmissionRelease, ContinuumConfig, PinTable, TtlMode
+from orchestrator.replica.schedulers.pins import CONFIG_ENV, ContinuumConfig, PinTable, TtlMode
 
 
 def test_fixed_ttl_expiry_takes_only_the_expired_pins():
