@@ -60,17 +60,21 @@ def load_error_tables(path: Path = SIM_ERROR_FILE) -> dict[str, dict[str, float]
 
 def load_policy_errors(path: Path = SIM_ERROR_FILE) -> dict[str, float]:
     """Per policy, the largest relative error any source measured: the simulator's error band."""
-    bands: dict[str, float] = {}
-    for source, errors in load_error_tables(path).items():
-        for policy, error in errors.items() if source in SOURCES else ():
-            bands[policy] = max(bands.get(policy, 0.0), float(error))
-    return bands
+    return _policy_errors(load_error_tables(path))
 
 
 def load_errors(path: Path = SIM_ERROR_FILE) -> SimErrors:
     """The errors a simulated verdict must clear: per policy and per GPU type."""
-    gpus = {gpu: float(error) for gpu, error in load_error_tables(path).get(GPU_SOURCE, {}).items()}
-    return SimErrors(load_policy_errors(path), gpus)
+    tables = load_error_tables(path)
+    return SimErrors(_policy_errors(tables), {gpu: float(error) for gpu, error in tables.get(GPU_SOURCE, {}).items()})
+
+
+def _policy_errors(tables: dict[str, dict[str, float]]) -> dict[str, float]:
+    bands: dict[str, float] = {}
+    for source in SOURCES:
+        for policy, error in tables.get(source, {}).items():
+            bands[policy] = max(bands.get(policy, 0.0), float(error))
+    return bands
 
 
 def write_errors(source: str, errors: dict[str, float], path: Path = SIM_ERROR_FILE) -> None:

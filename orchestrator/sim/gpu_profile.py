@@ -31,7 +31,7 @@ import pandas as pd
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples
-from orchestrator.sim.rates import RATES_FILE, GpuRates, RelativeRates
+from orchestrator.sim.rates import RATES_FILE, GpuRates
 from orchestrator.sizing.models import ModelArch, load_model
 
 MODEL = "llama-3.1-8b-instruct"
@@ -48,6 +48,10 @@ class GpuProfile:
     seq_overhead_s: float
     num_steps: int
 
+    def rates(self) -> dict[str, float]:
+        """Its measured rates, by their names in ``gpu_rates.toml``."""
+        return {"matmul_bf16_tflops": self.matmul_bf16_tflops, "memory_read_gb_s": self.memory_read_gb_s}
+
 
 def profile_gpu(gpu: str, steps: pd.DataFrame, arch: ModelArch, calibration: Calibration, rates: GpuRates) -> GpuProfile:
     """The measured rates that make the simulator's roofline fit ``steps`` (``profile.step_samples`` rows)."""
@@ -57,14 +61,6 @@ def profile_gpu(gpu: str, steps: pd.DataFrame, arch: ModelArch, calibration: Cal
     return GpuProfile(gpu, matmul_bf16_tflops=flops / 1e12 * matmul_share / calibration.compute_efficiency,
                       memory_read_gb_s=bytes_s / 1e9 * memory_share / calibration.hbm_efficiency,
                       step_overhead_s=step_s, seq_overhead_s=seq_s, num_steps=len(steps))  # fmt: skip
-
-
-def relative_with(profile: GpuProfile, rates: GpuRates) -> RelativeRates:
-    """``profile.gpu``'s relative rates once the profile is its measurement."""
-    gpu = GPU_TYPES[profile.gpu]
-    matmul = (profile.matmul_bf16_tflops / gpu.bf16_tflops) / (rates.share(rates.reference, "matmul_bf16_tflops") or 1.0)
-    memory = (profile.memory_read_gb_s / gpu.hbm_gb_s) / (rates.share(rates.reference, "memory_read_gb_s") or 1.0)
-    return replace(rates.relative(profile.gpu), matmul_bf16=matmul, memory=memory)
 
 
 def step_error(steps: pd.DataFrame, arch: ModelArch, device: Device, calibration: Calibration) -> float:
@@ -77,7 +73,7 @@ def write_profile(profile: GpuProfile, source: str, path: Path = RATES_FILE) -> 
     """Replace ``profile.gpu``'s matmul and memory entries of ``path`` by the profile's (every other entry and every
     comment kept); the file is swapped in whole."""
     text = path.read_text()
-    for name, value in (("matmul_bf16_tflops", profile.matmul_bf16_tflops), ("memory_read_gb_s", profile.memory_read_gb_s)):
+    for name, value in profile.rates().items():
         table = f"[{profile.gpu}.{name}]"
         text = re.sub(rf"\n{re.escape(table)}\nvalue = [^\n]*\nsource = [^\n]*\n", "\n", text)
         text = text.rstrip("\n") + f'\n\n{table}\nvalue = {value:.6g}\nsource = "{source}"\n'
@@ -108,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rates, calibration = GpuRates.load(), Calibration.load()
     profile = profile_gpu(args.gpu, steps, arch, calibration, rates)
+    cells = ", ".join(path.parent.name for path in args.traces)
+    source = (f"step-time profile of {profile.num_steps} steps on this GPU ({cells}), {date.today()}: "
+              "python -m orchestrator.sim.gpu_profile")  # fmt: skip
     before = Device.gpu(args.gpu)
-    after = replace(before, relative=relative_with(profile, rates))
+    after = replace(before, relative=rates.with_measured(args.gpu, profile.rates(), source).relative(args.gpu))
     print(f"{args.gpu}: {profile.num_steps} steps from {len(args.traces)} traces")
     print(f"  BF16 matmul   {_rate(rates, args.gpu, 'matmul_bf16_tflops')} -> {profile.matmul_bf16_tflops:.1f} TFLOPS")
     print(f"  memory read   {_rate(rates, args.gpu, 'memory_read_gb_s')} -> {profile.memory_read_gb_s:.0f} GB/s")
@@ -118,15 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  median step-time error {step_error(steps, arch, before, calibration):.1%} before, "
           f"{step_error(steps, arch, after, calibration):.1%} after")  # fmt: skip
     if args.write:
-        names = ", ".join(path.parent.name for path in args.traces)
-        write_profile(profile, f"step-time profile of {profile.num_steps} steps on this GPU ({names}), {date.today()}: "
-                               "python -m orchestrator.sim.gpu_profile")  # fmt: skip
+        write_profile(profile, source)
         print(f"wrote {RATES_FILE}; now: python benchmarks/public_figures.py")
     return 0
 
 
 def _rate(rates: GpuRates, gpu: str, name: str) -> str:
-    measured = rates.measured.get(gpu, {}).get(name)
+    measured = rates.measurement(gpu, name)
     return f"{measured.value:g}" if measured else "(not measured)"
 
 

@@ -18,7 +18,7 @@ rate replaces the catalogue's figure.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.gpus import GPU_TYPES, GpuType
@@ -82,14 +82,22 @@ class GpuRates:
         memory = _over(self.share(gpu, "memory_read_gb_s"), self.share(self.reference, "memory_read_gb_s")) or 1.0
         return RelativeRates(matmul_bf16=bf16, matmul_fp8=fp8, memory=memory)
 
+    def measurement(self, gpu: str, name: str) -> Measurement | None:
+        return self.measured.get(gpu, {}).get(name)
+
+    def with_measured(self, gpu: str, values: dict[str, float], source: str) -> GpuRates:
+        """These rates with ``gpu``'s ``values`` (by rate name) measured as ``source`` says, the others kept."""
+        own = self.measured.get(gpu, {}) | {name: Measurement(value, source) for name, value in values.items()}
+        return replace(self, measured=self.measured | {gpu: own})
+
     def host_link_gb_s(self, gpu: str) -> float:
         """The measured host link, else the catalogue's effective figure."""
-        measured = self.measured.get(gpu, {}).get("host_link_gb_s")
+        measured = self.measurement(gpu, "host_link_gb_s")
         return measured.value if measured else GPU_TYPES[gpu].pcie_gb_s
 
     def share(self, gpu: str, name: str) -> float | None:
         """The measurement ``name`` of ``gpu`` as a share of its datasheet figure; None when not measured."""
-        measured = self.measured.get(gpu, {}).get(name)
+        measured = self.measurement(gpu, name)
         datasheet = _datasheet(GPU_TYPES[gpu], name)
         return measured.value / datasheet if measured and datasheet else None
 

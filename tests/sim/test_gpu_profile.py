@@ -39,7 +39,7 @@ def test_the_profile_gives_back_the_rates_the_steps_ran_at(slower_h100_trace):
     path, slower = slower_h100_trace
     steps = step_samples(pd.read_json(path, lines=True))
     profile = gpu_profile.profile_gpu("H100", steps, LLAMA, Calibration.load(), GpuRates.load())
-    relative = gpu_profile.relative_with(profile, GpuRates.load())
+    relative = GpuRates.load().with_measured("H100", profile.rates(), "a test profile").relative("H100")
     assert relative.matmul_bf16 == pytest.approx(slower.relative.matmul_bf16, rel=0.05)
     assert relative.memory == pytest.approx(slower.relative.memory, rel=0.1)
     assert gpu_profile.step_error(steps, LLAMA, replace(slower, relative=relative), Calibration.load()) < 0.02
