@@ -58,11 +58,6 @@ def load_error_tables(path: Path = SIM_ERROR_FILE) -> dict[str, dict[str, float]
     return tables
 
 
-def load_policy_errors(path: Path = SIM_ERROR_FILE) -> dict[str, float]:
-    """Per policy, the largest relative error any source measured: the simulator's error band."""
-    return _policy_errors(load_error_tables(path))
-
-
 def load_errors(path: Path = SIM_ERROR_FILE) -> SimErrors:
     """The errors a simulated verdict must clear: per policy and per GPU type."""
     tables = load_error_tables(path)
@@ -70,6 +65,7 @@ def load_errors(path: Path = SIM_ERROR_FILE) -> SimErrors:
 
 
 def _policy_errors(tables: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Per policy, the largest relative error any source measured."""
     bands: dict[str, float] = {}
     for source in SOURCES:
         for policy, error in tables.get(source, {}).items():

@@ -8,7 +8,6 @@ from orchestrator.sim.error_bands import (
     SimErrors,
     load_error_tables,
     load_errors,
-    load_policy_errors,
     write_errors,
     write_gpu_errors,
 )
@@ -18,10 +17,10 @@ def test_a_policys_band_is_the_largest_error_any_source_found_and_each_source_ke
     path = tmp_path / "sim_error.toml"
     write_errors("calibration", {"fcfs": 0.09, "lmcache": 0.12}, path)
     write_errors("cpu_pressure", {"fcfs": 0.2, "continuum": 0.15}, path)
-    assert load_policy_errors(path) == {"fcfs": 0.2, "lmcache": 0.12, "continuum": 0.15}
+    assert load_errors(path).policies == {"fcfs": 0.2, "lmcache": 0.12, "continuum": 0.15}
     write_errors("calibration", {"fcfs": 0.3}, path)  # a rewrite replaces its own table only
     assert load_error_tables(path) == {"calibration": {"fcfs": 0.3}, "cpu_pressure": {"fcfs": 0.2, "continuum": 0.15}}
-    assert load_policy_errors(path) == {"fcfs": 0.3, "continuum": 0.15}
+    assert load_errors(path).policies == {"fcfs": 0.3, "continuum": 0.15}
 
 
 def test_an_unknown_source_is_refused_naming_the_known_ones(tmp_path):
@@ -29,7 +28,7 @@ def test_an_unknown_source_is_refused_naming_the_known_ones(tmp_path):
         write_errors("h100", {"fcfs": 0.1}, tmp_path / "sim_error.toml")
     (tmp_path / "old.toml").write_text('[relative_error]\n"fcfs" = 0.1\n')
     with pytest.raises(ValueError, match=r"unknown error sources \['relative_error'\]"):
-        load_policy_errors(tmp_path / "old.toml")
+        load_errors(tmp_path / "old.toml")
 
 
 def test_the_gpu_table_joins_the_band_and_an_unchecked_gpu_takes_the_largest(tmp_path):
