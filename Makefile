@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo demo-cpu test test-fast test-stack-0.26 clean
+.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-stack-0.26 clean
 
 install: $(INSTALLED)
 
@@ -45,12 +45,22 @@ ifeq ($(CHROMIUM),)
 	  || { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -q && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends chromium-headless-shell; }
 endif
 
+# The suite in two test processes side by side (tests/conftest.py: each module whole in one, the real-engine tests
+# one after another in one), then the tests whose assertions depend on the machine's pace, alone.
+PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
+
 test: install chromium
-	$(PY) -m pytest
+	$(PY) -m pytest $(PARALLEL) -m "not solo and not bundle"
+	$(PY) -m pytest -m "solo and not bundle"
 
 # Everything except the tests that start a real vLLM server.
 test-fast: install
-	$(PY) -m pytest -m "not engine"
+	$(PY) -m pytest $(PARALLEL) -m "not engine and not bundle"
+
+# The full offline bundle of the stack this suite runs on (about 1.1 GB from the package index), installed with
+# no index into a fresh virtualenv, where the doctor runs a Continuum cell.
+test-bundle: install
+	$(PY) -m pytest -m bundle
 
 # The second tested stack (orchestrator/stacks.py: vLLM 0.26, LMCache 0.5.3, torch 2.11) on the CPU engine: its own
 # virtualenv, installed with no index from the offline bundle this target writes (the air-gapped path itself), then
@@ -72,7 +82,7 @@ $(INSTALLED2): $(INSTALLED) pyproject.toml orchestrator/stacks.py
 	# The checkout itself, editable, in place of the bundle's copy of it; and the test runner.
 	$(PY2) -m pip uninstall --quiet --yes kvsweep
 	$(PY2) -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(PY2) -m pip install --quiet 'pytest>=8,<10' 'pytest-timeout>=2.3,<3'
+	$(PY2) -m pip install --quiet 'pytest>=8,<10' 'pytest-timeout>=2.3,<3' 'pytest-xdist>=3.6,<4'
 	touch $@
 
 test-stack-0.26: $(INSTALLED2)

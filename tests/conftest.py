@@ -1,11 +1,24 @@
+"""What every test shares: a root for its files, one Ray cluster, the tiny model, and how ``make test`` splits
+the suite between its two test processes (pytest-xdist) and its solo part.
+
+``make test`` runs the suite in two processes side by side, then the ``solo`` tests alone. Each test module
+runs whole in one process, so its module fixtures start once; the tests that start a real vLLM server run in
+one process, one after another, so two engines never share the two cores (``engine`` marks them).
+"""
+
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.workload.tokenizer import HfTokenCounter
+from tests.clusters import RayCluster, SecureHead, start_secure_head, start_shared_cluster
+from tests.processes import TEST_ROOT_ENV, kill_processes_naming
 
 # A local ``ray.init()`` with RAY_AUTH_MODE unset turns token authentication on in this process for good (its
 # C++ config keeps it) and writes RAY_AUTH_MODE=token into os.environ. Once ``restored_environment`` has dropped
@@ -13,6 +26,40 @@ from orchestrator.workload.tokenizer import HfTokenCounter
 # call the cluster makes to it ("Missing authorization header"), so each actor it creates dies at once. Set before
 # any test runs, the mode is the same for this process and every cluster it starts.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+# This test process's root: temporary files, pytest's tmp_path, and Ray's temp dir (with the address file that
+# `ray.init()` and a driver with no address join) of everything it starts, so that a test process beside it never
+# joins its clusters or mistakes its servers for its own. Short: Ray's socket paths must fit in 107 bytes.
+TEST_ROOT = Path(tempfile.mkdtemp(prefix=f"kvt-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-", dir="/tmp"))
+os.environ[TEST_ROOT_ENV] = str(TEST_ROOT)
+os.environ["TMPDIR"] = str(TEST_ROOT)
+os.environ.pop("RAY_TMPDIR", None)  # Ray's temp dir is then TMPDIR/ray
+tempfile.tempdir = str(TEST_ROOT)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Before pytest's own hook reads it; under pytest-xdist this replaces the basetemp the controller gave.
+    config.option.basetemp = str(TEST_ROOT / "pytest")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(TEST_ROOT, ignore_errors=True)
+
+
+ENGINE_GROUP = "engine"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For pytest-xdist's ``--dist loadgroup --no-loadscope-reorder``: every test of a module in one group (module
+    fixtures start once), the real-engine tests all in one group run first (the longest, so that it does not
+    become the run's tail)."""
+    for item in items:
+        if not any(item.iter_markers("xdist_group")):
+            group = ENGINE_GROUP if item.get_closest_marker("engine") else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not item.get_closest_marker("engine"))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,11 +83,26 @@ def tiny_counter(tiny_model_dir):
     return HfTokenCounter(str(tiny_model_dir))
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """A real local Ray cluster of 2 CPUs for the tests of one module."""
+@pytest.fixture(scope="session")
+def ray_cluster() -> RayCluster:
+    """The test process's one Ray cluster (``tests.clusters.start_shared_cluster``), joined by this process and by
+    the drivers its tests start. Started once, about 8 s: the tests that need a cluster started otherwise (a token
+    head, an autoscaler, a driver's own) start theirs."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+    cluster, shared = start_shared_cluster()
+    ray.init(address=shared.address, log_to_driver=False)
+    yield shared
     ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def secure_ray_head(tmp_path_factory) -> SecureHead:
+    """A head that asks for a token, started as the recipes start theirs (``tests.clusters.start_secure_head``),
+    for the tests of drivers, doctors and Ray jobs joining such a cluster (``ray_cluster`` asks for none). It
+    outlives a killed driver. Only its own processes are stopped afterwards: `ray stop` would end every Ray
+    process of this user, those of a test process beside this one too."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="head-"))  # under the test root: short enough for Ray's sockets
+    yield start_secure_head(tmp_path_factory.mktemp("home"), temp_dir)
+    kill_processes_naming(str(temp_dir))

@@ -1,16 +1,25 @@
-"""Finding server processes on this machine, to prove none is left behind."""
+"""Finding server processes on this machine, to prove none is left behind.
+
+Another test process may run beside this one (``make test`` runs two), with servers of its own started from
+the same environment. A replica's processes are told apart by where they write: every server a replica starts
+(and every child of it) writes the replica's server log, and everything this test process starts (its Ray
+clusters, their workers, drivers, replicas) makes its files under this process's test root (``TEST_ROOT_ENV``,
+set by ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 from orchestrator.replica.replica import SERVER_LOG_FILE
 
-# The fake engine as started from this checkout's environment (another checkout's tests may run beside).
-FAKE_ENGINE = f"{Path(sys.executable).parent}/python -m orchestrator.replica.fake_engine".lower()
+# Names the directory under which this test process and everything it starts keep their files.
+TEST_ROOT_ENV = "KVSWEEP_TEST_ROOT"
+FAKE_ENGINE_MODULE = "orchestrator.replica.fake_engine"
+VLLM_API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 def _live_processes():
@@ -32,22 +41,35 @@ def processes_matching(text: str) -> list[tuple[int, str]]:
     return [(pid, cmdline) for pid, _, cmdline in _live_processes() if text in cmdline.lower()]
 
 
-def replica_processes(prefix: str = sys.prefix) -> list[tuple[int, str]]:
+def test_root() -> Path | None:
+    """The directory under which this test process and what it starts write, if the suite set one."""
+    root = os.environ.get(TEST_ROOT_ENV)
+    return Path(root) if root else None
+
+
+def replica_processes(prefix: str = sys.prefix, under: Path | None = None) -> list[tuple[int, str]]:
     """(pid, command line) of every live process of a server a replica started from the environment at
-    ``prefix`` (this checkout's by default), the server's children included: each writes the replica's
-    server log and runs code from that environment. Not the command line: vLLM retitles its engine process
+    ``prefix`` (this checkout's by default) with its log under ``under`` (this test process's root by
+    default, anywhere where there is none), the server's children included: each writes the replica's server
+    log and runs code from that environment. Not the command line: vLLM retitles its engine process
     ``VLLM::EngineCore`` (blanking its environment in /proc too), and a ``pip install vllm`` names vllm."""
     environment = f"{Path(prefix).resolve()}/"
+    root = under or test_root()
     found = []
     for pid, entry, cmdline in _live_processes():
         try:
-            output = os.readlink(entry / "fd" / "1").removesuffix(" (deleted)")
-            runs_here = Path(output).name == SERVER_LOG_FILE and environment in (entry / "maps").read_text()
+            output = Path(os.readlink(entry / "fd" / "1").removesuffix(" (deleted)"))
+            runs_here = output.name == SERVER_LOG_FILE and environment in (entry / "maps").read_text()
         except OSError:  # gone, or another user's
             continue
-        if runs_here:
+        if runs_here and (root is None or output.is_relative_to(root)):
             found.append((pid, cmdline))
     return found
+
+
+def fake_engine_processes() -> list[tuple[int, str]]:
+    """This test process's fake engines (``replica_processes`` running the fake engine)."""
+    return [(pid, cmdline) for pid, cmdline in replica_processes() if FAKE_ENGINE_MODULE in cmdline]
 
 
 def with_descendants(pids: set[int]) -> set[int]:
@@ -64,30 +86,36 @@ def with_descendants(pids: set[int]) -> set[int]:
     return found
 
 
-def vllm_processes() -> list[tuple[int, str]]:
-    return processes_matching("vllm")
+def kill_processes_naming(text: str) -> None:
+    """SIGKILL every process whose command line names ``text`` (a cluster's temp dir), and their descendants
+    (the workers of a Ray node, retitled ``ray::...``, name it only through their parents)."""
+    for pid in with_descendants({pid for pid, _ in processes_matching(text)}):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
-def wait_until_gone(text: str, timeout_s: float = 15.0) -> list[tuple[int, str]]:
-    """Processes still matching ``text`` after up to ``timeout_s`` (empty when they all went)."""
+def wait_until_gone(find=fake_engine_processes, timeout_s: float = 15.0) -> list[tuple[int, str]]:
+    """What ``find`` still finds after up to ``timeout_s`` (empty when it all went)."""
     deadline = time.monotonic() + timeout_s
-    while (left := processes_matching(text)) and time.monotonic() < deadline:
+    while (left := find()) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
 
 def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float = 300.0) -> int:
-    """The pid of the first vLLM API server not in ``exclude`` once it has answered ``min_requests``
-    requests, i.e. a cell is mid-run."""
+    """The pid of this test process's first vLLM API server not in ``exclude`` once it has answered
+    ``min_requests`` requests, i.e. a cell is mid-run."""
     import re
 
     from orchestrator.replica.probe import read_counters
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for pid, cmdline in processes_matching("vllm.entrypoints.openai.api_server"):
+        for pid, cmdline in replica_processes():
             port = re.search(r"--port (\d+)", cmdline)
-            if pid in exclude or not port:
+            if pid in exclude or VLLM_API_SERVER_MODULE not in cmdline or not port:
                 continue
             counters = read_counters(f"http://127.0.0.1:{port.group(1)}")
             if counters and counters.get("vllm:request_success_total", 0) >= min_requests:

@@ -74,6 +74,7 @@ def test_a_target_the_index_cannot_satisfy_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.network
 @pytest.mark.engine
+@pytest.mark.bundle
 def test_a_bundle_of_this_stack_installs_offline_into_a_fresh_virtualenv_and_the_doctor_passes_there(tmp_path):
     stack = stack_of(read_node_stack(), needs_lmcache=False)
     assert stack is not None, "the suite runs on an untested stack"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.replica.replica import SERVER_LOG_FILE
-from tests.processes import processes_matching, replica_processes, vllm_processes, with_descendants
+from tests.processes import processes_matching, replica_processes, with_descendants
 
 
 def retitled(title: str) -> list[str]:
@@ -55,7 +55,7 @@ def test_a_process_naming_vllm_that_writes_no_server_log_is_not_a_replicas(start
     # It runs code from this environment too: only its output tells it apart.
     pid = start(retitled("pip install vllm"), "pip.log")
     _wait_for_title(pid, "pip install vllm")
-    assert pid in {found for found, _ in vllm_processes()}
+    assert pid in {found for found, _ in processes_matching("vllm")}
     assert pid not in {found for found, _ in replica_processes()}
 
 

@@ -1,25 +1,23 @@
 """The routing benchmark's machinery, on a simulated stand-in of ``sweeps/routing_cpu.py`` (the real CPU engine's
-grid takes about 14 minutes): an arm per cell, Serve's cost as each one-replica cell through Serve over the same
-cell direct, and the measured arms beside the simulated ones."""
+grid takes about 14 minutes), its files written in this process (``tests.simulated``): an arm per cell, Serve's
+cost as each one-replica cell through Serve over the same cell direct, and the measured arms beside the
+simulated ones."""
 
 from __future__ import annotations
 
 import math
 
 from benchmarks.serve_routing import real_against_simulated, serve_cost, table
-from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.planning.spec import EngineKind
-from orchestrator.sweep.runtime.driver import run_sweep
 from sweeps.routing_cpu import SPEC
 from tests.sim.test_profile import KNOWN
-from tests.sweep.conftest import options
+from tests.simulated import simulated_sweep
 
 
-def test_every_arm_gets_a_row_and_serve_is_compared_with_direct_per_policy(local_ray, tmp_path):
+def test_every_arm_gets_a_row_and_serve_is_compared_with_direct_per_policy(tmp_path):
     stand_in = SPEC.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": KNOWN,
                                        "workload": SPEC.workload.model_copy(update={"duration_s": 5.0})})  # fmt: skip
-    assert run_sweep(stand_in, options(tmp_path)) == 0
-    rows = table(SweepFiles(tmp_path / SPEC.name))
+    rows = table(simulated_sweep(stand_in, tmp_path))
     assert sorted(set(rows.arm)) == ["direct x1", "round-robin x2", "serve x1", "session-affinity x2"]
     assert sorted(set(rows.policy)) == ["continuum", "fcfs"] and len(rows) == 8
     keyed = rows.set_index(["policy", "arm"])

@@ -1,6 +1,7 @@
 """The pressure benchmark's machinery, on simulated sweeps standing in for the measured ones (the real CPU
-engine's grid takes about an hour): cells matched by policy and load, the verdicts read from both sides, and
-the diagnostic that simulates each trial again at the pace its measured steps ran."""
+engine's grid takes about an hour), their files written in this process (``tests.simulated``): cells matched
+by policy and load, the verdicts read from both sides, and the diagnostic that simulates each trial again at the
+pace its measured steps ran."""
 
 from __future__ import annotations
 
@@ -9,26 +10,23 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.sim_vs_cpu import PRESSURE, compare_pool, pool_spec, simulated_twin
-from orchestrator.records.layout import SweepFiles
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.spec import EngineKind
-from orchestrator.sweep.runtime.driver import run_sweep
 from tests.sim.test_profile import KNOWN
-from tests.sweep.conftest import options
+from tests.simulated import simulated_sweep
 
 POOL = 1200
 
 
-def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(local_ray, tmp_path):
+def test_a_simulated_twin_is_compared_cell_by_cell_and_verdict_by_verdict(tmp_path):
     base = PRESSURE.model_copy(update={"engine": EngineKind.SIM, "policies": ("fcfs", "continuum"), "jps": (1.0, 6.0),
                                        "cpu_profile": KNOWN})  # fmt: skip
     stand_in = pool_spec(base, POOL)  # the measured side, simulated from the known engine
     same = simulated_twin(stand_in, KNOWN)
     half_flops = replace(KNOWN, peak_flops=KNOWN.peak_flops / 2)
     slower = simulated_twin(stand_in, half_flops).model_copy(update={"name": "slower"})
-    for spec in (stand_in, same, slower):
-        assert run_sweep(spec, options(tmp_path)) == 0
-    files = {spec.name: SweepFiles(tmp_path / spec.name) for spec in (stand_in, same, slower)}
+    # The measured side's verdicts are read from its report, as the benchmark reads a measured sweep's.
+    files = {spec.name: simulated_sweep(spec, tmp_path, report=spec is stand_in) for spec in (stand_in, same, slower)}
 
     arch = load_model(base.model)
     cells, verdicts = compare_pool(POOL, files[stand_in.name], files[same.name], KNOWN, arch)

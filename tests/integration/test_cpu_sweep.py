@@ -32,10 +32,12 @@ from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimit
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec
-from tests.processes import replica_processes, vllm_processes, wait_for_serving_vllm
+from tests.processes import replica_processes, wait_for_serving_vllm
 from tests.sweep.conftest import options, runs_by_key
 
-pytestmark = pytest.mark.engine
+# Solo: how much prefix FCFS loses at saturation, and how many of Continuum's pins outlive their tool calls on
+# the wall clock, move with the machine's pace; `make test` runs this module after the rest, with nothing beside.
+pytestmark = [pytest.mark.engine, pytest.mark.solo]
 
 LOW, HEAVY = 1, 4  # jobs per second: everything fits the pool; FCFS's prefix cache thrashes
 
@@ -85,9 +87,9 @@ def kept_share_of_best_hits(requests: pd.DataFrame) -> float:
 
 
 @pytest.fixture(scope="module")
-def sweep(local_ray, tmp_path_factory) -> Sweep:
+def sweep(ray_cluster, tmp_path_factory) -> Sweep:
     # What ran before the sweep is neither killed by it nor blamed on it.
-    before = frozenset(pid for pid, _ in vllm_processes() + replica_processes())
+    before = frozenset(pid for pid, _ in replica_processes())
     results = tmp_path_factory.mktemp("results")
     killed: list[int] = []
 

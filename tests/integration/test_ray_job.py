@@ -1,6 +1,7 @@
 """The sweep as users run it: ``ray job submit --working-dir . -- python sweeps/cpu_tiny.py`` against a
-local ``ray start --head`` with token authentication, as the recipes start theirs, then ``ray job stop``. Results
-must land in the absolute results directory, not in the job's temporary copy of the working directory."""
+local ``ray start --head`` with token authentication, as the recipes start theirs (``secure_ray_head``), then
+``ray job stop``. Results must land in the absolute results directory, not in the job's temporary copy of the
+working directory."""
 
 from __future__ import annotations
 
@@ -9,15 +10,13 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.replica.server import free_port
-from tests.processes import FAKE_ENGINE, wait_until_gone
+from tests.processes import wait_until_gone
 from tests.sweep.conftest import runs_by_key
 
 pytestmark = pytest.mark.engine
@@ -26,19 +25,10 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def token_file(tmp_path_factory) -> Path:
-    """The cluster's token (any secret string), readable by this user only; named by RAY_AUTH_TOKEN_PATH."""
-    path = tmp_path_factory.mktemp("ray-token") / "auth_token"
-    path.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
-    path.chmod(0o600)
-    return path
-
-
-@pytest.fixture(scope="module")
-def ray_cli(token_file):
-    """The `ray` command, with the head's virtualenv first on the PATH (a job's `python`) and the token."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "token",
-           "RAY_AUTH_TOKEN_PATH": str(token_file)}  # fmt: skip
+def ray_cli(secure_ray_head):
+    """The `ray` command with the head's token in ~/.ray/auth_token and the head's virtualenv first on the PATH
+    (a job's `python`)."""
+    env = secure_ray_head.client_env() | {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "token"}
 
     def run(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, timeout=timeout_s,
@@ -48,13 +38,8 @@ def ray_cli(token_file):
 
 
 @pytest.fixture(scope="module")
-def job_server(ray_cli):
-    dashboard_port = free_port()
-    started = ray_cli("start", "--head", f"--port={free_port()}", f"--dashboard-port={dashboard_port}",
-                      "--include-dashboard=true", "--num-cpus=2", "--disable-usage-stats")  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    yield f"http://127.0.0.1:{dashboard_port}"
-    ray_cli("stop", "--force")
+def job_server(secure_ray_head) -> str:
+    return secure_ray_head.job_api
 
 
 def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job_server, tmp_path):
@@ -82,4 +67,4 @@ def test_ray_job_stop_marks_the_running_cell_interrupted_and_leaves_no_server(ra
     assert "interrupted by signal 15" in logs
     (runs,) = runs_by_key(tmp_path, "cpu_tiny").values()
     assert [run.status.value for run in runs] == ["interrupted"]
-    assert wait_until_gone(FAKE_ENGINE) == []
+    assert wait_until_gone() == []

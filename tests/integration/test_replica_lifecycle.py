@@ -20,7 +20,7 @@ from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.worker import worker_actor_class
 from orchestrator.workload.spec import WorkloadSpec
-from tests.processes import vllm_processes, wait_for_serving_vllm
+from tests.processes import replica_processes, wait_for_serving_vllm
 
 pytestmark = pytest.mark.engine
 
@@ -43,9 +43,9 @@ def _trace(replica: Replica) -> list[dict]:
         return [json.loads(line) for line in trace]
 
 
-def _new_vllm_processes(before: set[int]) -> list:
+def _new_server_processes(before: set[int]) -> list:
     deadline = time.monotonic() + 15
-    while (left := [p for p in vllm_processes() if p[0] not in before]) and time.monotonic() < deadline:
+    while (left := [p for p in replica_processes() if p[0] not in before]) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
 
@@ -96,10 +96,10 @@ def test_prefix_cache_reset_succeeds_with_pins_held(small_continuum_replica):
 
 
 
-def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(local_ray):
+def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(ray_cluster):
     import ray
 
-    before = {pid for pid, _ in vllm_processes()}
+    before = {pid for pid, _ in replica_processes()}
     workload = WorkloadSpec(jps=1, duration_s=120, scale=0.25)
     spec = SweepSpec(name="kill", gpus=("cpu",), policies=("fcfs",), jps=(1,), workload=workload,
                      engine_options=EngineOptions(num_kv_blocks=600))  # fmt: skip
@@ -109,11 +109,11 @@ def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(local_ray):
     worker.run.remote(cell, RunLimits(health_timeout_s=300, client_actors=0))
     wait_for_serving_vllm(before, min_requests=2)
     ray.kill(worker)
-    assert _new_vllm_processes(before) == []
+    assert _new_server_processes(before) == []
 
 
 def test_killing_the_driver_mid_cell_leaves_no_vllm_process(tmp_path):
-    before = {pid for pid, _ in vllm_processes()}
+    before = {pid for pid, _ in replica_processes()}
     out = tmp_path / "cell"
     driver = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.run_cell", "--jps", "1", "--duration-s", "120", "--out", str(out)],
@@ -123,7 +123,7 @@ def test_killing_the_driver_mid_cell_leaves_no_vllm_process(tmp_path):
         wait_for_serving_vllm(before, min_requests=2)
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
-        assert _new_vllm_processes(before) == []
+        assert _new_server_processes(before) == []
         assert not (out / "requests.parquet").exists()  # an interrupted cell writes no records
     finally:
         if driver.poll() is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 
@@ -20,6 +19,7 @@ from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimit
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.spec import WorkloadSpec
+from tests.processes import fake_engine_processes
 from tests.sweep.conftest import fake_spec, options, summary
 
 LIMITS = RunLimits(health_timeout_s=60, hang_timeout_s=20, poll_s=0.2, client_actors=0)
@@ -52,7 +52,7 @@ def prefix_kept(requests: pd.DataFrame) -> float:
     return float(later.cached_tokens.sum() / later.best_cached_tokens.sum())
 
 
-def test_a_sweep_keeps_each_job_on_its_replica_under_session_affinity_and_round_robin_moves_it(local_ray,
+def test_a_sweep_keeps_each_job_on_its_replica_under_session_affinity_and_round_robin_moves_it(ray_cluster,
                                                                                                tmp_path):  # fmt: skip
     spec = fake_spec("routed", workload=routed_cell(RouterKind.ROUND_ROBIN).workload, replicas=(2,),
                      routers=(RouterKind.SESSION_AFFINITY, RouterKind.ROUND_ROBIN))  # fmt: skip
@@ -73,7 +73,7 @@ def test_a_sweep_keeps_each_job_on_its_replica_under_session_affinity_and_round_
     assert "=== replica 1 ===" in files.cell(cells.cell_key["session-affinity"]).server_log.read_text()
 
 
-def test_a_replica_dying_mid_cell_fails_the_cell_for_a_retry(local_ray):
+def test_a_replica_dying_mid_cell_fails_the_cell_for_a_retry(ray_cluster):
     outcome = {}
     runner = threading.Thread(target=lambda: outcome.update(result=run(routed_cell(RouterKind.ROUND_ROBIN, 6.0))))
     runner.start()
@@ -81,11 +81,10 @@ def test_a_replica_dying_mid_cell_fails_the_cell_for_a_retry(local_ray):
     deadline = time.monotonic() + 60
     while len(engines) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-        found = subprocess.run(["pgrep", "-f", "orchestrator.replica.fake_engine"], capture_output=True, text=True)
-        engines = found.stdout.split()
+        engines = [pid for pid, _ in fake_engine_processes()]
     assert len(engines) == 2, "the two fake engines did not start"
     time.sleep(3.0)  # into the load
-    os.kill(int(engines[0]), signal.SIGKILL)
+    os.kill(engines[0], signal.SIGKILL)
     runner.join(timeout=60)
     failed = outcome["result"]
     assert failed.status is CellStatus.FAILED and failed.retryable

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from orchestrator.paths import PROJECT_ROOT
-from tests.processes import processes_matching, with_descendants
+from tests.processes import kill_processes_naming
 
 BIN = Path(sys.executable).parent
 # The fake provider's nodes join the head at port 6379, whatever the head uses.
@@ -75,11 +74,7 @@ def autoscaling_head():
     # Its processes name the temp dir; the workers its nodes started (retitled ``ray::...``) do not, but
     # they descend from them. And `ray start` recorded the address in Ray's own temp dir, where every later
     # ``ray.init()`` of this test session would find it and try to join a cluster that is gone.
-    for pid in with_descendants({pid for pid, _ in processes_matching(str(temp_dir))}):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_processes_naming(str(temp_dir))
     from ray._common.utils import reset_ray_address
     from ray._private.utils import read_ray_address
 

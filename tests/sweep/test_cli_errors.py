@@ -1,4 +1,7 @@
-"""Bad input to a sweep script: one clear line, exit code 2, and nothing in the tracking store."""
+"""Bad input to a sweep script: one clear line, exit code 2, and nothing in the tracking store.
+
+The messages are made in-process (``sweep_main``, the scripts' whole body), so they are checked in-process; one
+case runs the real script, for what only a process shows (its exit status and its stderr alone)."""
 
 import subprocess
 import sys
@@ -6,13 +9,16 @@ import sys
 import pytest
 
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.sweep.cli import sweep_main
+from sweeps.cpu_tiny import SPEC
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
 
 
-def run_script(tmp_path, *flags):
-    command = [sys.executable, SCRIPT, "--results-dir", str(tmp_path), *flags]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+def run_in_process(tmp_path, capsys, *flags) -> tuple[int, str]:
+    """The script's exit code and what it printed to stderr, run in this process."""
+    code = sweep_main(SPEC, ["--results-dir", str(tmp_path), *flags])
+    return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -32,17 +38,27 @@ def run_script(tmp_path, *flags):
         (["--jps", "1e9"], "jobs per second 1e+09 over a 30 s arrival window plans about 3e+10 jobs per cell; valid: at most 20000 jobs per cell (jps <= 666.7"),
         (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
     ],
-)
-def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, flags, message):
-    result = run_script(tmp_path, *flags)
-    assert result.returncode == 2
-    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and message in result.stderr
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, capsys, flags, message):
+    code, stderr = run_in_process(tmp_path, capsys, *flags)
+    assert code == 2
+    assert stderr.startswith("error: ") and stderr.count("\n") == 1 and message in stderr
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_dram_budget_larger_than_the_node_is_refused_before_anything_is_tracked(ray_head, tmp_path):
-    result = run_script(tmp_path, "--engine", "fake", "--dram-gb", "100000", "--ray-address", ray_head)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "error: DRAM budget 100000 GiB is larger than any cpu node can give" in result.stderr
-    assert result.stderr.count("\n") == 1
+def test_the_script_itself_exits_2_with_the_one_line_on_stderr(tmp_path):
+    result = subprocess.run([sys.executable, SCRIPT, "--results-dir", str(tmp_path), "--policies", "fcfs,nope"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "unknown policy 'nope'; known: fcfs, job-fcfs, continuum" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dram_budget_larger_than_the_node_is_refused_before_anything_is_tracked(ray_cluster, tmp_path, capsys):
+    code, stderr = run_in_process(tmp_path, capsys, "--engine", "fake", "--dram-gb", "100000", "--ray-address",
+                                  ray_cluster.address)  # fmt: skip
+    assert code == 2, stderr
+    assert "error: DRAM budget 100000 GiB is larger than any cpu node can give" in stderr
+    assert stderr.count("\n") == 1
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()

@@ -14,8 +14,9 @@ from pathlib import Path
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import CellStatus
 from orchestrator.replica.server import free_port
-from tests.processes import FAKE_ENGINE, wait_until_gone
-from tests.sweep.conftest import SecureHead, ray_client_env, runs_by_key, summary
+from tests.clusters import SecureHead, ray_client_env
+from tests.processes import wait_until_gone
+from tests.sweep.conftest import runs_by_key, summary
 from tests.sweep.test_broken_environment import assert_one_line_error
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
@@ -50,7 +51,7 @@ def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_c
     driver.wait()
     before = runs_by_key(tmp_path, "cpu_tiny")
     assert sorted(run.status for runs in before.values() for run in runs) == [CellStatus.DONE, CellStatus.RUNNING]
-    assert wait_until_gone(FAKE_ENGINE) == []  # the dead driver's replica went with its worker
+    assert wait_until_gone() == []  # the dead driver's replica went with its worker
 
     rerun = start_driver(tmp_path, secure_ray_head, *flags)
     output = rerun.communicate(timeout=300)[0]
@@ -80,7 +81,7 @@ def test_sigterm_stops_the_sweep_marks_the_cell_interrupted_and_leaves_no_server
     (runs,) = runs_by_key(tmp_path, "cpu_tiny").values()
     assert [run.status for run in runs] == [CellStatus.INTERRUPTED]
     assert set(summary(tmp_path, "cpu_tiny").status) == {"interrupted"}
-    assert wait_until_gone(FAKE_ENGINE) == []
+    assert wait_until_gone() == []
     print(f"driver exited {stop_s:.2f} s after SIGTERM")
 
 

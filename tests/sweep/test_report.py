@@ -20,7 +20,7 @@ CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser", "go
 
 
 @pytest.fixture(scope="module")
-def partial_sweep(fake_gpu_cluster, tmp_path_factory):
+def partial_sweep(ray_cluster, tmp_path_factory):
     """fcfs, continuum and lmcache at two loads on H100 and A100, with H200 absent from the cluster."""
     results = tmp_path_factory.mktemp("results")
     grid = dict(gpus=("H100", "A100", "H200"), policies=("fcfs", "continuum", "lmcache"), jps=(2, 4), dram_gb=(1,))

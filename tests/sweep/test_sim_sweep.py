@@ -30,7 +30,7 @@ SPEC = SweepSpec(
 
 
 @pytest.fixture(scope="module")
-def simulated(fake_gpu_cluster, tmp_path_factory):
+def simulated(ray_cluster, tmp_path_factory):
     results = tmp_path_factory.mktemp("sim")
     assert run_sweep(SPEC, options(results)) == 0
     return results
@@ -94,7 +94,7 @@ def test_the_report_labels_every_table_as_simulated(simulated):
     assert "simulated" in page and "measured on real vLLM" not in page
 
 
-def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(fake_gpu_cluster, tmp_path):
+def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(ray_cluster, tmp_path):
     spec = SweepSpec(name="cpu-sim", engine=EngineKind.SIM, gpus=("cpu",), policies=("fcfs", "continuum"), jps=(2,),
                      workload=WorkloadSpec(jps=1, duration_s=10, scale=0.25), cpu_profile=CPU_PROFILE)  # fmt: skip
     assert run_sweep(spec, options(tmp_path)) == 0
@@ -107,7 +107,7 @@ def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(f
         assert config.engine.calibration.request_overhead_s == CPU_PROFILE.request_overhead_s
 
 
-def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule_per_load(fake_gpu_cluster, tmp_path):
+def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule_per_load(ray_cluster, tmp_path):
     agent = WorkloadSpec(jps=1, duration_s=15, num_turns=PRESETS["agent-turns"], tool_tokens=PRESETS["agent-tool-tokens"],
                          output_tokens=PRESETS["agent-output-tokens"], tool_time_s=PRESETS["swe-agent-tool-time"],
                          max_context=10_000)  # fmt: skip
@@ -143,7 +143,7 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
     assert json.loads(run.data.params["workload.tool_time_s"])["kind"] == "mixture"
 
 
-def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_and_pins(fake_gpu_cluster, tmp_path):
+def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_and_pins(ray_cluster, tmp_path):
     from orchestrator.workload.traces.schema import load_trace
     from sweeps.agent_trace import SPEC as AGENT_TRACE
     from sweeps.agent_trace import TRACE
@@ -181,7 +181,7 @@ def test_a_cell_with_a_request_past_max_model_len_fails_before_it_runs_and_is_no
     assert "need more than max_model_len 4096 tokens (prompt and answer; the longest 12615)" in outcome.reason
 
 
-def test_a_grid_of_replicas_and_routers_compares_each_policy_with_each_router(fake_gpu_cluster, tmp_path):
+def test_a_grid_of_replicas_and_routers_compares_each_policy_with_each_router(ray_cluster, tmp_path):
     spec = SweepSpec(name="routed", engine=EngineKind.SIM, gpus=("L40S",), policies=("fcfs", "continuum"), jps=(8,),
                      dram_gb=(32,), replicas=(2,), routers=("session-affinity", "round-robin"),
                      model="meta-llama/Llama-3.1-8B-Instruct", workload=WorkloadSpec(jps=1, duration_s=10))  # fmt: skip

@@ -13,7 +13,7 @@ from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.sweep.runtime import worker as worker_module
 from orchestrator.sweep.runtime.worker import CellWorker
-from tests.processes import FAKE_ENGINE, processes_matching, wait_until_gone
+from tests.processes import fake_engine_processes, replica_processes, wait_until_gone
 from tests.sweep.conftest import fake_spec
 
 LIMITS = RunLimits(health_timeout_s=60, hang_timeout_s=2, poll_s=0.2, client_actors=0)
@@ -59,20 +59,20 @@ def test_an_engine_that_stops_making_progress_is_marked_hung_and_torn_down(fake_
     assert outcome.status is CellStatus.HUNG and not outcome.retryable
     assert outcome.reason.startswith("no engine progress for 2 s with") and outcome.requests == ()
     assert time.monotonic() - started < 30  # the watchdog ended it, not a request timeout
-    assert wait_until_gone(FAKE_ENGINE) == []
+    assert wait_until_gone() == []
 
 
 def test_a_slow_but_working_engine_is_not_hung_but_stops_at_the_cell_time_limit(fake_engine_with):
     fake_engine_with(token_delay_s=0.3)  # tokens keep coming: progress, but a turn takes 6 s
     outcome = run_one(LIMITS.model_copy(update={"cell_timeout_s": 4.0, "hang_timeout_s": 1.0}))
     assert outcome.status is CellStatus.FAILED and outcome.reason == "cell time limit of 4 s exceeded"
-    assert wait_until_gone(FAKE_ENGINE) == []
+    assert wait_until_gone() == []
 
 
 def test_a_replica_that_dies_mid_cell_fails_the_cell_as_retryable_with_its_log():
     def kill_the_engine_once_it_serves():
         deadline = time.monotonic() + 30
-        while not (found := processes_matching(FAKE_ENGINE)) and time.monotonic() < deadline:
+        while not (found := fake_engine_processes()) and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.5)
         os.killpg(found[0][0], signal.SIGKILL)
@@ -133,7 +133,7 @@ def test_an_lmcache_cell_refuses_to_start_when_lmcaches_compiled_ops_do_not_load
     assert outcome.reason.startswith("LMCache's compiled CUDA ops did not load (lmcache is not installed)")
     assert "install a tested stack (vllm-0.32 (vllm 0.32.0, lmcache 0.5.6, torch 2.13.0)" in outcome.reason
     assert "vllm-0.26 (vllm 0.26.0, lmcache 0.5.3, torch 2.11.0)" in outcome.reason
-    assert time.monotonic() - started < 60 and not processes_matching("vllm.entrypoints")
+    assert time.monotonic() - started < 60 and not replica_processes()
 
 
 def test_a_model_this_node_cannot_read_fails_the_cell_at_once_without_a_retry(tmp_path, monkeypatch):
@@ -148,4 +148,4 @@ def test_a_model_this_node_cannot_read_fails_the_cell_at_once_without_a_retry(tm
         worker.shutdown()
     assert outcome.status is CellStatus.FAILED and not outcome.retryable
     assert "'meta-llama/Llama-3.1-8B-Instruct': not in this node's Hugging Face cache" in outcome.reason
-    assert "--weights dummy" in outcome.reason and not processes_matching(FAKE_ENGINE)
+    assert "--weights dummy" in outcome.reason and not fake_engine_processes()

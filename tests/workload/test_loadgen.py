@@ -104,7 +104,7 @@ def test_http_errors_mark_the_request_and_job_as_errors(instant_server, tiny_cou
 
 
 
-def test_ray_actors_split_the_jobs_and_share_one_clock(local_ray, instant_server, tiny_counter):
+def test_ray_actors_split_the_jobs_and_share_one_clock(ray_cluster, instant_server, tiny_counter):
     plan = _plan(tiny_counter, jps=8)
     result = drive_with_actors(plan, instant_server.url, RequestOptions(model="m"), num_actors=2)
     assert [job.job_id for job in result.jobs] == [job.job_id for job in plan.jobs]

@@ -1,0 +1,75 @@
+"""The Ray clusters the tests start: the shared four-node cluster with declared GPUs, and a head that asks for a
+token as the recipes start theirs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.replica.server import free_port
+
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    address: str  # its GCS, HOST:PORT, for drivers in other processes
+    node_ids: dict[str, str]  # GPU type -> the node id of its node
+
+
+def start_shared_cluster():
+    """Four local nodes: a head of 2 CPUs without GPUs (where ``cpu`` and simulated cells run), an 'H100' node
+    and an 'A100' node of one GPU each, and an 'L4' node of two (for a cell that needs both). The GPUs are
+    declared resources only (this machine has none); cells on them use the fake engine. Returns the
+    ``ray.cluster_utils.Cluster`` (to shut down) and what the tests read of it."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    nodes = {
+        gpu: cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1})
+        for gpu, num_gpus in (("H100", 1), ("A100", 1), ("L4", 2))
+    }
+    return cluster, RayCluster(cluster.address, {gpu: node.node_id for gpu, node in nodes.items()})
+
+
+def ray_client_env(home: Path) -> dict[str, str]:
+    """This process's environment with RAY_AUTH_MODE and the token variables unset (the ordinary case) and ``home``
+    as HOME, where Ray looks for ``.ray/auth_token``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")}
+    return env | {"HOME": str(home)}
+
+
+@dataclass(frozen=True)
+class SecureHead:
+    """A running head that asks for a token, and the environments its clients run in."""
+
+    address: str  # its GCS, HOST:PORT
+    job_api: str  # http://HOST:PORT of its dashboard and job API
+    home: Path  # a home whose ~/.ray/auth_token is the cluster's token
+
+    def client_env(self, home: Path | None = None) -> dict[str, str]:
+        """A client's environment (``ray_client_env``) with ``home`` as HOME, by default the one holding the token."""
+        return ray_client_env(home or self.home)
+
+
+def start_secure_head(home: Path, temp_dir: Path) -> SecureHead:
+    """The token made with `ray get-auth-token --generate` in ``home``/.ray/auth_token (0600), then `ray start
+    --head` with RAY_AUTH_MODE=token from this virtualenv (a Ray job's `python` is the head's), its job API on every
+    address, its files under ``temp_dir`` (every process of it names that directory: stop them by it)."""
+    bin_dir = Path(sys.executable).parent
+    ray_cli = str(bin_dir / "ray")
+    env = ray_client_env(home) | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(f"umask 077 && {ray_cli} get-auth-token --generate > /dev/null", shell=True, check=True, env=env,
+                   timeout=60)  # fmt: skip
+    dashboard_port = free_port()
+    started = subprocess.run([ray_cli, "start", "--head", f"--port={free_port()}", f"--dashboard-port={dashboard_port}",
+                              "--dashboard-host=0.0.0.0", "--num-cpus=2", "--disable-usage-stats",
+                              f"--temp-dir={temp_dir}"],
+                             env=env | {"RAY_AUTH_MODE": "token"}, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    address = re.search(r"ray start --address='([^']+)'", started.stdout + started.stderr).group(1)
+    return SecureHead(address, f"http://127.0.0.1:{dashboard_port}", home)
