@@ -121,8 +121,10 @@ def test_the_report_renders_in_headless_chromium_with_its_tables_and_figures(par
     chromium = headless_chromium()
     dom = rendered_dom(partial_sweep / "report" / "report.html")
     assert len(re.findall(r"<table", dom)) >= 10  # per GPU: JCT, per-turn, cached, health, lifecycles; overview
-    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', dom)
-    assert len(images) >= 6
+    figures = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,', dom)
+    for caption in ("Winner per load", "H100: mean job time against load", "H100: per-turn latency",
+                    "H100: cached fraction per turn"):
+        assert any(figure.startswith(caption) for figure in figures), (caption, figures)
     screenshot = tmp_path / "report.png"
     subprocess.run([chromium, *flags, "--window-size=1400,3000", f"--screenshot={screenshot}", url],
                    capture_output=True, timeout=120, check=True)  # fmt: skip
