@@ -17,12 +17,14 @@ from orchestrator.workload.spec import WorkloadSpec
 from tests.sim.test_profile import KNOWN as CPU_PROFILE
 from tests.sweep.conftest import options, runs_by_key, summary
 
+# A GPU type the cluster has and one it lacks, a policy with a CPU tier and one without, at a load where the L40S's
+# tier is busy: what the checks below read.
 SPEC = SweepSpec(
     name="simulated",
     engine=EngineKind.SIM,
     gpus=("H100", "L40S"),
-    policies=("fcfs", "continuum", "lmcache"),
-    jps=(2, 8),
+    policies=("fcfs", "lmcache"),
+    jps=(8,),
     dram_gb=(100,),
     model="meta-llama/Llama-3.1-8B-Instruct",
     workload=WorkloadSpec(jps=1, duration_s=20),
@@ -38,7 +40,7 @@ def simulated(ray_cluster, tmp_path_factory):
 
 def test_every_cell_is_simulated_done_and_tagged_sim_even_for_gpu_types_the_cluster_lacks(simulated):
     rows = summary(simulated, "simulated")
-    assert len(rows) == 12 and set(rows.status) == {"done"} and set(rows.engine) == {"sim"}
+    assert len(rows) == 4 and set(rows.status) == {"done"} and set(rows.engine) == {"sim"}
     assert (rows.n_completed == rows.n_jobs).all() and (rows.n_jobs > 0).all()
     from mlflow import MlflowClient
 
