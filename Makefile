@@ -82,7 +82,7 @@ $(INSTALLED2): $(INSTALLED) pyproject.toml orchestrator/stacks.py
 	# The checkout itself, editable, in place of the bundle's copy of it; and the test runner.
 	$(PY2) -m pip uninstall --quiet --yes kvsweep
 	$(PY2) -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(PY2) -m pip install --quiet 'pytest>=8,<10' 'pytest-timeout>=2.3,<3' 'pytest-xdist>=3.6,<4'
+	$(PY2) -m pip install --quiet 'pytest>=8,<9.2' 'pytest-timeout>=2.3,<3' 'pytest-xdist>=3.6,<4'
 	touch $@
 
 test-stack-0.26: $(INSTALLED2)
