@@ -38,7 +38,13 @@ def ray_cli(secure_ray_head):
 
 
 @pytest.fixture(scope="module")
-def job_server(secure_ray_head) -> str:
+def job_server(ray_cli, secure_ray_head) -> str:
+    """The head's job API once it takes jobs: until the head's dashboard agent has registered, a submission is
+    refused ("No available agent to submit job, please try again later"), which takes longer on a busy machine."""
+    deadline = time.monotonic() + 120
+    while (probe := ray_cli("job", "submit", "--address", secure_ray_head.job_api, "--", "python", "-c", "pass")).returncode:
+        assert "No available agent" in probe.stderr and time.monotonic() < deadline, probe.stderr[-2000:]
+        time.sleep(2)
     return secure_ray_head.job_api
 
 
