@@ -203,7 +203,9 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    web.run_app(make_app(state), host=args.host, port=args.port, print=None)
+    # On SIGTERM, open requests get a second to finish (aiohttp's default waits a minute for them): a stalled
+    # request never finishes, and a replica's stop would otherwise wait out its whole grace before SIGKILL.
+    web.run_app(make_app(state), host=args.host, port=args.port, print=None, shutdown_timeout=1.0)
 
 
 if __name__ == "__main__":

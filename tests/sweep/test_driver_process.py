@@ -43,7 +43,7 @@ def read_until(process: subprocess.Popen, *markers: str, timeout_s: float = 120)
 
 
 def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_counted_twice(secure_ray_head, tmp_path):
-    flags = ("--jps", "1,2", "--duration-s", "3")
+    flags = ("--jps", "1,2", "--duration-s", "3", "--policies", "fcfs")
     driver = start_driver(tmp_path, secure_ray_head, *flags)
     read_until(driver, "done cpu fcfs jps=1", "start cpu fcfs jps=2")
     time.sleep(1.0)  # the second cell is mid-run
@@ -57,7 +57,7 @@ def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_c
     output = rerun.communicate(timeout=300)[0]
     assert rerun.returncode == 0, output
     after = runs_by_key(tmp_path, "cpu_tiny")
-    assert len(after) == 4  # fcfs and continuum at two loads
+    assert len(after) == 2  # fcfs at two loads
     for key, runs in after.items():
         assert [run.status for run in runs].count(CellStatus.DONE) == 1, key
     (first_done,) = [run for runs in before.values() for run in runs if run.status is CellStatus.DONE]
@@ -65,7 +65,7 @@ def test_a_driver_killed_mid_sweep_is_finished_by_a_re_run_with_nothing_run_or_c
     (stale,) = [run for runs in before.values() for run in runs if run.status is CellStatus.RUNNING]
     assert [run.status for run in after[stale.cell_key]] == [CellStatus.INTERRUPTED, CellStatus.DONE]
     rows = summary(tmp_path, "cpu_tiny")
-    assert len(rows) == 4 and rows.cell_key.is_unique and set(rows.status) == {"done"}
+    assert len(rows) == 2 and rows.cell_key.is_unique and set(rows.status) == {"done"}
 
 
 def test_sigterm_stops_the_sweep_marks_the_cell_interrupted_and_leaves_no_server(secure_ray_head, tmp_path):
