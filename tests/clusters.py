@@ -28,12 +28,20 @@ def start_shared_cluster():
     ``ray.cluster_utils.Cluster`` (to shut down) and what the tests read of it."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, **own_ports()})
     nodes = {
-        gpu: cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1})
+        gpu: cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1},
+                              **own_ports())  # fmt: skip
         for gpu, num_gpus in (("H100", 1), ("A100", 1), ("L4", 2))
     }
     return cluster, RayCluster(cluster.address, {gpu: node.node_id for gpu, node in nodes.items()})
+
+
+def own_ports() -> dict[str, int]:
+    """Ports for a node of its own: each node's dashboard agent binds 52365 unless told otherwise, so two nodes on
+    one machine (another cluster's, a test process's beside) leave one agent without its HTTP service, and a head
+    whose agent has none refuses every job ("No available agent to submit job")."""
+    return {"dashboard_agent_listen_port": free_port()}
 
 
 def ray_client_env(home: Path) -> dict[str, str]:
@@ -68,7 +76,8 @@ def start_secure_head(home: Path, temp_dir: Path) -> SecureHead:
     dashboard_port = free_port()
     started = subprocess.run([ray_cli, "start", "--head", f"--port={free_port()}", f"--dashboard-port={dashboard_port}",
                               "--dashboard-host=0.0.0.0", "--num-cpus=2", "--disable-usage-stats",
-                              f"--temp-dir={temp_dir}"],
+                              f"--temp-dir={temp_dir}", f"--dashboard-agent-listen-port={free_port()}",
+                              f"--ray-client-server-port={free_port()}"],
                              env=env | {"RAY_AUTH_MODE": "token"}, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert started.returncode == 0, started.stderr
     address = re.search(r"ray start --address='([^']+)'", started.stdout + started.stderr).group(1)

@@ -44,6 +44,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    # A backstop for a fixture whose teardown did not run: every process started under the root (Ray's nodes name
+    # their session directory in it) goes with the test process.
+    kill_processes_naming(str(TEST_ROOT))
     shutil.rmtree(TEST_ROOT, ignore_errors=True)
 
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.replica.server import free_port
 from tests.processes import kill_processes_naming
 
 BIN = Path(sys.executable).parent
@@ -67,6 +68,7 @@ def autoscaling_head():
     config_path.write_text(yaml.safe_dump(CONFIG))
     started = ray_cli("start", "--head", f"--port={GCS_PORT}", f"--autoscaling-config={config_path}", "--num-cpus=2",
                       f"--temp-dir={temp_dir}", "--include-dashboard=false", "--disable-usage-stats",
+                      f"--dashboard-agent-listen-port={free_port()}", f"--ray-client-server-port={free_port()}",
                       env={"RAY_FAKE_CLUSTER": "1"})  # fmt: skip
     assert started.returncode == 0, started.stdout + started.stderr
     address = next(line.split("'")[1] for line in started.stdout.splitlines() if "ray start --address=" in line)

@@ -14,7 +14,7 @@ from pathlib import Path
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import CellStatus
 from orchestrator.replica.server import free_port
-from tests.clusters import SecureHead, ray_client_env
+from tests.clusters import SecureHead, own_ports, ray_client_env
 from tests.processes import wait_until_gone
 from tests.sweep.conftest import runs_by_key, summary
 from tests.sweep.test_broken_environment import assert_one_line_error
@@ -134,7 +134,7 @@ def test_the_doctor_fails_a_head_whose_job_api_runs_jobs_for_anyone_beyond_loopb
     from ray.cluster_utils import Cluster
 
     # This test process, and so this head, runs with RAY_AUTH_MODE=disabled (tests/conftest.py).
-    dashboard = {"include_dashboard": True, "dashboard_host": "0.0.0.0", "dashboard_port": free_port()}
+    dashboard = {"include_dashboard": True, "dashboard_host": "0.0.0.0", "dashboard_port": free_port(), **own_ports()}
     open_head = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **dashboard})
     try:
         doctor = doctor_auth_rows(open_head.address, ray_client_env(tmp_path))
