@@ -38,20 +38,24 @@ def ray_cli(secure_ray_head):
 
 
 @pytest.fixture(scope="module")
-def job_server(ray_cli, secure_ray_head) -> str:
-    """The head's job API once it takes jobs: until the head's dashboard agent has registered, a submission is
-    refused ("No available agent to submit job, please try again later"), which takes longer on a busy machine."""
-    deadline = time.monotonic() + 120
-    while (probe := ray_cli("job", "submit", "--address", secure_ray_head.job_api, "--", "python", "-c", "pass")).returncode:
-        assert "No available agent" in probe.stderr and time.monotonic() < deadline, probe.stderr[-2000:]
-        time.sleep(2)
+def job_server(secure_ray_head) -> str:
     return secure_ray_head.job_api
 
 
+def submit(ray_cli, *args: str) -> subprocess.CompletedProcess:
+    """`ray job submit`, again while the head's dashboard agent has not registered yet: the head then refuses every
+    job ("No available agent to submit job, please try again later"), for longer on a busy machine."""
+    deadline = time.monotonic() + 120
+    while (submitted := ray_cli("job", "submit", *args)).returncode and "No available agent" in submitted.stderr:
+        assert time.monotonic() < deadline, submitted.stderr[-2000:]
+        time.sleep(2)
+    return submitted
+
+
 def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job_server, tmp_path):
-    submitted = ray_cli("job", "submit", "--address", job_server, "--working-dir", ".", "--", "python",
-                        "sweeps/cpu_tiny.py", "--policies", "fcfs", "--jps", "1", "--duration-s", "4",
-                        "--tool-time-s", "0.1", "--results-dir", str(tmp_path))  # fmt: skip
+    submitted = submit(ray_cli, "--address", job_server, "--working-dir", ".", "--", "python", "sweeps/cpu_tiny.py",
+                       "--policies", "fcfs", "--jps", "1", "--duration-s", "4", "--tool-time-s", "0.1",
+                       "--results-dir", str(tmp_path))  # fmt: skip
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     assert "1/1 cells done" in submitted.stdout
     rows = pd.read_parquet(tmp_path / "cpu_tiny" / "summary.parquet")
@@ -60,9 +64,9 @@ def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job
 
 
 def test_ray_job_stop_marks_the_running_cell_interrupted_and_leaves_no_server(ray_cli, job_server, tmp_path):
-    submitted = ray_cli("job", "submit", "--no-wait", "--address", job_server, "--working-dir", ".", "--", "python",
-                        "sweeps/cpu_tiny.py", "--engine", "fake", "--policies", "fcfs", "--jps", "1",
-                        "--duration-s", "120", "--results-dir", str(tmp_path))  # fmt: skip
+    submitted = submit(ray_cli, "--no-wait", "--address", job_server, "--working-dir", ".", "--", "python",
+                       "sweeps/cpu_tiny.py", "--engine", "fake", "--policies", "fcfs", "--jps", "1",
+                       "--duration-s", "120", "--results-dir", str(tmp_path))  # fmt: skip
     job_id = re.search(r"raysubmit_\w+", submitted.stdout + submitted.stderr).group(0)
     deadline = time.monotonic() + 120
     while "jobs" not in ray_cli("job", "logs", "--address", job_server, job_id).stdout:

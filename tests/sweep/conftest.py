@@ -11,8 +11,9 @@ from orchestrator.workload.spec import WorkloadSpec
 
 
 def fake_spec(name: str, **overrides) -> SweepSpec:
-    """A sweep on the fake engine (no model) with short tool times: fast, so the orchestration is what is under
-    test."""
+    """A sweep on the fake engine (no model) with short tool times and the load generated in the worker (a
+    load-generator actor costs each cell a process start): fast, so the orchestration is what is under test. The
+    actors are the real-engine sweeps' and test_loadgen's."""
     fields = dict(
         name=name,
         engine=EngineKind.FAKE,
@@ -20,7 +21,7 @@ def fake_spec(name: str, **overrides) -> SweepSpec:
         policies=("fcfs",),
         jps=(2,),
         workload=WorkloadSpec(jps=1, duration_s=2, scale=0.05, tool_time_s=0.1),
-        limits=RunLimits(health_timeout_s=60, hang_timeout_s=20, poll_s=0.2),
+        limits=RunLimits(health_timeout_s=60, hang_timeout_s=20, poll_s=0.2, client_actors=0),
     )
     return SweepSpec(**(fields | overrides))
 

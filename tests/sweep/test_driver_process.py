@@ -25,7 +25,8 @@ SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
 def start_driver(results_dir: Path, head: SecureHead, *flags: str) -> subprocess.Popen:
     """The driver joining ``head`` with RAY_AUTH_MODE unset and the token in ~/.ray/auth_token."""
     command = [sys.executable, SCRIPT, "--engine", "fake", "--results-dir", str(results_dir), "--ray-address",
-               head.address, "--scale", "0.05", "--tool-time-s", "0.1", "--progress-interval-s", "600", *flags]  # fmt: skip
+               head.address, "--scale", "0.05", "--tool-time-s", "0.1", "--progress-interval-s", "600",
+               "--client-actors", "0", *flags]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=head.client_env())
 
 
