@@ -7,7 +7,6 @@ import json
 import random
 
 import pytest
-from transformers import AutoTokenizer
 
 from orchestrator.models.catalog import servable_names, shipped_config
 from orchestrator.models.dummy import MARKER, ensure_dummy_model
@@ -16,6 +15,7 @@ from orchestrator.models.tokenizer import answer_token_ids, special_token_ids, v
 from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import load_model
 from orchestrator.workload.text import TOOL_SEPARATOR, WORD_POOL, tool_output_header
+from tests.hf import auto_tokenizer
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b-instruct", "qwen3-8b"])
@@ -40,7 +40,7 @@ def test_answers_in_pool_words_round_trip_through_the_next_turns_text(tmp_path):
     """What a dummy-weight replica may answer (``answer_token_ids``), decoded and sent back inside the next
     prompt between the previous context and the tool output, tokenizes to the same ids: the prefix cache then
     hits the whole previous turn."""
-    tokenizer = AutoTokenizer.from_pretrained(str(ensure_dummy_model("llama-3.1-8b-instruct", tmp_path)))
+    tokenizer = auto_tokenizer(ensure_dummy_model("llama-3.1-8b-instruct", tmp_path))
     allowed = answer_token_ids()
     assert [tokenizer.decode([token]) for token in allowed] == [" " + word for word in WORD_POOL]
     # Why answers are restricted: random weights would also sample special tokens (dropped when decoded) and the

@@ -3,10 +3,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from transformers import AutoTokenizer
-
 from orchestrator.models.tiny import SPECIAL_TOKENS, ensure_tiny_model, vocabulary
 from orchestrator.workload.text import WORD_POOL
+from tests.hf import auto_tokenizer
 
 
 def _digests(directory):
@@ -24,13 +23,13 @@ def test_generation_is_deterministic_and_cached(tmp_path, tiny_model_dir):
 
 def test_config_vocabulary_matches_the_tokenizer(tiny_model_dir):
     config = json.loads((tiny_model_dir / "config.json").read_text())
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer = auto_tokenizer(tiny_model_dir)
     assert config["vocab_size"] == len(tokenizer) == len(vocabulary())
     assert config["architectures"] == ["LlamaForCausalLM"]
 
 
 def test_pool_words_are_single_tokens_and_text_round_trips(tiny_model_dir):
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer = auto_tokenizer(tiny_model_dir)
     for word in WORD_POOL:
         assert len(tokenizer(" " + word, add_special_tokens=False)["input_ids"]) == 1
     text = "[s42-j00001:turn3:ab12cd34] river zephyr\n{odd} chars: 100%  spaced"
@@ -45,7 +44,7 @@ def test_generated_tokens_round_trip_when_sent_back(tiny_model_dir):
     unless its characters spell a pool word; a fixed pseudo-random sample checks the common case."""
     import random
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer = auto_tokenizer(tiny_model_dir)
     normal_ids = list(range(len(SPECIAL_TOKENS), len(vocabulary())))
     rng = random.Random(3)
     mismatches = 0

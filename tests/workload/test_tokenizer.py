@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
-from transformers import AutoTokenizer
-
 from orchestrator.models.dummy import ensure_dummy_model
 from orchestrator.workload.tokenizer import GENERIC_FAST_TOKENIZER, HfTokenCounter, load_tokenizer
+from tests.hf import auto_tokenizer
 
 TEXT = "[s42-j00001:turn3:ab12cd34] river zephyr\n{odd} chars: 100%  spaced"
 
@@ -17,7 +16,7 @@ def test_the_generated_models_name_the_generic_class_and_load_the_tokenizer_auto
     dummy = ensure_dummy_model("llama-3.1-8b-instruct", tmp_path)
     for directory in (tiny_model_dir, dummy):
         assert json.loads((directory / "tokenizer_config.json").read_text())["tokenizer_class"] == GENERIC_FAST_TOKENIZER
-        direct, auto = load_tokenizer(str(directory)), AutoTokenizer.from_pretrained(str(directory))
+        direct, auto = load_tokenizer(str(directory)), auto_tokenizer(directory)
         assert type(direct) is type(auto)
         for special in (False, True):
             assert direct(TEXT, add_special_tokens=special)["input_ids"] == auto(TEXT, add_special_tokens=special)["input_ids"]
@@ -32,4 +31,4 @@ def test_a_model_of_another_tokenizer_class_goes_through_autotokenizer(tmp_path,
         (other / name).write_bytes((tiny_model_dir / name).read_bytes())
     config = json.loads((tiny_model_dir / "tokenizer_config.json").read_text()) | {"tokenizer_class": "LlamaTokenizer"}
     (other / "tokenizer_config.json").write_text(json.dumps(config))
-    assert type(load_tokenizer(str(other))) is type(AutoTokenizer.from_pretrained(str(other)))
+    assert type(load_tokenizer(str(other))) is type(auto_tokenizer(other))
