@@ -1,4 +1,6 @@
-"""A sweep on the simulator goes through the same driver, records, tracking and report as a real one."""
+"""A sweep on the simulator goes through the same driver, records, tracking and report as a real one (the sweeps
+here that check what is tracked run through the driver on Ray; those that check records and reports alone are
+written in this process, ``tests.simulated``)."""
 
 import json
 
@@ -15,6 +17,7 @@ from orchestrator.workload.distributions import PRESETS
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from tests.sim.test_profile import KNOWN as CPU_PROFILE
+from tests.simulated import simulated_sweep
 from tests.sweep.conftest import options, runs_by_key, summary
 
 # A GPU type the cluster has and one it lacks, a policy with a CPU tier and one without, at a load where the L40S's
@@ -96,10 +99,10 @@ def test_the_report_labels_every_table_as_simulated(simulated):
     assert "simulated" in page and "measured on real vLLM" not in page
 
 
-def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(ray_cluster, tmp_path):
+def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(tmp_path):
     spec = SweepSpec(name="cpu-sim", engine=EngineKind.SIM, gpus=("cpu",), policies=("fcfs", "continuum"), jps=(2,),
                      workload=WorkloadSpec(jps=1, duration_s=10, scale=0.25), cpu_profile=CPU_PROFILE)  # fmt: skip
-    assert run_sweep(spec, options(tmp_path)) == 0
+    simulated_sweep(spec, tmp_path)
     rows = summary(tmp_path, "cpu-sim")
     assert set(rows.status) == {"done"} and set(rows.engine) == {"sim"} and (rows.n_completed == rows.n_jobs).all()
     for key in rows.cell_key:
@@ -145,7 +148,7 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
     assert json.loads(run.data.params["workload.tool_time_s"])["kind"] == "mixture"
 
 
-def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_and_pins(ray_cluster, tmp_path):
+def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_and_pins(tmp_path):
     from orchestrator.workload.traces.schema import load_trace
     from sweeps.agent_trace import SPEC as AGENT_TRACE
     from sweeps.agent_trace import TRACE
@@ -154,7 +157,7 @@ def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_
     native = load_trace(TRACE).native_jps
     spec = AGENT_TRACE.model_copy(update={"engine": EngineKind.SIM, "gpus": ("H100",), "dram_gb_by_gpu": {},
                                           "policies": ("fcfs", "continuum"), "jps": (native, 4 * native)})  # fmt: skip
-    assert run_sweep(spec, options(tmp_path)) == 0
+    simulated_sweep(spec, tmp_path, report=True)
     rows = summary(tmp_path, "agent_trace")
     assert set(rows.status) == {"done"} and set(rows.workload_source) == {"trace"}
     assert sorted(rows.load_multiplier.round(6).unique()) == [1, 4]
@@ -183,11 +186,11 @@ def test_a_cell_with_a_request_past_max_model_len_fails_before_it_runs_and_is_no
     assert "need more than max_model_len 4096 tokens (prompt and answer; the longest 12615)" in outcome.reason
 
 
-def test_a_grid_of_replicas_and_routers_compares_each_policy_with_each_router(ray_cluster, tmp_path):
+def test_a_grid_of_replicas_and_routers_compares_each_policy_with_each_router(tmp_path):
     spec = SweepSpec(name="routed", engine=EngineKind.SIM, gpus=("L40S",), policies=("fcfs", "continuum"), jps=(8,),
                      dram_gb=(32,), replicas=(2,), routers=("session-affinity", "round-robin"),
                      model="meta-llama/Llama-3.1-8B-Instruct", workload=WorkloadSpec(jps=1, duration_s=10))  # fmt: skip
-    assert run_sweep(spec, options(tmp_path)) == 0
+    simulated_sweep(spec, tmp_path, report=True)
     rows = summary(tmp_path, "routed")
     assert set(rows.status) == {"done"} and set(rows.replicas) == {2}
     assert set(rows.router) == {"session-affinity", "round-robin"}
