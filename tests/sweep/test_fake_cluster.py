@@ -1,5 +1,6 @@
 """Placement, concurrency, pending GPU types and fill runs on a fake GPU Ray cluster. The placement test runs on
-two GPU types at once; the tests of fills, re-runs and dry runs need one type up and one absent."""
+two GPU types at once; the tests of fills, re-runs and dry runs need one type up and one absent. No sweep here
+builds its report (test_report's)."""
 
 from dataclasses import replace
 
@@ -17,7 +18,7 @@ ONE_UP = GRID | {"gpus": ("H100", "H200")}
 
 
 def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_pend(ray_cluster, tmp_path):
-    code = run_sweep(fake_spec("placement", **GRID), options(tmp_path))
+    code = run_sweep(fake_spec("placement", **GRID), options(tmp_path, report=False))
     rows = summary(tmp_path, "placement")
     assert code == 0  # pending cells make a partial run, not a failed one
     assert sorted(rows[rows.gpu == "H200"].status) == ["pending", "pending"]
@@ -40,9 +41,9 @@ def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_
 
 
 def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(ray_cluster, tmp_path):
-    assert run_sweep(fake_spec("fill", **ONE_UP), options(tmp_path)) == 0
+    assert run_sweep(fake_spec("fill", **ONE_UP), options(tmp_path, report=False)) == 0
     first = runs_by_key(tmp_path, "fill")
-    assert run_sweep(fake_spec("fill", **(ONE_UP | {"jps": (2, 3, 5)})), options(tmp_path)) == 0
+    assert run_sweep(fake_spec("fill", **(ONE_UP | {"jps": (2, 3, 5)})), options(tmp_path, report=False)) == 0
     second = runs_by_key(tmp_path, "fill")
     assert {key: runs for key, runs in second.items() if key in first} == first  # untouched
     assert len(second) == len(first) + 1  # jps 5 on H100; H200 still pends
@@ -52,16 +53,16 @@ def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(ray_cluster, tmp
 
 def test_a_dram_budget_larger_than_the_node_stops_before_anything_is_tracked(ray_cluster, tmp_path):
     with pytest.raises(InputError, match="DRAM budget 5 GiB is larger than any H100 node"):
-        run_sweep(fake_spec("too-big", **(GRID | {"dram_gb": (5,)})), options(tmp_path))
+        run_sweep(fake_spec("too-big", **(GRID | {"dram_gb": (5,)})), options(tmp_path, report=False))
     assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_dry_run_shows_done_pending_and_placement_without_running(ray_cluster, tmp_path, capsys):
-    assert run_sweep(fake_spec("dry", **ONE_UP), options(tmp_path, dry_run=True)) == 0
+    assert run_sweep(fake_spec("dry", **ONE_UP), options(tmp_path, report=False, dry_run=True)) == 0
     assert not (tmp_path / "mlflow.db").exists()
-    assert run_sweep(fake_spec("dry", **(ONE_UP | {"jps": (2,)})), options(tmp_path)) == 0
+    assert run_sweep(fake_spec("dry", **(ONE_UP | {"jps": (2,)})), options(tmp_path, report=False)) == 0
     capsys.readouterr()
-    run_sweep(fake_spec("dry", **ONE_UP), options(tmp_path, dry_run=True))
+    run_sweep(fake_spec("dry", **ONE_UP), options(tmp_path, report=False, dry_run=True))
     out = capsys.readouterr().out
     assert "H100: up (1 GPUs on 1 node(s)); 1 slot(s) on 1 node(s)" in out and "H200: absent: cells pend" in out
     assert out.count("done (skipped)") == 1 and out.count("pending: no H200 in the cluster and none its autoscaler can launch") == 2
@@ -70,9 +71,9 @@ def test_dry_run_shows_done_pending_and_placement_without_running(ray_cluster, t
 
 def test_a_forced_re_run_supersedes_the_old_run_so_one_run_per_cell_stays_done(ray_cluster, tmp_path):
     grid = GRID | {"gpus": ("H100",), "jps": (2,)}
-    assert run_sweep(fake_spec("rerun", **grid), options(tmp_path)) == 0
+    assert run_sweep(fake_spec("rerun", **grid), options(tmp_path, report=False)) == 0
     first_rows = summary(tmp_path, "rerun")
-    assert run_sweep(fake_spec("rerun", **grid), options(tmp_path, rerun=True)) == 0
+    assert run_sweep(fake_spec("rerun", **grid), options(tmp_path, report=False, rerun=True)) == 0
     (runs,) = runs_by_key(tmp_path, "rerun").values()
     assert [run.status for run in runs] == [CellStatus.SUPERSEDED, CellStatus.DONE]
     rows = summary(tmp_path, "rerun")
@@ -93,7 +94,7 @@ def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_giv
     read_inventory = driver.read_inventory
     monkeypatch.setattr(driver, "read_inventory", with_a_phantom_l40s)
     grid = GRID | {"gpus": ("L40S", "H100"), "jps": (2,)}
-    assert run_sweep(fake_spec("phantom", **grid), options(tmp_path)) == 0
+    assert run_sweep(fake_spec("phantom", **grid), options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "phantom").set_index("gpu")
     assert rows.loc["H100", "status"] == "done"
     assert rows.loc["L40S", "status"] == "pending" and rows.loc["L40S", "reason"].startswith("no L40S worker could start")
@@ -106,7 +107,7 @@ def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(
     and their workers are back; Serve could place no replica on a GPU a worker still held."""
     grid = dict(gpus=("L4",), jps=(2,), dram_gb=(1,), replicas=(1, 2), routers=("round-robin",),
                 serve_overhead=True)  # fmt: skip
-    assert run_sweep(fake_spec("gang", **grid), options(tmp_path)) == 0
+    assert run_sweep(fake_spec("gang", **grid), options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "gang")
     assert list(rows.status) == ["done"] * 3 and (rows.n_completed == rows.n_jobs).all()
     assert set(rows.node_id) == {ray_cluster.node_ids["L4"]}
@@ -116,7 +117,7 @@ def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(
     assert set(requests.replica) == {0, 1}
     with pytest.raises(InputError, match="a cell of 3 replicas needs 3 L4 GPUs at once; the cluster has 2 L4 "
                                          "slot\\(s\\) up and can launch 0 more; valid: --replicas up to 2"):  # fmt: skip
-        run_sweep(fake_spec("gang-too-large", **(grid | {"replicas": (3,)})), options(tmp_path))
+        run_sweep(fake_spec("gang-too-large", **(grid | {"replicas": (3,)})), options(tmp_path, report=False))
 
 
 def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights_run_it(ray_cluster, tmp_path):
@@ -126,12 +127,12 @@ def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights
 
     llama = dict(gpus=("H100",), jps=(2,), model="meta-llama/Llama-3.1-8B-Instruct")
     with pytest.raises(InputError) as refused:
-        run_sweep(fake_spec("no-weights", **llama), options(tmp_path))
+        run_sweep(fake_spec("no-weights", **llama), options(tmp_path, report=False))
     line = str(refused.value)
     assert "\n" not in line and "'meta-llama/Llama-3.1-8B-Instruct'" in line and "--weights dummy" in line
     assert "H100 node" in line and "Hugging Face cache" in line
     assert not (tmp_path / "mlflow.db").exists()
-    assert run_sweep(fake_spec("dummy-weights", **llama, weights=Weights.DUMMY), options(tmp_path)) == 0
+    assert run_sweep(fake_spec("dummy-weights", **llama, weights=Weights.DUMMY), options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "dummy-weights")
     assert list(rows.status) == ["done"] and list(rows.weights) == ["dummy"]
     assert rows.n_completed[0] == rows.n_jobs[0] > 0
