@@ -1,5 +1,5 @@
-"""The Ray clusters the tests start: the shared four-node cluster with declared GPUs, and a head that asks for a
-token as the recipes start theirs."""
+"""The Ray clusters the tests start: the shared local cluster, with nodes of declared GPUs where a test needs them,
+and a head that asks for a token as the recipes start theirs."""
 
 from __future__ import annotations
 
@@ -18,23 +18,26 @@ GB = 10**9
 @dataclass(frozen=True)
 class RayCluster:
     address: str  # its GCS, HOST:PORT, for drivers in other processes
-    node_ids: dict[str, str]  # GPU type -> the node id of its node
+    cluster: object  # the ``ray.cluster_utils.Cluster``, to add nodes to
 
 
 def start_shared_cluster():
-    """Four local nodes: a head of 2 CPUs without GPUs (where ``cpu`` and simulated cells run), an 'H100' node
-    and an 'A100' node of one GPU each, and an 'L4' node of two (for a cell that needs both). The GPUs are
-    declared resources only (this machine has none); cells on them use the fake engine. Returns the
-    ``ray.cluster_utils.Cluster`` (to shut down) and what the tests read of it."""
+    """A local cluster of one node, a head of 2 CPUs without GPUs (where ``cpu`` and simulated cells run): a
+    ``ray.cluster_utils.Cluster``, to which ``add_fake_gpu_nodes`` adds nodes."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, **own_ports()})
-    nodes = {
+    return Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, **own_ports()})
+
+
+def add_fake_gpu_nodes(cluster) -> dict[str, str]:
+    """An 'H100' node and an 'A100' node of one GPU each and an 'L4' node of two (for a cell that needs both),
+    added to ``cluster``; the node id of each type. The GPUs are declared resources only (this machine has none);
+    cells on them use the fake engine. Idle, each node costs about 1.5% of a core: they join where a test asks."""
+    return {
         gpu: cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1},
-                              **own_ports())  # fmt: skip
+                              **own_ports()).node_id  # fmt: skip
         for gpu, num_gpus in (("H100", 1), ("A100", 1), ("L4", 2))
     }
-    return cluster, RayCluster(cluster.address, {gpu: node.node_id for gpu, node in nodes.items()})
 
 
 def own_ports() -> dict[str, int]:
@@ -78,7 +81,8 @@ def start_secure_head(home: Path, temp_dir: Path) -> SecureHead:
                               "--dashboard-host=0.0.0.0", "--num-cpus=2", "--disable-usage-stats",
                               f"--temp-dir={temp_dir}", f"--dashboard-agent-listen-port={free_port()}",
                               f"--ray-client-server-port={free_port()}"],
-                             env=env | {"RAY_AUTH_MODE": "token"}, capture_output=True, text=True, timeout=120)  # fmt: skip
+                             env=env | {"RAY_AUTH_MODE": "token"}, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
     assert started.returncode == 0, started.stderr
     address = re.search(r"ray start --address='([^']+)'", started.stdout + started.stderr).group(1)
     return SecureHead(address, f"http://127.0.0.1:{dashboard_port}", home)

@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.workload.tokenizer import HfTokenCounter
-from tests.clusters import RayCluster, SecureHead, start_secure_head, start_shared_cluster
+from tests.clusters import RayCluster, SecureHead, add_fake_gpu_nodes, start_secure_head, start_shared_cluster
 from tests.processes import TEST_ROOT_ENV, kill_processes_naming
 
 # A local ``ray.init()`` with RAY_AUTH_MODE unset turns token authentication on in this process for good (its
@@ -51,17 +51,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 ENGINE_GROUP = "engine"
+# Session fixtures too costly to start in both test processes: their tests join the engine group's process.
+ONE_PROCESS_FIXTURES = ("secure_ray_head",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For pytest-xdist's ``--dist loadgroup --no-loadscope-reorder``: every test of a module in one group (module
     fixtures start once), the real-engine tests all in one group run first (the longest, so that it does not
-    become the run's tail)."""
+    become the run's tail), with the tests of a token head (one head for them all)."""
     for item in items:
         if not any(item.iter_markers("xdist_group")):
-            group = ENGINE_GROUP if item.get_closest_marker("engine") else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
+            in_engine_group = item.get_closest_marker("engine") or set(ONE_PROCESS_FIXTURES) & set(item.fixturenames)
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if in_engine_group else item.nodeid.split("::")[0]))
     items.sort(key=lambda item: not item.get_closest_marker("engine"))
 
 
@@ -89,15 +91,22 @@ def tiny_counter(tiny_model_dir):
 @pytest.fixture(scope="session")
 def ray_cluster() -> RayCluster:
     """The test process's one Ray cluster (``tests.clusters.start_shared_cluster``), joined by this process and by
-    the drivers its tests start. Started once, about 8 s: the tests that need a cluster started otherwise (a token
-    head, an autoscaler, a driver's own) start theirs."""
+    the drivers its tests start. Started once: the tests that need a cluster started otherwise (a token head, an
+    autoscaler, a driver's own) start theirs."""
     import ray
 
-    cluster, shared = start_shared_cluster()
-    ray.init(address=shared.address, log_to_driver=False)
-    yield shared
+    cluster = start_shared_cluster()
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield RayCluster(cluster.address, cluster)
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def fake_gpu_nodes(ray_cluster) -> dict[str, str]:
+    """The shared cluster with nodes of declared GPUs ('H100', 'A100', 'L4' of two; ``tests.clusters``), added the
+    first time a test asks: GPU type -> the node id of its node."""
+    return add_fake_gpu_nodes(ray_cluster.cluster)
 
 
 @pytest.fixture(scope="session")

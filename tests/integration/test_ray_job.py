@@ -5,11 +5,13 @@ working directory."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -52,6 +54,15 @@ def submit(ray_cli, *args: str) -> subprocess.CompletedProcess:
     return submitted
 
 
+def job_logs(head, job_id: str) -> str:
+    """A job's log so far, from the head's job API (one HTTP request; a `ray job logs` starts a Python)."""
+    token = (head.home / ".ray" / "auth_token").read_text().strip()
+    request = urllib.request.Request(f"{head.job_api}/api/jobs/{job_id}/logs",
+                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["logs"]
+
+
 def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job_server, tmp_path):
     submitted = submit(ray_cli, "--address", job_server, "--working-dir", ".", "--", "python", "sweeps/cpu_tiny.py",
                        "--policies", "fcfs", "--jps", "1", "--duration-s", "4", "--tool-time-s", "0.1",
@@ -63,13 +74,14 @@ def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job
     assert (tmp_path / "mlflow.db").exists() and (tmp_path / "cpu_tiny" / "cells" / rows.cell_key[0] / "requests.parquet").exists()
 
 
-def test_ray_job_stop_marks_the_running_cell_interrupted_and_leaves_no_server(ray_cli, job_server, tmp_path):
+def test_ray_job_stop_marks_the_running_cell_interrupted_and_leaves_no_server(ray_cli, job_server, secure_ray_head,
+                                                                           tmp_path):  # fmt: skip
     submitted = submit(ray_cli, "--no-wait", "--address", job_server, "--working-dir", ".", "--", "python",
                        "sweeps/cpu_tiny.py", "--engine", "fake", "--policies", "fcfs", "--jps", "1",
                        "--duration-s", "120", "--results-dir", str(tmp_path))  # fmt: skip
     job_id = re.search(r"raysubmit_\w+", submitted.stdout + submitted.stderr).group(0)
     deadline = time.monotonic() + 120
-    while "jobs" not in ray_cli("job", "logs", "--address", job_server, job_id).stdout:
+    while "jobs" not in job_logs(secure_ray_head, job_id):
         assert time.monotonic() < deadline, "the cell never started"
         time.sleep(1)
     assert ray_cli("job", "stop", "--address", job_server, job_id).returncode == 0

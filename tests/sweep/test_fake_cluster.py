@@ -17,7 +17,7 @@ GRID = dict(gpus=("H100", "A100", "H200"), jps=(2, 3), dram_gb=(1,))
 ONE_UP = GRID | {"gpus": ("H100", "H200")}
 
 
-def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_pend(ray_cluster, tmp_path):
+def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_pend(fake_gpu_nodes, tmp_path):
     code = run_sweep(fake_spec("placement", **GRID), options(tmp_path, report=False))
     rows = summary(tmp_path, "placement")
     assert code == 0  # pending cells make a partial run, not a failed one
@@ -25,7 +25,7 @@ def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_
     done = rows[rows.status == "done"]
     assert len(done) == 4 and set(done.gpu) == {"H100", "A100"}
     for row in done.itertuples():
-        assert row.node_id == ray_cluster.node_ids[row.gpu], f"{row.gpu} cell ran on another node"
+        assert row.node_id == fake_gpu_nodes[row.gpu], f"{row.gpu} cell ran on another node"
         assert row.n_completed == row.n_jobs > 0
     h100, a100 = done[done.gpu == "H100"], done[done.gpu == "A100"]
     overlaps = [
@@ -40,7 +40,7 @@ def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_
     assert all([run.status for run in attempts] == [CellStatus.DONE] for attempts in runs.values())
 
 
-def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(ray_cluster, tmp_path):
+def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(fake_gpu_nodes, tmp_path):
     assert run_sweep(fake_spec("fill", **ONE_UP), options(tmp_path, report=False)) == 0
     first = runs_by_key(tmp_path, "fill")
     assert run_sweep(fake_spec("fill", **(ONE_UP | {"jps": (2, 3, 5)})), options(tmp_path, report=False)) == 0
@@ -51,13 +51,13 @@ def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(ray_cluster, tmp
     assert sorted(rows.status.value_counts().items()) == [("done", 3), ("pending", 3)]
 
 
-def test_a_dram_budget_larger_than_the_node_stops_before_anything_is_tracked(ray_cluster, tmp_path):
+def test_a_dram_budget_larger_than_the_node_stops_before_anything_is_tracked(fake_gpu_nodes, tmp_path):
     with pytest.raises(InputError, match="DRAM budget 5 GiB is larger than any H100 node"):
         run_sweep(fake_spec("too-big", **(GRID | {"dram_gb": (5,)})), options(tmp_path, report=False))
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_dry_run_shows_done_pending_and_placement_without_running(ray_cluster, tmp_path, capsys):
+def test_dry_run_shows_done_pending_and_placement_without_running(fake_gpu_nodes, tmp_path, capsys):
     assert run_sweep(fake_spec("dry", **ONE_UP), options(tmp_path, report=False, dry_run=True)) == 0
     assert not (tmp_path / "mlflow.db").exists()
     assert run_sweep(fake_spec("dry", **(ONE_UP | {"jps": (2,)})), options(tmp_path, report=False)) == 0
@@ -69,7 +69,7 @@ def test_dry_run_shows_done_pending_and_placement_without_running(ray_cluster, t
     assert out.count("run on a H100 slot") == 1
 
 
-def test_a_forced_re_run_supersedes_the_old_run_so_one_run_per_cell_stays_done(ray_cluster, tmp_path):
+def test_a_forced_re_run_supersedes_the_old_run_so_one_run_per_cell_stays_done(fake_gpu_nodes, tmp_path):
     grid = GRID | {"gpus": ("H100",), "jps": (2,)}
     assert run_sweep(fake_spec("rerun", **grid), options(tmp_path, report=False)) == 0
     first_rows = summary(tmp_path, "rerun")
@@ -80,7 +80,7 @@ def test_a_forced_re_run_supersedes_the_old_run_so_one_run_per_cell_stays_done(r
     assert len(rows) == 1 and rows.run_id[0] == runs[1].run_id != first_rows.run_id[0]
 
 
-def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_given_up(ray_cluster, tmp_path, monkeypatch):
+def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_given_up(fake_gpu_nodes, tmp_path, monkeypatch):
     """A node Ray lists but cannot place on (here one that does not exist; on a real cluster a node that has
     just joined, for a moment): the worker is created again, never charged to a cell, then given up."""
     from orchestrator.sweep.cluster.inventory import NodeInfo
@@ -101,7 +101,7 @@ def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_giv
     assert set(runs_by_key(tmp_path, "phantom")) == {rows.loc["H100", "cell_key"]}  # no attempt for the L40S cell
 
 
-def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(ray_cluster, tmp_path):
+def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(fake_gpu_nodes, tmp_path):
     """Two L4 slots, each a worker holding its GPU: the cell through Serve with one replica takes a gang of one
     (its worker steps aside for the replica), the cell of two replicas a gang of both once the others are done
     and their workers are back; Serve could place no replica on a GPU a worker still held."""
@@ -110,7 +110,7 @@ def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(
     assert run_sweep(fake_spec("gang", **grid), options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "gang")
     assert list(rows.status) == ["done"] * 3 and (rows.n_completed == rows.n_jobs).all()
-    assert set(rows.node_id) == {ray_cluster.node_ids["L4"]}
+    assert set(rows.node_id) == {fake_gpu_nodes["L4"]}
     pair = rows[rows.replicas == 2].iloc[0]
     assert pair.started_unix >= rows[rows.replicas == 1].finished_unix.max()
     requests = pd.read_parquet(SweepFiles(tmp_path / "gang").cell(pair.cell_key).requests)
@@ -120,7 +120,7 @@ def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(
         run_sweep(fake_spec("gang-too-large", **(grid | {"replicas": (3,)})), options(tmp_path, report=False))
 
 
-def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights_run_it(ray_cluster, tmp_path):
+def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights_run_it(fake_gpu_nodes, tmp_path):
     """The default model of the source study with no Hugging Face access: one line before any cell, naming the
     model and --weights dummy; the same sweep with dummy weights serves its config and the project's tokenizer."""
     from orchestrator.models.served import Weights

@@ -20,7 +20,7 @@ CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser", "go
 
 
 @pytest.fixture(scope="module")
-def partial_sweep(ray_cluster, tmp_path_factory):
+def partial_sweep(fake_gpu_nodes, tmp_path_factory):
     """fcfs, continuum and lmcache at two loads on H100, with H200 absent from the cluster. (One GPU type done is
     what every per-GPU table needs; placement across types is test_fake_cluster's.)"""
     results = tmp_path_factory.mktemp("results")
