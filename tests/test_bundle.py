@@ -88,6 +88,8 @@ def test_a_target_the_index_cannot_satisfy_is_refused_in_one_line(tmp_path):
 @pytest.mark.engine
 @pytest.mark.bundle
 def test_a_bundle_of_this_stack_installs_offline_into_a_fresh_virtualenv_and_the_doctor_passes_there(tmp_path):
+    """The whole stack (about 1.1 GB from the index; ``make test-bundle``) installed with no index; the doctor
+    there starts its own local cluster and a CPU replica: only processes of that environment prove the install."""
     stack = stack_of(read_node_stack(), needs_lmcache=False)
     assert stack is not None, "the suite runs on an untested stack"
     here = this_machine()
@@ -183,7 +185,8 @@ def stand_in_wheels(mirror: Path) -> None:
 def test_a_small_stack_from_a_local_mirror_installs_offline_where_the_doctor_passes(tmp_path):
     """The machinery of the whole-stack bundle (``make test-bundle``) on a stack of two small packages from a
     local mirror, with the project's own wheel: no index, no download. The fresh virtualenv takes the serving
-    stack (vLLM, Ray, ...) from the one running this suite, as a node whose image provides it."""
+    stack (vLLM, Ray, ...) from the one running this suite, as a node whose image provides it. The doctor there
+    starts its own local cluster and a CPU replica: only processes of that environment prove the install."""
     stand_in_wheels(tmp_path / "mirror")
     bundle = tmp_path / "bundle"
     manifest = write_bundle(["kvsweep-probe-a"], [], this_machine(), bundle, "a small stack", {"contents": "test stand-ins"},

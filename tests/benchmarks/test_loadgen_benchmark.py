@@ -8,6 +8,8 @@ from orchestrator.paths import PROJECT_ROOT
 
 
 def test_the_benchmark_prints_one_final_json_line_with_a_point_per_load():
+    """The script whole, as a user runs it: it starts its own fake engines, since it measures lag from the
+    arrivals a server records."""
     command = [sys.executable, str(PROJECT_ROOT / "benchmarks" / "loadgen.py"), "--jps", "2", "4", "--duration-s", "2", "2",
                "--scale", "0.1"]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True).stdout

@@ -64,6 +64,8 @@ def job_logs(head, job_id: str) -> str:
 
 
 def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job_server, tmp_path):
+    """The script's default real CPU engine, as a user's job runs it: a whole cell (replica start, records,
+    tracking) runs in the job's temporary copy of the working directory and still lands where it was told."""
     submitted = submit(ray_cli, "--address", job_server, "--working-dir", ".", "--", "python", "sweeps/cpu_tiny.py",
                        "--policies", "fcfs", "--jps", "1", "--duration-s", "4", "--tool-time-s", "0.1",
                        "--results-dir", str(tmp_path))  # fmt: skip

@@ -1,6 +1,10 @@
 """Cells of two replicas behind a router, each a real Ray Serve application on a local Ray cluster, with the fake
 engine (its prefix cache of whole 16-word blocks) as each replica's server: through a sweep's driver and worker
-actor, and a replica killed under a worker."""
+actor, and a replica killed under a worker.
+
+Serve's request router decides where each turn lands, so only a Serve application on a cluster (the shared
+one) shows it; the fake engine stands in for vLLM because its prefix cache of whole blocks is all that the
+routing checks read, and the real engine's caching is checked elsewhere."""
 
 from __future__ import annotations
 

@@ -294,6 +294,8 @@ def _run_job(base_url: str, job: int) -> list[dict]:
 
 @pytest.mark.engine
 def test_async_continuum_on_the_cpu_engine_with_two_steps_in_flight(tiny_model_dir, tmp_path):
+    """A real server with async scheduling on: only vLLM's own engine core and batch queue show that the
+    two-step driver above matches it (steps overlap, pins released at the next turn, every full block hit)."""
     from orchestrator.paths import PROJECT_ROOT
     from orchestrator.policies import get_policy
     from orchestrator.replica.config import VllmEngineConfig

@@ -32,6 +32,8 @@ def _command(script: str, port: int) -> ServerCommand:
 
 
 def test_stop_kills_the_whole_process_group_even_when_sigterm_is_ignored(tmp_path):
+    """A live stand-in server that forks a child, as vLLM forks its engine core, and ignores SIGTERM: ``stop``
+    must end the whole group, which only a real process group shows."""
     server = ServerProcess(_command(_STUBBORN_SERVER, free_port()), tmp_path / "server.log")
     server.start(health_timeout_s=30)
     group = server.pid

@@ -65,6 +65,8 @@ def test_a_ray_address_nobody_answers_at_is_one_line_within_seconds(tmp_path):
 
 
 def test_a_dead_local_cluster_on_record_is_passed_over_for_a_fresh_one_with_rays_default_authentication(tmp_path):
+    """The script starts a local cluster of its own: passing over a dead one on record for a fresh one, with
+    Ray's default authentication in an empty home, is the behaviour checked."""
     # Ray's temp dir of its own (short: Ray's socket paths must fit 107 bytes), recording a dead cluster.
     ray_tmp = Path(tempfile.mkdtemp(prefix="kvr", dir="/tmp"))
     (ray_tmp / "ray").mkdir()

@@ -56,6 +56,7 @@ def test_the_script_itself_exits_2_with_the_one_line_on_stderr(tmp_path):
 
 
 def test_a_dram_budget_larger_than_the_node_is_refused_before_anything_is_tracked(ray_cluster, tmp_path, capsys):
+    """The budget is checked against the memory a connected node reports (the shared cluster's)."""
     code, stderr = run_in_process(tmp_path, capsys, "--engine", "fake", "--dram-gb", "100000", "--ray-address",
                                   ray_cluster.address)  # fmt: skip
     assert code == 2, stderr

@@ -132,6 +132,8 @@ def test_the_doctor_passes_a_head_that_asks_every_caller_for_the_token(secure_ra
 
 
 def test_the_doctor_fails_a_head_whose_job_api_runs_jobs_for_anyone_beyond_loopback(tmp_path):
+    """A head of its own: the doctor must meet a job API open beyond loopback that asks no token, which neither
+    the shared cluster (no dashboard) nor the token head is."""
     from ray.cluster_utils import Cluster
 
     # This test process, and so this head, runs with RAY_AUTH_MODE=disabled (tests/conftest.py).

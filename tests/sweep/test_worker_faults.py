@@ -46,6 +46,7 @@ def run_one(limits: RunLimits, jps: float = 2, duration_s: float = 2):
 
 
 def test_a_healthy_cell_is_done_with_every_record():
+    """The baseline of the faults below: a fake-engine server process started, driven and stopped by the worker."""
     outcome = run_one(LIMITS)
     assert outcome.status is CellStatus.DONE and outcome.reason is None
     assert len(outcome.jobs) > 0 and len(outcome.requests) == 8 * len(outcome.jobs)
@@ -97,6 +98,7 @@ def run_two_on_one_replica(limits: RunLimits):
 
 
 def test_a_replica_whose_reset_is_proven_clean_is_reused():
+    """Two cells on one live fake-engine server: reuse needs a server whose cache the worker proves empty."""
     first, second = run_two_on_one_replica(LIMITS)
     assert first.status is second.status is CellStatus.DONE
     assert first.config.replica_reused is False and first.config.replica_start_s > 0

@@ -66,6 +66,7 @@ def test_the_search_brackets_the_change_and_resumes_after_a_kill_with_the_same_a
 
 
 def test_a_dry_run_of_the_cpu_engines_search_shows_its_profiling_cell_and_runs_nothing(ray_cluster, tmp_path):
+    """The script plans its search on a connected cluster (the shared one: a dry run starts nothing on it)."""
     command = [sys.executable, str(PROJECT_ROOT / "sweeps" / "crossover.py"), "--results-dir", str(tmp_path),
                "--gpu", "cpu", "--policies", "fcfs,continuum", "--jps-max", "6", "--dry-run", "--ray-address",
                ray_cluster.address]  # fmt: skip

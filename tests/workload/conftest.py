@@ -18,7 +18,8 @@ class RunningInstantServer:
 
 @pytest.fixture
 def instant_server():
-    """The project's fake engine (an OpenAI-compatible server with no model) on a loopback port, in a background thread."""
+    """The project's fake engine (an OpenAI-compatible server with no model) on a loopback port, in a background thread:
+    real HTTP, with the arrivals it recorded and a token delay and failure status a test sets, and no model to load."""
     state = FakeEngineState()
     port = free_port()
     loop = asyncio.new_event_loop()

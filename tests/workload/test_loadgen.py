@@ -1,3 +1,6 @@
+"""The load generator over real HTTP against the fake engine (``instant_server``): what it sent, when, and how
+it meets slow and failing servers."""
+
 from __future__ import annotations
 
 import time
@@ -105,6 +108,7 @@ def test_http_errors_mark_the_request_and_job_as_errors(instant_server, tiny_cou
 
 
 def test_ray_actors_split_the_jobs_and_share_one_clock(ray_cluster, instant_server, tiny_counter):
+    """Two load-generator actors on the shared cluster: their records must share one clock."""
     plan = _plan(tiny_counter, jps=8)
     result = drive_with_actors(plan, instant_server.url, RequestOptions(model="m"), num_actors=2)
     assert [job.job_id for job in result.jobs] == [job.job_id for job in plan.jobs]
