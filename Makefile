@@ -50,8 +50,8 @@ endif
 PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
 
 test: install chromium
-	$(PY) -m pytest $(PARALLEL) -m "not solo and not bundle"
-	$(PY) -m pytest -m "solo and not bundle"
+	$(PY) -m pytest $(PARALLEL) -m "not solo and not bundle" --durations=20
+	$(PY) -m pytest -m "solo and not bundle" --durations=5
 
 # Everything except the tests that start a real vLLM server.
 test-fast: install

@@ -73,7 +73,10 @@ def start_secure_head(home: Path, temp_dir: Path) -> SecureHead:
     address, its files under ``temp_dir`` (every process of it names that directory: stop them by it)."""
     bin_dir = Path(sys.executable).parent
     ray_cli = str(bin_dir / "ray")
-    env = ray_client_env(home) | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    # vLLM's cache stays where a node keeps it: in an empty one each replica's first start inspects the
+    # model's class in a process of its own (about 20 s here), which a node pays once, not every test run.
+    vllm_cache = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
+    env = ray_client_env(home) | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "VLLM_CACHE_ROOT": vllm_cache}
     subprocess.run(f"umask 077 && {ray_cli} get-auth-token --generate > /dev/null", shell=True, check=True, env=env,
                    timeout=60)  # fmt: skip
     dashboard_port = free_port()

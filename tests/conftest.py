@@ -50,21 +50,35 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(TEST_ROOT, ignore_errors=True)
 
 
-ENGINE_GROUP = "engine"
-# Session fixtures too costly to start in both test processes: their tests join the engine group's process.
+# Session fixtures too costly to start in both test processes: their tests run in one group, so one process.
 ONE_PROCESS_FIXTURES = ("secure_ray_head",)
+ONE_PROCESS_GROUP = "one-process-fixtures"
+# Fixtures whose tests start Ray clusters, drivers and replicas: after the real engine's, the longest groups.
+CLUSTER_FIXTURES = ("ray_cluster", "fake_gpu_nodes", "autoscaling_head")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For pytest-xdist's ``--dist loadgroup --no-loadscope-reorder``: every test of a module in one group (module
-    fixtures start once), the real-engine tests all in one group run first (the longest, so that it does not
-    become the run's tail), with the tests of a token head (one head for them all)."""
+    """For pytest-xdist's ``--dist loadgroup --no-loadscope-reorder``: the tests of a module in one group (module
+    fixtures start once), those of a one-process fixture in one group of their own, and the groups handed out
+    longest first (real-engine tests, then those of a cluster, then the rest), so that neither test process
+    ends the run alone with a long group."""
+    rank: dict[str, int] = {}
     for item in items:
         if not any(item.iter_markers("xdist_group")):
-            in_engine_group = item.get_closest_marker("engine") or set(ONE_PROCESS_FIXTURES) & set(item.fixturenames)
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if in_engine_group else item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: not item.get_closest_marker("engine"))
+            one_process = set(ONE_PROCESS_FIXTURES) & set(item.fixturenames)
+            item.add_marker(pytest.mark.xdist_group(ONE_PROCESS_GROUP if one_process else item.nodeid.split("::")[0]))
+        group = item.get_closest_marker("xdist_group").args[0]
+        rank[group] = min(rank.get(group, 3), _length_rank(item))
+    items.sort(key=lambda item: rank[item.get_closest_marker("xdist_group").args[0]])
+
+
+def _length_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("engine"):
+        return 0
+    if set(ONE_PROCESS_FIXTURES) & set(item.fixturenames):
+        return 1
+    return 2 if set(CLUSTER_FIXTURES) & set(item.fixturenames) else 3
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -100,6 +114,8 @@ def ray_cluster() -> RayCluster:
     yield RayCluster(cluster.address, cluster)
     ray.shutdown()
     cluster.shutdown()
+    # The head's Ray Client proxy outlives the shutdown by minutes; it names the head's address, not the root.
+    kill_processes_naming(f"--address={cluster.address}")
 
 
 @pytest.fixture(scope="session")
@@ -116,5 +132,7 @@ def secure_ray_head(tmp_path_factory) -> SecureHead:
     outlives a killed driver. Only its own processes are stopped afterwards: `ray stop` would end every Ray
     process of this user, those of a test process beside this one too."""
     temp_dir = Path(tempfile.mkdtemp(prefix="head-"))  # under the test root: short enough for Ray's sockets
-    yield start_secure_head(tmp_path_factory.mktemp("home"), temp_dir)
+    head = start_secure_head(tmp_path_factory.mktemp("home"), temp_dir)
+    yield head
     kill_processes_naming(str(temp_dir))
+    kill_processes_naming(f"--address={head.address}")

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.replica.replica import SERVER_LOG_FILE
@@ -104,9 +105,11 @@ def wait_until_gone(find=fake_engine_processes, timeout_s: float = 15.0) -> list
     return left
 
 
-def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float = 300.0) -> int:
-    """The pid of this test process's first vLLM API server not in ``exclude`` once it has answered
-    ``min_requests`` requests, i.e. a cell is mid-run."""
+def wait_for_serving(
+    exclude: set[int], server_module: str, served: Callable[[dict[str, float]], bool], timeout_s: float = 300.0
+) -> int:
+    """The pid of this test process's first server of ``server_module`` not in ``exclude`` once its counters
+    show ``served``, i.e. a cell is mid-run."""
     import re
 
     from orchestrator.replica.probe import read_counters
@@ -115,10 +118,21 @@ def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float
     while time.monotonic() < deadline:
         for pid, cmdline in replica_processes():
             port = re.search(r"--port (\d+)", cmdline)
-            if pid in exclude or VLLM_API_SERVER_MODULE not in cmdline or not port:
+            if pid in exclude or server_module not in cmdline or not port:
                 continue
             counters = read_counters(f"http://127.0.0.1:{port.group(1)}")
-            if counters and counters.get("vllm:request_success_total", 0) >= min_requests:
+            if counters and served(counters):
                 return pid
         time.sleep(0.5)
-    raise TimeoutError(f"no vLLM server answered {min_requests} requests within {timeout_s:g} s")
+    raise TimeoutError(f"no {server_module} server was mid-cell within {timeout_s:g} s")
+
+
+def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float = 300.0) -> int:
+    """The pid of this test process's first vLLM API server not in ``exclude`` once it has answered
+    ``min_requests`` requests."""
+    return wait_for_serving(
+        exclude,
+        VLLM_API_SERVER_MODULE,
+        lambda counters: counters.get("vllm:request_success_total", 0) >= min_requests,
+        timeout_s,
+    )

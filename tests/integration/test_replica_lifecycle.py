@@ -52,7 +52,9 @@ def _new_server_processes(before: set[int]) -> list:
 
 @pytest.fixture(scope="module")
 def small_continuum_replica(tiny_model_dir, tmp_path_factory):
-    """Continuum with a 40-block pool (1280 tokens) and a 60 s TTL: pins, not the TTL, decide what happens."""
+    """Continuum with a 40-block pool (1280 tokens) and a 60 s TTL: pins, not the TTL, decide what happens.
+    A real engine: the pins live in vLLM's scheduler, and what they do to its pool and to its prefix-cache
+    reset is the check. One server for both tests (the second resets first)."""
     base = VllmEngineConfig(
         model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=40, max_model_len=1024, max_num_seqs=8
     )
@@ -97,6 +99,8 @@ def test_prefix_cache_reset_succeeds_with_pins_held(small_continuum_replica):
 
 
 def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(ray_cluster):
+    """A real server under a worker actor on the shared cluster: ``ray.kill`` of the actor must also end what
+    vLLM forks (its retitled engine core), which the one-process fake engine does not have."""
     import ray
 
     before = {pid for pid, _ in replica_processes()}
@@ -113,10 +117,13 @@ def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(ray_cluster):
 
 
 def test_killing_the_driver_mid_cell_leaves_no_vllm_process(tmp_path):
+    """``run_cell`` as a driver of its own with a real server: SIGKILL of a driver whose server has forked its
+    engine core must leave no server process behind."""
     before = {pid for pid, _ in replica_processes()}
     out = tmp_path / "cell"
     driver = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.run_cell", "--jps", "1", "--duration-s", "120", "--out", str(out)],
+        [sys.executable, "-m", "orchestrator.run_cell", "--jps", "1", "--duration-s", "120", "--no-checks", "--out",
+         str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}, start_new_session=True,
     )
     try:

@@ -28,14 +28,15 @@ def test_the_cpu_device_gets_no_roofline_estimate_rather_than_a_wrong_one():
     assert check.regime is None and "no estimate for the cpu device" in check.note
 
 
-def test_dry_run_of_large_dram_shows_every_cells_regime(tmp_path):
+def test_dry_run_of_large_dram_shows_every_cells_regime(ray_cluster, tmp_path):
+    """The script as a user runs it: a dry run plans on a connected cluster (the shared one: it runs nothing)."""
     import subprocess
     import sys
 
     from orchestrator.paths import PROJECT_ROOT
 
     command = [sys.executable, str(PROJECT_ROOT / "sweeps" / "large_dram.py"), "--dry-run", "--results-dir", str(tmp_path),
-               "--ray-address", "local"]  # fmt: skip
+               "--ray-address", ray_cluster.address]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, timeout=180, check=True).stdout
     regimes = [line.split("preflight: ")[1].split(":")[0] for line in out.splitlines() if "preflight: " in line]
     assert len(regimes) == 60 and set(regimes) <= {regime.value for regime in Regime}

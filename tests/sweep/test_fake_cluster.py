@@ -1,16 +1,22 @@
-"""Placement, concurrency, pending GPU types and fill runs on a fake GPU Ray cluster. The placement test runs on
+"""Placement, concurrency, pending GPU types, a crashed replica's retry and fill runs on a fake GPU Ray cluster. The placement test runs on
 two GPU types at once; the tests of fills, re-runs and dry runs need one type up and one absent. No sweep here
 builds its report (test_report's)."""
 
+import os
+import signal
+import threading
 from dataclasses import replace
 
 import pandas as pd
 import pytest
+from mlflow import MlflowClient
 
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.validation import InputError
+from tests.processes import FAKE_ENGINE_MODULE, wait_for_serving
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 
 GRID = dict(gpus=("H100", "A100", "H200"), jps=(2, 3), dram_gb=(1,))
@@ -51,7 +57,35 @@ def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(fake_gpu_nodes, 
     assert sorted(rows.status.value_counts().items()) == [("done", 3), ("pending", 3)]
 
 
+def test_a_replica_killed_mid_cell_fails_that_attempt_with_its_log_and_the_retry_is_done_once(fake_gpu_nodes, tmp_path):
+    """The driver's retry of a crashed replica (no engine's behaviour in it: the worker sees its server's process
+    exit, whatever serves): the killed attempt tracked as failed with its reason and server log, the cell done
+    once, on its type's node."""
+    killed: list[int] = []
+
+    def crash_the_replica_mid_cell():
+        mid_cell = lambda counters: counters.get("vllm:generation_tokens_total", 0) > 0  # noqa: E731
+        killed.append(wait_for_serving(set(), FAKE_ENGINE_MODULE, mid_cell, timeout_s=60))
+        os.killpg(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=crash_the_replica_mid_cell)
+    killer.start()
+    workload = fake_spec("crash").workload.model_copy(update={"duration_s": 6})  # still running when found
+    code = run_sweep(fake_spec("crash", gpus=("H100",), workload=workload), options(tmp_path, report=False))
+    killer.join()
+    assert code == 0 and killed
+    (attempts,) = runs_by_key(tmp_path, "crash").values()
+    assert [run.status for run in attempts] == [CellStatus.FAILED, CellStatus.DONE]
+    client = MlflowClient(default_tracking_uri(tmp_path))
+    tags = client.get_run(attempts[0].run_id).data.tags
+    assert tags["reason"] == "replica exited with code -9 during the cell"
+    assert {"server.log", "cell.json"} <= {artifact.path for artifact in client.list_artifacts(attempts[0].run_id)}
+    (row,) = summary(tmp_path, "crash").itertuples()
+    assert row.status == "done" and row.node_id == fake_gpu_nodes["H100"] and row.n_completed == row.n_jobs > 0
+
+
 def test_a_dram_budget_larger_than_the_node_stops_before_anything_is_tracked(fake_gpu_nodes, tmp_path):
+    """Against the memory the fake H100 node declares (4 GiB): a GPU type's nodes, not the head, set the limit."""
     with pytest.raises(InputError, match="DRAM budget 5 GiB is larger than any H100 node"):
         run_sweep(fake_spec("too-big", **(GRID | {"dram_gb": (5,)})), options(tmp_path, report=False))
     assert not (tmp_path / "mlflow.db").exists()
@@ -122,7 +156,8 @@ def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(
 
 def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights_run_it(fake_gpu_nodes, tmp_path):
     """The default model of the source study with no Hugging Face access: one line before any cell, naming the
-    model and --weights dummy; the same sweep with dummy weights serves its config and the project's tokenizer."""
+    model and --weights dummy; the same sweep with dummy weights serves its config and the project's tokenizer.
+    On the fake H100 node: the preflight asks the type's own nodes whether they can read the model."""
     from orchestrator.models.served import Weights
 
     llama = dict(gpus=("H100",), jps=(2,), model="meta-llama/Llama-3.1-8B-Instruct")
