@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-stack-0.26 clean
+.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 clean
 
 install: $(INSTALLED)
 
@@ -45,22 +45,27 @@ ifeq ($(CHROMIUM),)
 	  || { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -q && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends chromium-headless-shell; }
 endif
 
-# The suite in two test processes side by side (tests/conftest.py: each module whole in one, the real-engine tests
-# one after another in one), then the tests whose assertions depend on the machine's pace, alone.
+# The suite in two test processes side by side (tests/conftest.py: each module whole in one, the longest groups
+# first), then the tests whose assertions depend on the machine's pace, alone. The tests that ask the package
+# index are `make test-index`'s.
 PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
 
 test: install chromium
-	$(PY) -m pytest $(PARALLEL) -m "not solo and not bundle" --durations=20
-	$(PY) -m pytest -m "solo and not bundle" --durations=5
+	$(PY) -m pytest $(PARALLEL) -m "not solo and not network" --durations=20
+	$(PY) -m pytest -m "solo and not network" --durations=5
 
-# Everything except the tests that start a real vLLM server.
+# Everything except the tests that start a real vLLM server or ask the package index.
 test-fast: install
-	$(PY) -m pytest $(PARALLEL) -m "not engine and not bundle"
+	$(PY) -m pytest $(PARALLEL) -m "not engine and not network"
 
 # The full offline bundle of the stack this suite runs on (about 1.1 GB from the package index), installed with
 # no index into a fresh virtualenv, where the doctor runs a Continuum cell.
 test-bundle: install
 	$(PY) -m pytest -m bundle
+
+# Every test that asks the package index: the whole bundle above, and the GPU extras resolved for the GPU nodes.
+test-index: install
+	$(PY) -m pytest -m network
 
 # The second tested stack (orchestrator/stacks.py: vLLM 0.26, LMCache 0.5.3, torch 2.11) on the CPU engine: its own
 # virtualenv, installed with no index from the offline bundle this target writes (the air-gapped path itself), then

@@ -6,6 +6,8 @@ way into a virtualenv of its own."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import platform
@@ -13,8 +15,8 @@ import re
 import subprocess
 import sys
 import sysconfig
-import textwrap
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -145,7 +147,7 @@ def install_offline(bundle: Path, fresh: Path, provided_by: Path | None = None) 
     """A fresh virtualenv at ``fresh`` with the bundle installed by its install.sh, no index reachable (a dead
     proxy, an empty index URL) and no configured find-links: only the bundle. ``provided_by``: a directory of
     packages the node provides beside it (as a GPU image provides torch). Returns its python."""
-    venv.EnvBuilder(with_pip=True).create(fresh)
+    venv.EnvBuilder(with_pip=provided_by is None).create(fresh)  # else pip too comes with what the node provides
     python_bin = str(fresh / "bin" / "python")
     if provided_by is not None:
         site_packages = subprocess.run([python_bin, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -161,24 +163,26 @@ def install_offline(bundle: Path, fresh: Path, provided_by: Path | None = None) 
 
 
 def stand_in_wheels(mirror: Path) -> None:
-    """Two small packages in ``mirror``, one requiring the other: a stack the machinery resolves in seconds."""
+    """Two small packages in ``mirror``, one requiring the other: a stack the machinery resolves in seconds. Each
+    wheel is written as a build backend writes a pure-Python one (a module, its metadata, its RECORD)."""
     mirror.mkdir()
     for name, requires in (("kvsweep-probe-a", ["kvsweep-probe-b>=1"]), ("kvsweep-probe-b", [])):
-        source = mirror.parent / "sources" / name
-        module = name.replace("-", "_")
-        (source / module).mkdir(parents=True)
-        (source / module / "__init__.py").write_text(f"NAME = {name!r}\n")
-        (source / "pyproject.toml").write_text(textwrap.dedent(f"""
-            [build-system]
-            requires = ["setuptools>=68"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "{name}"
-            version = "1.0"
-            dependencies = {requires!r}
-        """))
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w",
-                        str(mirror), str(source)], check=True, capture_output=True, timeout=120)  # fmt: skip
+        module, info = name.replace("-", "_"), f"{name.replace('-', '_')}-1.0.dist-info"
+        files = {
+            f"{module}/__init__.py": f"NAME = {name!r}\n",
+            f"{info}/METADATA": "".join(["Metadata-Version: 2.1\n", f"Name: {name}\n", "Version: 1.0\n",
+                                         *(f"Requires-Dist: {r}\n" for r in requires)]),  # fmt: skip
+            f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: kvsweep-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        }
+        record = [f"{path},sha256={_urlsafe_sha256(text.encode())},{len(text.encode())}" for path, text in files.items()]
+        files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+        with zipfile.ZipFile(mirror / f"{module}-1.0-py3-none-any.whl", "w") as wheel:
+            for path, text in files.items():
+                wheel.writestr(path, text)
+
+
+def _urlsafe_sha256(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 @pytest.mark.engine

@@ -1,7 +1,8 @@
 """The project with its `gpu` extra resolves, from the package index, for the GPU nodes of ray_cluster.yaml
 (Ubuntu 24.04: Python 3.12, glibc 2.39, x86_64) to the tested stack, and the commands the deploy recipes run
 on those nodes exist in what gets installed. pip resolves without installing (--dry-run) for that platform,
-not this machine's, so this runs anywhere the index can be reached; about a minute."""
+not this machine's, so this runs anywhere the index can be reached; about a minute. Those tests ask the index
+(``network``: `make test-index`); the pins and the recipes' programs are read from the checkout."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from orchestrator.paths import PROJECT_ROOT
-
-pytestmark = pytest.mark.network
 
 PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())
 LAUNCHER = yaml.safe_load((PROJECT_ROOT / "ray_cluster.yaml").read_text())
@@ -78,6 +77,7 @@ def test_each_gpu_extra_pins_one_exact_tested_stack(extra, stack):
     }  # fmt: skip
 
 
+@pytest.mark.network
 def test_the_project_with_its_gpu_extra_resolves_to_the_tested_stack(resolution):
     assert _version(resolution, "vllm") == "0.32.0"
     assert _version(resolution, "torch") == "2.13.0"
@@ -87,6 +87,7 @@ def test_the_project_with_its_gpu_extra_resolves_to_the_tested_stack(resolution)
     assert "torch==2.13.0" in [req.replace(" ", "") for req in resolution["vllm"]["metadata"]["requires_dist"]]
 
 
+@pytest.mark.network
 def test_the_resolved_torch_is_the_cuda_13_build_that_needs_a_580_driver(resolution):
     cuda = [req for req in resolution["torch"]["metadata"]["requires_dist"] if req.startswith("nvidia-")]
     assert cuda and any("cu13" in req for req in cuda)
@@ -112,6 +113,7 @@ def test_every_program_the_recipes_run_is_one_whose_provider_is_checked():
     assert _scripts_the_recipes_run() == set(CONSOLE_SCRIPTS)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("script", sorted(CONSOLE_SCRIPTS))
 def test_the_resolved_packages_install_the_console_scripts_the_recipes_run(tmp_path, pip_env, resolution, script):
     distribution = CONSOLE_SCRIPTS[script]
@@ -130,6 +132,7 @@ def test_the_resolved_packages_install_the_console_scripts_the_recipes_run(tmp_p
     assert "huggingface-cli" not in parser["console_scripts"]
 
 
+@pytest.mark.network
 def test_rays_aws_provider_launches_the_named_images_unchanged(tmp_path, pip_env, package_index):
     """Ray fills in its own AMI (Ubuntu 18.04) only where a node type names none; it needs boto3, which the head
     installs, to be imported at all."""
@@ -163,6 +166,7 @@ print(json.dumps({"named": named, "launched": launched, "default": DEFAULT_AMI_N
     assert seen["unnamed"].startswith("ami-") and "18.04" in seen["default"]
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("stack", ["vllm-0.32", "vllm-0.26"])
 def test_each_stacks_lmcache_ships_the_compiled_ops_module_the_workers_check(tmp_path, pip_env, package_index, stack):
     """LMCache renamed its compiled extension (c_ops up to 0.5.3, cuda_ops from 0.5.4): the check that refuses
