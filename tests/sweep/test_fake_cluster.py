@@ -1,6 +1,6 @@
-"""Placement, concurrency, pending GPU types, a crashed replica's retry and fill runs on a fake GPU Ray cluster. The placement test runs on
-two GPU types at once; the tests of fills, re-runs and dry runs need one type up and one absent. No sweep here
-builds its report (test_report's)."""
+"""Placement, concurrency, pending GPU types, a crashed replica's retry and fill runs on a fake GPU Ray cluster.
+The placement test runs on two GPU types at once; the tests of fills, re-runs and dry runs need one type up and
+one absent. No sweep here builds its report (test_report's)."""
 
 import os
 import signal
@@ -63,8 +63,10 @@ def test_a_replica_killed_mid_cell_fails_that_attempt_with_its_log_and_the_retry
     once, on its type's node."""
     killed: list[int] = []
 
+    def mid_cell(counters: dict[str, float]) -> bool:
+        return counters.get("vllm:generation_tokens_total", 0) > 0
+
     def crash_the_replica_mid_cell():
-        mid_cell = lambda counters: counters.get("vllm:generation_tokens_total", 0) > 0  # noqa: E731
         killed.append(wait_for_serving(set(), FAKE_ENGINE_MODULE, mid_cell, timeout_s=60))
         os.killpg(killed[0], signal.SIGKILL)
 
