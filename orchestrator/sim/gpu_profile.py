@@ -102,24 +102,49 @@ def main(argv: list[str] | None = None) -> int:
     if len(steps) < 20:
         print(f"error: {len(steps)} busy steps in {len(args.traces)} traces; a profile needs at least 20", file=sys.stderr)
         return 2
-    rates, calibration = GpuRates.load(), Calibration.load()
-    profile = profile_gpu(args.gpu, steps, arch, calibration, rates)
     cells = ", ".join(path.parent.name for path in args.traces)
-    source = (f"step-time profile of {profile.num_steps} steps on this GPU ({cells}), {date.today()}: "
-              "python -m orchestrator.sim.gpu_profile")  # fmt: skip
-    before = Device.gpu(args.gpu)
-    after = replace(before, relative=rates.with_measured(args.gpu, profile.rates(), source).relative(args.gpu))
-    print(f"{args.gpu}: {profile.num_steps} steps from {len(args.traces)} traces")
-    print(f"  BF16 matmul   {_rate(rates, args.gpu, 'matmul_bf16_tflops')} -> {profile.matmul_bf16_tflops:.1f} TFLOPS")
-    print(f"  memory read   {_rate(rates, args.gpu, 'memory_read_gb_s')} -> {profile.memory_read_gb_s:.0f} GB/s")
-    print(f"  per step      {calibration.step_overhead_s * 1e3:.3g} ms (calibration) | {profile.step_overhead_s * 1e3:.3g} ms fitted")
-    print(f"  per request   {calibration.seq_overhead_s * 1e3:.3g} ms (calibration) | {profile.seq_overhead_s * 1e3:.3g} ms fitted")
-    print(f"  median step-time error {step_error(steps, arch, before, calibration):.1%} before, "
-          f"{step_error(steps, arch, after, calibration):.1%} after")  # fmt: skip
+    measured = measure_profile(args.gpu, steps, arch, cells)
+    print(f"{args.gpu}: {measured.profile.num_steps} steps from {len(args.traces)} traces")
+    print(measured.describe())
     if args.write:
-        write_profile(profile, source)
+        write_profile(measured.profile, measured.source)
         print(f"wrote {RATES_FILE}; now: python benchmarks/public_figures.py")
     return 0
+
+
+@dataclass(frozen=True)
+class MeasuredProfile:
+    """A GPU's profile beside what the simulator had for it, and the simulator's step-time error under each."""
+
+    profile: GpuProfile
+    source: str  # what ``write_profile`` records as the rates' source
+    rates_before: dict[str, str]  # the rates gpu_rates.toml had ("(not measured)" where none)
+    calibration: Calibration
+    error_before: float  # median relative step-time error
+    error_after: float
+
+    def describe(self) -> str:
+        p, c = self.profile, self.calibration
+        return "\n".join([
+            f"  BF16 matmul   {self.rates_before['matmul_bf16_tflops']} -> {p.matmul_bf16_tflops:.1f} TFLOPS",
+            f"  memory read   {self.rates_before['memory_read_gb_s']} -> {p.memory_read_gb_s:.0f} GB/s",
+            f"  per step      {c.step_overhead_s * 1e3:.3g} ms (calibration) | {p.step_overhead_s * 1e3:.3g} ms fitted",
+            f"  per request   {c.seq_overhead_s * 1e3:.3g} ms (calibration) | {p.seq_overhead_s * 1e3:.3g} ms fitted",
+            f"  median step-time error {self.error_before:.1%} before, {self.error_after:.1%} after",
+        ])  # fmt: skip
+
+
+def measure_profile(gpu: str, steps: pd.DataFrame, arch: ModelArch, cells: str) -> MeasuredProfile:
+    """``gpu``'s profile from ``steps`` (``profile.step_samples`` rows of the cells named ``cells``), with the
+    simulator's step-time error before and after its rates are replaced by the profile's."""
+    rates, calibration = GpuRates.load(), Calibration.load()
+    profile = profile_gpu(gpu, steps, arch, calibration, rates)
+    source = (f"step-time profile of {profile.num_steps} steps on this GPU ({cells}), {date.today()}: "
+              "python -m orchestrator.sim.gpu_profile")  # fmt: skip
+    before = Device.gpu(gpu)
+    after = replace(before, relative=rates.with_measured(gpu, profile.rates(), source).relative(gpu))
+    return MeasuredProfile(profile, source, {name: _rate(rates, gpu, name) for name in profile.rates()}, calibration,
+                           step_error(steps, arch, before, calibration), step_error(steps, arch, after, calibration))
 
 
 def _rate(rates: GpuRates, gpu: str, name: str) -> str:

@@ -284,6 +284,11 @@ class CellWorker:
             raise ResetError("no replica is running to reset")
         return self._replica.reset()
 
+    def replica_log(self) -> str:
+        """The whole server log of the replica now running, its start at the top ('' when none runs)."""
+        info = self._replica.info if self._replica is not None else None
+        return Path(info.log_path).read_text(errors="replace") if info is not None else ""
+
     def _node_stack(self) -> NodeStack:
         if self._stack is None:
             self._stack = read_node_stack()

@@ -1,0 +1,400 @@
+"""Command line: a GPU's evidence in one command, its stages planned against a time budget, no Ray, no tracking.
+
+    python -m orchestrator.gpu_evidence --gpu H200 --out $OUT --budget-s 450           # on the lent GPU machine
+    python -m orchestrator.gpu_evidence --gpu cpu --out results/evidence --budget-s 900  # the rehearsal here
+
+Stages, in order, each timed:
+1. doctor: the node's checks (tested stack, driver against CUDA, torch sees the GPU, vLLM and LMCache's compiled
+   ops import);
+2. one short cell per policy (fcfs, continuum, lmcache, native-offload) with the Llama-3.1-8B-shaped dummy model,
+   each with its evidence (what the policy did, vLLM's KV pool against the sizing library, a proven-clean reset),
+   the server's start split into its phases, and whether it ran eager or with CUDA graphs;
+3. profile: the fcfs cell's step trace as the GPU's rates (``orchestrator.sim.gpu_profile``), with the
+   simulator's step-time error before and after;
+4. source study: its low-load cells (1 and 3 JPS, fcfs and continuum) beside its published and simulated JCTs.
+
+A stage starts only when its estimate fits in the budget left (``evidence.budget``), else it is skipped with the
+reason. After every stage the evidence is packed into ``--out`` as three files (``evidence.pack``), so a run cut
+at its limit still returns every stage that finished; SIGTERM ends the stage in flight as cut and packs. On
+``--gpu cpu`` the CUDA-only policies do not run: their stage builds their server's command line for a GPU and
+says so. Bad input fails before anything starts, with one line naming the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+from pydantic import ValidationError
+
+from orchestrator.checks import Check, checked_cell, format_table, node_checks
+from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
+from orchestrator.evidence.pack import EvidenceHeader, StageResult, pack, stage_table
+from orchestrator.evidence.startup import start_split
+from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
+from orchestrator.models.served import Weights, served_model
+from orchestrator.policies import POLICIES, get_policy
+from orchestrator.records.layout import CellFiles
+from orchestrator.records.summary import summarize
+from orchestrator.replica.stack import read_node_stack
+from orchestrator.replica.vllm_server import vllm_server_command
+from orchestrator.run_cell import cell_from
+from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_jct
+from orchestrator.sim.gpu_profile import measure_profile
+from orchestrator.sim.hardware import Calibration, Device, StepCost
+from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples
+from orchestrator.sizing.models import load_model
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.serving import served_cell
+from orchestrator.sweep.planning.spec import RunLimits
+from orchestrator.sweep.runtime.results import write_attempt_files
+from orchestrator.sweep.runtime.worker import CellWorker
+from orchestrator.validation import first_line, one_line
+
+EVIDENCE_POLICIES = ("fcfs", "continuum", "lmcache", "native-offload")
+STAGES = ("doctor", "cells", "profile", "source-study")
+SOURCE_STUDY = (("fcfs", 1.0), ("fcfs", 3.0), ("continuum", 1.0), ("continuum", 3.0))
+PROFILED_POLICY = "fcfs"
+MIN_PROFILE_STEPS = 20
+BUILT_FOR_GPU = "H100"  # the GPU a CUDA-only policy's command line is built for in a CPU rehearsal
+
+
+class Cut(BaseException):
+    """SIGTERM arrived: the command's time limit is ending it. Not an ``Exception``, so that no handler on the
+    way (a reset proof's, a stage's) takes it for a failure of its own."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m orchestrator.gpu_evidence", description=__doc__.split("\n")[0])
+    p.add_argument("--gpu", required=True, help=f"this machine's GPU type, or cpu to rehearse on the CPU engine: "
+                   f"{', '.join(known_device_names())}")  # fmt: skip
+    p.add_argument("--out", type=Path, required=True, help="where the packed evidence goes (three files)")
+    p.add_argument("--budget-s", type=float, required=True, help="seconds the whole run may take")
+    p.add_argument("--work", type=Path, help="where each stage's files are written (default: a new temporary folder)")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, in this order: {', '.join(STAGES)}")
+    p.add_argument("--policies", default=",".join(EVIDENCE_POLICIES), help="the policies of the cells stage")
+    p.add_argument("--model", help="default: the Llama-3.1-8B shape on a GPU, the tiny model on cpu")
+    p.add_argument("--weights", choices=[weights.value for weights in Weights],
+                   help="default: dummy on a GPU (no download), real on cpu (the tiny model's generated weights)")
+    p.add_argument("--jps", type=float, default=1.0, help="the cells stage's load")
+    p.add_argument("--duration-s", type=float, help="the cells stage's arrival window; default: 10 on a GPU, 3 on cpu")
+    p.add_argument("--source-duration-s", type=float,
+                   help="the source-study cells' arrival window; default: the study's 45 s on a GPU, 5 on cpu")
+    p.add_argument("--dram-gb", type=float, default=8.0, help="the CPU tier of lmcache and native-offload (GiB)")
+    p.add_argument("--kv-blocks", help="fix the KV pool in blocks, or auto (run_cell's default per device)")
+    return p
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run the flags ask for, checked before anything starts."""
+
+    target: str
+    stages: tuple[str, ...]
+    cells: tuple[PolicyCell, ...]
+    source_study: tuple[CellSpec, ...]
+
+
+@dataclass(frozen=True)
+class PolicyCell:
+    """A policy of the cells stage: its cell, or, for a CUDA-only policy on cpu, the server command it would run
+    on a GPU (built, never started)."""
+
+    policy: str
+    cell: CellSpec | None
+    gpu_command: str | None = None
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    """Raises ``ValueError`` or pydantic's ``ValidationError`` with what is wrong in the flags."""
+    if args.gpu not in known_device_names():
+        raise ValueError(f"unknown --gpu {args.gpu!r}; valid: {', '.join(known_device_names())}")
+    if args.budget_s <= 0:
+        raise ValueError(f"--budget-s {args.budget_s:g} is not positive; valid: the seconds the run may take")
+    stages = _names(args.stages, STAGES, "--stages")
+    policies = _names(args.policies, tuple(POLICIES), "--policies")
+    on_cpu = args.gpu == CPU
+    duration = args.duration_s if args.duration_s is not None else (3.0 if on_cpu else 10.0)
+    source_duration = args.source_duration_s if args.source_duration_s is not None else (5.0 if on_cpu else 45.0)
+    weights = args.weights or (Weights.REAL.value if on_cpu else Weights.DUMMY.value)
+    base = dict(gpu=args.gpu, model=args.model, weights=weights, dram_gb=0.0, scale=None, seed=42,
+                request_timeout_s=300.0, job_timeout_s=600.0, kv_blocks=args.kv_blocks, block_size=None,
+                gpu_memory_utilization=0.85, max_num_seqs=None)  # fmt: skip
+    cells = []
+    for policy in policies:
+        dram_gb = args.dram_gb if get_policy(policy).has_cpu_tier else 0.0
+        flags = argparse.Namespace(**{**base, "policy": policy, "jps": args.jps, "duration_s": duration, "dram_gb": dram_gb})
+        if on_cpu and get_policy(policy).needs_cuda:
+            gpu_flags = {"gpu": BUILT_FOR_GPU, "model": None, "weights": Weights.DUMMY.value, "kv_blocks": None}
+            cells.append(PolicyCell(policy, None, _server_command(cell_from(argparse.Namespace(**{**vars(flags),
+                                                                                                  **gpu_flags})))))
+        else:
+            cells.append(PolicyCell(policy, cell_from(flags)))
+    source = tuple(cell_from(argparse.Namespace(**{**base, "policy": policy, "jps": jps, "duration_s": source_duration}))
+                   for policy, jps in SOURCE_STUDY)  # fmt: skip
+    return Plan(args.gpu, stages, tuple(cells), source)
+
+
+def _names(text: str, valid: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in valid]
+    if unknown or not names:
+        raise ValueError(f"{flag} {text!r}: unknown {', '.join(unknown) or 'empty list'}; valid: {', '.join(valid)}")
+    return names
+
+
+class EvidenceRun:
+    """The stages of one run, each timed and recorded, the evidence packed after each."""
+
+    def __init__(self, plan: Plan, budget: Budget, work: Path, out: Path, command: str):
+        self.plan, self.budget, self.work, self.out = plan, budget, work, out
+        self.stages: list[StageResult] = []
+        self.worker = CellWorker()
+        self.on_gpu = plan.target != CPU
+        self.header = EvidenceHeader(command, plan.target, _device_name(self.on_gpu), "(read by the doctor)",
+                                     budget.total_s)  # fmt: skip
+
+    def run(self) -> list[StageResult]:
+        try:
+            for name in self.plan.stages:
+                getattr(self, "_" + name.replace("-", "_"))()
+        finally:
+            self.worker.shutdown()
+        return self.stages
+
+    # -- one stage -------------------------------------------------------------------------------------------
+
+    def stage(self, name: str, estimate_s: float, body: Callable[[], StageResult]) -> StageResult:
+        """Run ``body`` if ``estimate_s`` fits in the budget, record its result (or why it was skipped, failed
+        or cut), print it and pack."""
+        if (refusal := self.budget.refusal(estimate_s)) is not None:
+            return self._record(StageResult(name, "skipped", 0.0, refusal))
+        print(f"[{self.budget.total_s - self.budget.left_s():6.0f} s] {name} ...", flush=True)
+        started = time.monotonic()
+        try:
+            result = body()
+        except Cut:
+            result = StageResult(name, "cut", 0.0, "SIGTERM: the command's time limit ended the run inside this stage")
+            self._record(_timed(result, started))
+            raise
+        except Exception as error:  # a stage's failure is evidence too; the next stage may still run
+            result = StageResult(name, "failed", 0.0, f"{type(error).__name__}: {first_line(error)}")
+        return self._record(_timed(result, started))
+
+    def _record(self, result: StageResult) -> StageResult:
+        self.stages.append(result)
+        print(f"  {result.name}: {result.status} in {result.seconds:.1f} s: {result.detail}", flush=True)
+        if result.table:
+            print("    " + result.table.replace("\n", "\n    "), flush=True)
+        pack(self.work, self.out, self.header, self.stages)
+        return result
+
+    # -- the stages ------------------------------------------------------------------------------------------
+
+    def _doctor(self) -> None:
+        def body() -> StageResult:
+            stack = read_node_stack()
+            self.header = EvidenceHeader(self.header.command, self.header.target, self.header.device,
+                                         f"vllm {stack.vllm}, lmcache {stack.lmcache}, torch {stack.torch}, "
+                                         f"CUDA {stack.cuda}, driver {stack.driver}", self.header.budget_s)  # fmt: skip
+            cells = [entry.cell for entry in self.plan.cells if entry.cell is not None]
+            cell = (cells or list(self.plan.source_study))[0]
+            needs_lmcache = any(get_policy(cell.policy).uses_lmcache for cell in cells)
+            checks = node_checks(self.plan.target, cell.model, cell.weights, needs_lmcache)
+            return _from_checks("doctor", checks, "the node's checks", self.work / "doctor")
+
+        self.stage("doctor", DOCTOR_S, body)
+
+    def _cells(self) -> None:
+        for entry in self.plan.cells:
+            name = f"cell {entry.policy}"
+            if entry.cell is None:
+                why = f"needs CUDA, not run on cpu; its {BUILT_FOR_GPU} server command built"
+                self._record(StageResult(name, "skipped", 0.0, why, entry.gpu_command or "",
+                                         {"server_command": entry.gpu_command}))  # fmt: skip
+                continue
+            self.stage(name, self.budget.cell_estimate_s(entry.cell.workload, needs_start=True),
+                       lambda cell=entry.cell: self._policy_cell(cell))  # fmt: skip
+
+    def _policy_cell(self, cell: CellSpec) -> StageResult:
+        limits = RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
+        outcome, checks = checked_cell(cell.gpu, cell, lambda cell: self.worker.run(cell, limits),
+                                       self.worker.prove_reset)  # fmt: skip
+        directory = self.work / "cells" / cell.policy
+        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
+        write_attempt_files(CellFiles(directory), outcome, summary, row=None)
+        replica_log = self.worker.replica_log()
+        (directory / "replica.log").write_text(replica_log)
+        settings = "eager" if "--enforce-eager" in outcome.config.server_argv else "torch.compile and CUDA graphs"
+        facts: dict = {"policy": cell.policy, "settings": settings, "checks": [asdict(check) for check in checks],
+                       "jct_mean_s": summary.jct_mean_s if summary else None}  # fmt: skip
+        table = format_table(checks)
+        if (start_s := outcome.config.replica_start_s) is not None:
+            self.budget.record_start(start_s)
+            split = start_split(replica_log, start_s)
+            facts["start"] = split.phases()
+            table += "\nstart: " + ", ".join(f"{phase} {_seconds(value)}" for phase, value in split.phases().items())
+        table += f"\nsettings: {settings}"
+        failed = [check for check in checks if check.ok is False]
+        status = "failed" if failed or summary is None else "done"
+        detail = failed[0].detail if failed else _cell_line(outcome, summary)
+        return StageResult(f"cell {cell.policy}", status, 0.0, detail, table, facts)
+
+    def _profile(self) -> None:
+        trace = CellFiles(self.work / "cells" / PROFILED_POLICY).scheduler_trace
+        if not trace.is_file():
+            self._record(StageResult("profile", "skipped", 0.0, f"no {PROFILED_POLICY} cell trace to profile"))
+            return
+        self.stage("profile", PROFILE_S, lambda: self._profile_trace(trace))
+
+    def _profile_trace(self, trace: Path) -> StageResult:
+        cell = next(entry.cell for entry in self.plan.cells if entry.policy == PROFILED_POLICY)
+        arch = load_model(served_model(cell.model, cell.weights).directory)
+        steps = step_samples(pd.read_json(trace, lines=True))
+        if len(steps) < MIN_PROFILE_STEPS:
+            return StageResult("profile", "failed", 0.0, f"{len(steps)} busy steps; a profile needs {MIN_PROFILE_STEPS}")
+        if self.on_gpu and self.plan.target in GPU_TYPES:
+            measured = measure_profile(self.plan.target, steps, arch, PROFILED_POLICY)
+            facts = {**asdict(measured.profile), "error_before": measured.error_before, "error_after": measured.error_after}
+            detail = (f"{len(steps)} steps: step-time error {measured.error_before:.1%} before, "
+                      f"{measured.error_after:.1%} after")  # fmt: skip
+            return StageResult("profile", "done", 0.0, detail, measured.describe(), facts)
+        error, table = _cpu_roofline(steps, arch)
+        detail = f"{len(steps)} steps: the fitted roofline's median step-time error {error:.1%} (cpu has no rates to replace)"
+        return StageResult("profile", "done", 0.0, detail, table, {"error_after": error})
+
+    def _source_study(self) -> None:
+        previous_policy = None
+        for cell in self.plan.source_study:
+            needs_start = cell.policy != previous_policy
+            previous_policy = cell.policy
+            self.stage(f"source {cell.policy} {cell.jps:g} JPS", self.budget.cell_estimate_s(cell.workload, needs_start),
+                       lambda cell=cell: self._source_cell(cell))  # fmt: skip
+
+    def _source_cell(self, cell: CellSpec) -> StageResult:
+        limits = RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
+        outcome = self.worker.run(cell, limits)
+        if (start_s := outcome.config.replica_start_s) is not None:
+            self.budget.record_start(start_s)
+        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
+        write_attempt_files(CellFiles(self.work / "source-study" / f"{cell.policy}-{cell.jps:g}jps"), outcome, summary,
+                            row=None)  # fmt: skip
+        name = f"source {cell.policy} {cell.jps:g} JPS"
+        if summary is None or summary.jct_mean_s is None:
+            return StageResult(name, "failed", 0.0, f"{outcome.status.value}: {outcome.reason}")
+        published = _published_jct(cell)
+        simulated = (simulated_jct(MeasuredCell("large_dram", cell.gpu, cell.policy, cell.jps, 0.0, 0.0),
+                                   Calibration.load()) if cell.gpu in GPU_TYPES else None)  # fmt: skip
+        facts = {"jct_mean_s": summary.jct_mean_s, "published_jct_s": published, "simulated_jct_s": simulated,
+                 "completed": summary.n_completed, "jobs": summary.n_jobs}  # fmt: skip
+        detail = (f"mean JCT {summary.jct_mean_s:.2f} s ({summary.n_completed}/{summary.n_jobs} jobs); published "
+                  f"{_seconds(published)}, simulated {_seconds(simulated)}")  # fmt: skip
+        return StageResult(name, "done", 0.0, detail, facts=facts)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def _timed(result: StageResult, started: float) -> StageResult:
+    return StageResult(result.name, result.status, time.monotonic() - started, result.detail, result.table,
+                       result.facts)  # fmt: skip
+
+
+def _from_checks(name: str, checks: list[Check], what: str, directory: Path) -> StageResult:
+    directory.mkdir(parents=True, exist_ok=True)
+    table = format_table(checks)
+    (directory / "checks.txt").write_text(table + "\n")
+    failed = [check for check in checks if check.ok is False]
+    detail = f"{failed[0].name}: {failed[0].detail}" if failed else f"{len(checks)} checks: {what} hold"
+    return StageResult(name, "failed" if failed else "done", 0.0, detail, table,
+                       {"checks": [asdict(check) for check in checks]})  # fmt: skip
+
+
+def _cell_line(outcome, summary) -> str:
+    facts = outcome.config.engine_facts
+    pool = f"KV pool {facts.num_kv_blocks} blocks x {facts.block_size} on {facts.device_name}" if facts else "no pool"
+    return f"{summary.n_completed}/{summary.n_jobs} jobs, mean JCT {summary.jct_mean_s:.2f} s; {pool}"
+
+
+def _server_command(cell: CellSpec) -> str:
+    """The server command line ``cell`` would run (built, never started)."""
+    engine = served_cell(cell, served_model(cell.model, cell.weights)).engine
+    return shlex.join(vllm_server_command(engine, port=8000).argv)
+
+
+def _cpu_roofline(steps: pd.DataFrame, arch) -> tuple[float, str]:
+    """The CPU engine's fitted roofline (``sim.profile``) and its median relative step-time error."""
+    flops, bandwidth, step_s, seq_s = fit_step_costs(steps, arch)
+    device = Device(CPU, flops, bandwidth, bandwidth, 2048, 128)
+    cost = StepCost(arch, device, Calibration(1.0, 1.0, step_overhead_s=step_s, seq_overhead_s=seq_s))
+    predicted = predicted_step_s(cost, steps)
+    error = statistics.median(abs(p - m) / m for p, m in zip(predicted, steps.duration_s) if m > 0)
+    table = (f"  {flops / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s, {step_s * 1e3:.3g} ms per step, "
+             f"{seq_s * 1e3:.3g} ms per request; median step-time error {error:.1%}")  # fmt: skip
+    return error, table
+
+
+def _published_jct(cell: CellSpec) -> float | None:
+    for measured in measured_cells():
+        if (measured.source, measured.gpu, measured.policy, measured.jps) == ("large_dram", cell.gpu, cell.policy,
+                                                                              cell.jps):  # fmt: skip
+            return measured.avg_jct_s
+    return None
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _device_name(on_gpu: bool) -> str:
+    if not on_gpu:
+        return f"this machine's CPU ({os.cpu_count()} cores)"
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip() or "no GPU answered"
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"nvidia-smi failed: {first_line(error)}"
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Cut()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        plan = plan_from(args)
+    except (ValueError, ValidationError) as error:
+        print(f"error: {one_line(error) if isinstance(error, ValidationError) else error}", file=sys.stderr)
+        return 2
+    work = args.work or Path(tempfile.mkdtemp(prefix="kvsweep-evidence-"))
+    work.mkdir(parents=True, exist_ok=True)
+    budget = Budget(args.budget_s, "cpu" if plan.target == CPU else "gpu")
+    command = shlex.join(["python", "-m", "orchestrator.gpu_evidence", *(argv if argv is not None else sys.argv[1:])])
+    print(f"evidence for {plan.target} in at most {args.budget_s:.0f} s: stages {', '.join(plan.stages)}; "
+          f"files in {work}, packed into {args.out}", flush=True)  # fmt: skip
+    run = EvidenceRun(plan, budget, work, args.out, command)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        stages = run.run()
+    except Cut:
+        stages = run.stages
+        print("cut by SIGTERM: the evidence of every finished stage is packed", file=sys.stderr)
+    print("\n" + stage_table(stages), flush=True)
+    print(f"evidence packed in {args.out}: summary.md, evidence.json, evidence.tar.gz", flush=True)
+    return 1 if any(stage.status in ("failed", "cut") for stage in stages) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The evidence run's pure parts: a start's phases from vLLM's log lines, the budget's plan, and the pack."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+
+from orchestrator.evidence.budget import Budget
+from orchestrator.evidence.pack import ARCHIVE_FILE, PACKED_FILES, EvidenceHeader, StageResult, pack
+from orchestrator.evidence.startup import start_split
+from orchestrator.workload.spec import WorkloadSpec
+
+# The lines vLLM 0.26 logs on a GPU start (their format strings: v1/worker/gpu_model_runner.py's "Model loading
+# took %s GiB memory and %.6f seconds" and "Graph capturing finished in %.0f secs, took %.2f GiB", v1/engine/core.py's
+# "init engine (profile, create kv cache, warmup model) took %.2f s (compilation: %.2f s)").
+GPU_START = """\
+(EngineCore pid=311) INFO 11-26 10:00:04 [gpu_model_runner.py:5348] Model loading took 14.99 GiB memory and 4.512345 seconds
+(EngineCore pid=311) INFO 11-26 10:00:31 [backends.py:612] Compiling a graph for compile range (1, 8192) takes 21.05 s
+(EngineCore pid=311) INFO 11-26 10:00:48 [gpu_model_runner.py:6845] Graph capturing finished in 12 secs, took 0.52 GiB
+(EngineCore pid=311) INFO 11-26 10:00:49 [core.py:331] init engine (profile, create kv cache, warmup model) took 48.20 s (compilation: 25.31 s)
+"""
+CPU_START = "INFO 11-26 10:00:09 [core.py:348] init engine (profile, create kv cache, warmup model) took 3.10 s\n"
+
+
+def test_a_gpu_start_splits_into_load_compilation_capture_profile_and_the_rest():
+    split = start_split(GPU_START, total_s=90.0)
+    assert (split.load_s, split.compile_s, split.graph_capture_s, split.engine_init_s) == (4.512345, 25.31, 12.0, 48.2)
+    assert split.profile_and_warmup_s == pytest.approx(48.2 - 25.31 - 12.0)
+    assert split.process_and_api_s == pytest.approx(90.0 - 4.512345 - 48.2)
+    assert sum(value for phase, value in split.phases().items() if phase != "total") == pytest.approx(90.0)
+
+
+def test_an_eager_cpu_start_names_only_what_its_log_has():
+    split = start_split(CPU_START, total_s=30.0)
+    assert (split.load_s, split.compile_s, split.graph_capture_s) == (None, None, None)
+    assert split.profile_and_warmup_s == pytest.approx(3.1) and split.process_and_api_s == pytest.approx(26.9)
+    assert start_split("", total_s=5.0).phases()["process, imports, API"] == 5.0
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_stage_starts_only_when_its_estimate_fits_and_each_start_is_estimated_from_the_latest():
+    clock = Clock()
+    budget = Budget(300.0, "gpu", clock)
+    workload = WorkloadSpec(jps=1, duration_s=10)  # 8 turns with 0.5 s tool calls
+    assert budget.cell_estimate_s(workload, needs_start=True) == 240 + 10 + 8 * 1.5 + 10
+    assert budget.refusal(272.0) is None
+    clock.now += 100
+    assert budget.refusal(272.0) == "needs about 272 s, 200 s of the 300 s budget left"
+    budget.record_start(120.0)  # the first start compiled the model
+    budget.record_start(50.0)  # the next loaded the compiled graphs
+    assert budget.cell_estimate_s(workload, needs_start=True) == pytest.approx(50 * 1.2 + 32)
+    assert budget.cell_estimate_s(workload, needs_start=False) == 32
+    clock.now += 500
+    assert budget.refusal(1.0) == "needs about 1 s, 0 s of the 300 s budget left"
+
+
+def test_the_pack_is_three_whole_files_holding_every_stage_file(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "cells" / "fcfs").mkdir(parents=True)
+    (work / "cells" / "fcfs" / "cell.json").write_text("{}")
+    header = EvidenceHeader("python -m orchestrator.gpu_evidence --gpu H200", "H200", "NVIDIA H200", "vllm 0.26.0", 500)
+    stages = [StageResult("doctor", "done", 12.5, "6 checks hold", "target  check ..."),
+              StageResult("cell fcfs", "skipped", 0.0, "needs about 272 s, 200 s of the 500 s budget left")]
+    pack(work, out, header, stages[:1])
+    pack(work, out, header, stages)  # after every stage: the files are replaced, never added to
+    assert sorted(path.name for path in out.iterdir()) == sorted(PACKED_FILES)
+    evidence = json.loads((out / "evidence.json").read_text())
+    assert [(s["name"], s["status"]) for s in evidence["stages"]] == [("doctor", "done"), ("cell fcfs", "skipped")]
+    summary = (out / "summary.md").read_text()
+    assert "cell fcfs  skipped     0.0  needs about 272 s" in summary and "## doctor: done" in summary
+    with tarfile.open(out / ARCHIVE_FILE) as archive:
+        names = set(archive.getnames())
+    assert {"evidence/cells/fcfs/cell.json", "evidence/summary.md", "evidence/evidence.json"} <= names
