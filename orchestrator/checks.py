@@ -60,7 +60,7 @@ def node_checks(target: str, model: str, weights: Weights, needs_lmcache: bool) 
     if needs_lmcache:
         ops, module = stack.lmcache_ops_error, lmcache_ops_module(stack.lmcache)
         checks.append(Check(target, "LMCache compiled ops", ops is None, f"{module} loaded" if ops is None else ops))
-    checks += [_imports(target, "vllm"), _weights_check(target, model, weights)]
+    checks += [_server_imports(target), _weights_check(target, model, weights)]
     return checks
 
 
@@ -98,10 +98,16 @@ def _torch_sees_gpu(target: str) -> Check:
     return Check(target, "torch sees the GPU", True, seen)
 
 
-def _imports(target: str, module: str) -> Check:
-    result = _python(f"import {module}")
+# What a replica runs: its imports reach modules ``import vllm`` alone never loads (vLLM 0.26's structured-output
+# backends need llguidance and xgrammar at class definition, which a GPU kit without them showed).
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def _server_imports(target: str) -> Check:
+    result = _python(f"import {VLLM_SERVER_MODULE}")
     last = (result.stderr.strip().splitlines() or [""])[-1]
-    return Check(target, f"{module} imports", result.returncode == 0, "imported" if result.returncode == 0 else last)
+    detail = f"{VLLM_SERVER_MODULE} imported" if result.returncode == 0 else last
+    return Check(target, "vllm imports", result.returncode == 0, detail)
 
 
 def _weights_check(target: str, model: str, weights: Weights) -> Check:

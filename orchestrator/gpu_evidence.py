@@ -45,8 +45,9 @@ from orchestrator.evidence.startup import start_split
 from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
 from orchestrator.models.served import Weights, served_model
 from orchestrator.policies import POLICIES, get_policy
+from orchestrator.records.cell import CellOutcome
 from orchestrator.records.layout import CellFiles
-from orchestrator.records.summary import summarize
+from orchestrator.records.summary import CellSummary, summarize
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.run_cell import cell_from
@@ -162,6 +163,8 @@ class EvidenceRun:
         self.stages: list[StageResult] = []
         self.worker = CellWorker()
         self.on_gpu = plan.target != CPU
+        # Set when a compiled start failed on the GPU: every later cell runs eager, and says so.
+        self.eager_because: str | None = None
         self.header = EvidenceHeader(command, plan.target, _device_name(self.on_gpu), "(read by the doctor)",
                                      budget.total_s)  # fmt: skip
 
@@ -228,15 +231,18 @@ class EvidenceRun:
                        lambda cell=entry.cell: self._policy_cell(cell))  # fmt: skip
 
     def _policy_cell(self, cell: CellSpec) -> StageResult:
-        limits = RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
-        outcome, checks = checked_cell(cell.gpu, cell, lambda cell: self.worker.run(cell, limits),
-                                       self.worker.prove_reset)  # fmt: skip
-        directory = self.work / "cells" / cell.policy
-        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
-        write_attempt_files(CellFiles(directory), outcome, summary, row=None)
+        ran = self._settled(cell)
+        outcome, checks = self._checked(ran)
+        if self.on_gpu and self.eager_because is None and _start_failed(outcome):
+            # One failed compiled start (torch.compile or CUDA-graph capture) must not cost every cell after it.
+            self.eager_because = f"the {cell.policy} cell's compiled start failed: {_why_not_done(outcome)}"
+            self._save_cell(self.work / "cells" / f"{cell.policy}-compiled", outcome)
+            ran = self._settled(cell)
+            outcome, checks = self._checked(ran)
+        summary = self._save_cell(self.work / "cells" / cell.policy, outcome)
         replica_log = self.worker.replica_log()
-        (directory / "replica.log").write_text(replica_log)
-        settings = "eager" if "--enforce-eager" in outcome.config.server_argv else "torch.compile and CUDA graphs"
+        eager = ran.engine_options.enforce_eager if ran.engine_options.enforce_eager is not None else not self.on_gpu
+        settings = "eager" if eager else "torch.compile and CUDA graphs"
         facts: dict = {"policy": cell.policy, "settings": settings, "checks": [asdict(check) for check in checks],
                        "jct_mean_s": summary.jct_mean_s if summary else None}  # fmt: skip
         table = format_table(checks)
@@ -245,11 +251,32 @@ class EvidenceRun:
             split = start_split(replica_log, start_s)
             facts["start"] = split.phases()
             table += "\nstart: " + ", ".join(f"{phase} {_seconds(value)}" for phase, value in split.phases().items())
-        table += f"\nsettings: {settings}"
+        table += f"\nsettings: {settings}" + (f" ({self.eager_because})" if self.eager_because else "")
         failed = [check for check in checks if check.ok is False]
         status = "failed" if failed or summary is None else "done"
-        detail = failed[0].detail if failed else _cell_line(outcome, summary)
+        if summary is None:
+            detail = _why_not_done(outcome)
+        else:
+            detail = f"{failed[0].name}: {failed[0].detail}" if failed else _cell_line(outcome, summary)
         return StageResult(f"cell {cell.policy}", status, 0.0, detail, table, facts)
+
+    def _save_cell(self, directory: Path, outcome: CellOutcome) -> CellSummary | None:
+        """The cell's files as a sweep keeps them, and its replica's whole log (the start is at its top)."""
+        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
+        write_attempt_files(CellFiles(directory), outcome, summary, row=None)
+        (directory / "replica.log").write_text(self.worker.replica_log())
+        return summary
+
+    def _checked(self, cell: CellSpec) -> tuple[CellOutcome, list[Check]]:
+        """``cell`` run, its replica's reset proven after it, and the evidence both give."""
+        limits = RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
+        return checked_cell(cell.gpu, cell, lambda cell: self.worker.run(cell, limits), self.worker.prove_reset)
+
+    def _settled(self, cell: CellSpec) -> CellSpec:
+        """``cell`` eager once a compiled start has failed, as it is otherwise."""
+        if self.eager_because is None:
+            return cell
+        return cell.model_copy(update={"engine_options": cell.engine_options.model_copy(update={"enforce_eager": True})})
 
     def _profile(self) -> None:
         trace = CellFiles(self.work / "cells" / PROFILED_POLICY).scheduler_trace
@@ -284,15 +311,13 @@ class EvidenceRun:
 
     def _source_cell(self, cell: CellSpec) -> StageResult:
         limits = RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
-        outcome = self.worker.run(cell, limits)
+        outcome = self.worker.run(self._settled(cell), limits)
         if (start_s := outcome.config.replica_start_s) is not None:
             self.budget.record_start(start_s)
-        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
-        write_attempt_files(CellFiles(self.work / "source-study" / f"{cell.policy}-{cell.jps:g}jps"), outcome, summary,
-                            row=None)  # fmt: skip
+        summary = self._save_cell(self.work / "source-study" / f"{cell.policy}-{cell.jps:g}jps", outcome)
         name = f"source {cell.policy} {cell.jps:g} JPS"
         if summary is None or summary.jct_mean_s is None:
-            return StageResult(name, "failed", 0.0, f"{outcome.status.value}: {outcome.reason}")
+            return StageResult(name, "failed", 0.0, _why_not_done(outcome))
         published = _published_jct(cell)
         simulated = (simulated_jct(MeasuredCell("large_dram", cell.gpu, cell.policy, cell.jps, 0.0, 0.0),
                                    Calibration.load()) if cell.gpu in GPU_TYPES else None)  # fmt: skip
@@ -321,7 +346,17 @@ def _from_checks(name: str, checks: list[Check], what: str, directory: Path) -> 
                        {"checks": [asdict(check) for check in checks]})  # fmt: skip
 
 
-def _cell_line(outcome, summary) -> str:
+def _start_failed(outcome: CellOutcome) -> bool:
+    return not outcome.status.is_done and (outcome.reason or "").startswith("replica did not start")
+
+
+def _why_not_done(outcome: CellOutcome) -> str:
+    """The cell's reason and the last line of its server's log (a failed start's exception, most often)."""
+    last = next((line.strip() for line in reversed(outcome.server_log.splitlines()) if line.strip()), "")
+    return f"{outcome.status.value}: {outcome.reason}" + (f"; server log ends: {last[:300]}" if last else "")
+
+
+def _cell_line(outcome: CellOutcome, summary: CellSummary) -> str:
     facts = outcome.config.engine_facts
     pool = f"KV pool {facts.num_kv_blocks} blocks x {facts.block_size} on {facts.device_name}" if facts else "no pool"
     return f"{summary.n_completed}/{summary.n_jobs} jobs, mean JCT {summary.jct_mean_s:.2f} s; {pool}"
