@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 clean
+.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 gpu-kit gpu-rehearsal gpu-rehearsal-0.26 clean
 
 install: $(INSTALLED)
 
@@ -92,6 +92,21 @@ $(INSTALLED2): $(INSTALLED) pyproject.toml orchestrator/stacks.py
 
 test-stack-0.26: $(INSTALLED2)
 	$(PY2) -m pytest -m engine
+
+# The lent GPU machine's evidence run (docs/gpu-runs/README.md). gpu-kit writes .gpuparts (git-ignored, about four
+# minutes) from the workplace's shared kit scripts; the rehearsals run the machine's very command here on the CPU
+# engine, through every stage, on each tested stack (the GPU machine gets vllm-0.26).
+SHARED_GPU ?= ../shared/gpu
+REHEARSAL_S ?= 900
+
+gpu-kit:
+	bash deploy/gpu-machine/kit.sh $(SHARED_GPU)
+
+gpu-rehearsal: install
+	PYTHON=$(PY) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal $(REHEARSAL_S)
+
+gpu-rehearsal-0.26: $(INSTALLED2)
+	PYTHON=$(PY2) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal-0.26/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal-0.26 $(REHEARSAL_S)
 
 clean:
 	rm -rf $(VENV) $(VENV2) .wheelhouse results .pytest_cache

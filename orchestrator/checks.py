@@ -5,6 +5,7 @@ GPU box, the doctor inside a Ray task on each node type.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
-from orchestrator.policies import get_policy
+from orchestrator.policies import TierKind, get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
 from orchestrator.records.trace import Unpin, UnpinReason, read_trace
 from orchestrator.replica.stack import read_node_stack
@@ -168,6 +169,8 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
         events = read_trace(outcome.scheduler_trace)
         carried = sum(isinstance(event, Unpin) and event.reason is UnpinReason.NEXT_TURN for event in events)
         return Check(target, name, carried > 0, f"{carried} pins carried a job's KV to its next turn")
+    if policy.cpu_tier is TierKind.LMCACHE:
+        return _lmcache_evidence(target, name, outcome)
     if policy.has_cpu_tier:
         counters = outcome.config.tier_counters
         stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
@@ -175,6 +178,22 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
     later = [r for r in outcome.requests if r.turn and r.turn > 1 and r.best_cached_tokens]
     hit = sum(r.cached_tokens or 0 for r in later) / max(1, sum(r.best_cached_tokens for r in later))
     return Check(target, name, hit > 0.5, f"turns 2+ hit {hit:.0%} of their best prefix-cache share")
+
+
+# LMCache logs each store; vLLM exports no store counter for its connector (the kv_offload_* counters are its own
+# OffloadingConnector's), as the first H200 cell showed: LMCache logged its stores while those counters stayed 0.
+_LMCACHE_STORED = re.compile(r"LMCache INFO:.*?Stored (\d+) out of total \d+ tokens")
+
+
+def _lmcache_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
+    """LMCache's stores from its log lines in the cell's share of the server log, its loads from vLLM's external
+    prefix-cache counters (tokens found in LMCache's tier)."""
+    stores = [int(tokens) for tokens in _LMCACHE_STORED.findall(outcome.server_log)]
+    counters = outcome.config.tier_counters
+    hits, queries = counters.external_prefix_cache_hits or 0.0, counters.external_prefix_cache_queries or 0.0
+    detail = (f"LMCache stored {sum(stores):,} tokens in {len(stores)} stores (its log); its tier served "
+              f"{hits:,.0f} of {queries:,.0f} tokens vLLM looked up there")  # fmt: skip
+    return Check(target, name, sum(stores) > 0, detail)
 
 
 def kv_pool_check(target: str, cell: CellSpec, outcome: CellOutcome) -> Check | None:

@@ -52,9 +52,9 @@ from orchestrator.replica.stack import read_node_stack
 from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.run_cell import cell_from
 from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_jct
-from orchestrator.sim.gpu_profile import measure_profile
+from orchestrator.sim.gpu_profile import measure_profile, trace_steps
 from orchestrator.sim.hardware import Calibration, Device, StepCost
-from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples
+from orchestrator.sim.profile import fit_step_costs, predicted_step_s
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import served_cell
@@ -288,7 +288,7 @@ class EvidenceRun:
     def _profile_trace(self, trace: Path) -> StageResult:
         cell = next(entry.cell for entry in self.plan.cells if entry.policy == PROFILED_POLICY)
         arch = load_model(served_model(cell.model, cell.weights).directory)
-        steps = step_samples(pd.read_json(trace, lines=True))
+        steps = trace_steps(trace)
         if len(steps) < MIN_PROFILE_STEPS:
             return StageResult("profile", "failed", 0.0, f"{len(steps)} busy steps; a profile needs {MIN_PROFILE_STEPS}")
         if self.on_gpu and self.plan.target in GPU_TYPES:
@@ -302,10 +302,8 @@ class EvidenceRun:
         return StageResult("profile", "done", 0.0, detail, table, {"error_after": error})
 
     def _source_study(self) -> None:
-        previous_policy = None
         for cell in self.plan.source_study:
-            needs_start = cell.policy != previous_policy
-            previous_policy = cell.policy
+            needs_start = not self.worker.keeps_replica_for(self._settled(cell))
             self.stage(f"source {cell.policy} {cell.jps:g} JPS", self.budget.cell_estimate_s(cell.workload, needs_start),
                        lambda cell=cell: self._source_cell(cell))  # fmt: skip
 

@@ -19,6 +19,7 @@ before and after. A cell in BF16 gives the BF16 matmul rate; the trace must come
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import sys
@@ -29,8 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.records.layout import CELL_CONFIG_FILE
 from orchestrator.sim.hardware import Calibration, Device, StepCost
-from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples
+from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples, steps_in_flight_of
 from orchestrator.sim.rates import RATES_FILE, GpuRates
 from orchestrator.sizing.models import ModelArch, load_model
 
@@ -97,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: no trace file {', '.join(missing)}", file=sys.stderr)
         return 2
+    rates = GpuRates.load()
+    if args.write and args.gpu == rates.reference:
+        print(f"error: --write for {args.gpu}, the reference GPU: the calibration's efficiencies are shares of its rates, "
+              f"so its own steps cannot change them, and new ones would rescale every other GPU; valid: --write for "
+              f"{', '.join(gpu for gpu in GPU_TYPES if gpu != rates.reference)}", file=sys.stderr)  # fmt: skip
+        return 2
     arch = load_model(args.model)
-    steps = pd.concat([step_samples(pd.read_json(path, lines=True)) for path in args.traces], ignore_index=True)
+    steps = pd.concat([trace_steps(path) for path in args.traces], ignore_index=True)
     if len(steps) < 20:
         print(f"error: {len(steps)} busy steps in {len(args.traces)} traces; a profile needs at least 20", file=sys.stderr)
         return 2
@@ -112,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def trace_steps(path: Path) -> pd.DataFrame:
+    """``profile.step_samples`` of one cell's trace, timed for the scheduling its engine ran (read from the
+    ``cell.json`` beside it: asynchronous on a GPU; synchronous where there is none)."""
+    config = path.parent / CELL_CONFIG_FILE
+    argv = json.loads(config.read_text()).get("server_argv") or [] if config.is_file() else []
+    return step_samples(pd.read_json(path, lines=True), steps_in_flight_of(argv))
+
+
 @dataclass(frozen=True)
 class MeasuredProfile:
     """A GPU's profile beside what the simulator had for it, and the simulator's step-time error under each."""
@@ -122,6 +138,7 @@ class MeasuredProfile:
     calibration: Calibration
     error_before: float  # median relative step-time error
     error_after: float
+    reference: bool  # the GPU is the calibration's reference: its rates are what the efficiencies are shares of
 
     def describe(self) -> str:
         p, c = self.profile, self.calibration
@@ -130,7 +147,8 @@ class MeasuredProfile:
             f"  memory read   {self.rates_before['memory_read_gb_s']} -> {p.memory_read_gb_s:.0f} GB/s",
             f"  per step      {c.step_overhead_s * 1e3:.3g} ms (calibration) | {p.step_overhead_s * 1e3:.3g} ms fitted",
             f"  per request   {c.seq_overhead_s * 1e3:.3g} ms (calibration) | {p.seq_overhead_s * 1e3:.3g} ms fitted",
-            f"  median step-time error {self.error_before:.1%} before, {self.error_after:.1%} after",
+            f"  median step-time error {self.error_before:.1%} before, {self.error_after:.1%} after"
+            + (" (the same by construction: the calibration's reference GPU)" if self.reference else ""),
         ])  # fmt: skip
 
 
@@ -144,7 +162,8 @@ def measure_profile(gpu: str, steps: pd.DataFrame, arch: ModelArch, cells: str) 
     before = Device.gpu(gpu)
     after = replace(before, relative=rates.with_measured(gpu, profile.rates(), source).relative(gpu))
     return MeasuredProfile(profile, source, {name: _rate(rates, gpu, name) for name in profile.rates()}, calibration,
-                           step_error(steps, arch, before, calibration), step_error(steps, arch, after, calibration))
+                           step_error(steps, arch, before, calibration), step_error(steps, arch, after, calibration),
+                           reference=gpu == rates.reference)  # fmt: skip
 
 
 def _rate(rates: GpuRates, gpu: str, name: str) -> str:

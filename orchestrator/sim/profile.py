@@ -68,12 +68,29 @@ class CpuProfile:
                            seq_overhead_s=self.seq_overhead_s, request_overhead_s=self.request_overhead_s)  # fmt: skip
 
 
-def step_samples(trace: pd.DataFrame) -> pd.DataFrame:
-    """Steps with their measured duration: the time to the next step while the engine stayed busy."""
+def step_samples(trace: pd.DataFrame, steps_in_flight: int = 1) -> pd.DataFrame:
+    """Steps with their measured duration, while the engine stayed busy. A trace stamps each step when it is
+    scheduled. With one step in flight (vLLM's synchronous scheduling, the CPU engine) a step lasts until the next
+    is scheduled. With two (asynchronous scheduling, vLLM's default on a GPU) step N+1 is scheduled as soon as N is
+    launched and N+2 only once N's output is back, so N lasts from N+1's stamp to N+2's: on an H200 an 8K-token
+    prefill's own interval was 25 ms and the next one's 200 ms. ``steps_in_flight`` is the trace's
+    (``steps_in_flight_of``)."""
     steps = trace[trace.kind == "step"].sort_values("t").reset_index(drop=True)
-    steps["duration_s"] = steps.t.shift(-1) - steps.t
-    busy = (steps.scheduled > 0) & (steps.running > 0) & steps.duration_s.notna()
-    return steps[busy]
+    lag = steps_in_flight - 1
+    steps["duration_s"] = steps.t.shift(-1 - lag) - steps.t.shift(-lag)
+    busy = (steps.scheduled > 0) & (steps.running > 0)
+    measured = busy & steps.duration_s.notna()
+    for ahead in range(1, lag + 1):  # the steps whose stamps time this one must be busy too
+        measured &= busy.shift(-ahead, fill_value=False)
+    return steps[measured]
+
+
+def steps_in_flight_of(server_argv: Sequence[str]) -> int:
+    """How many steps the engine that ran ``server_argv`` keeps in flight: two under an asynchronous scheduler class
+    (``replica.schedulers.async_variants``, what the policies run on a GPU), else one."""
+    argv = list(server_argv)
+    scheduler = argv[argv.index("--scheduler-cls") + 1] if "--scheduler-cls" in argv[:-1] else ""
+    return 2 if ".async_variants." in scheduler else 1
 
 
 def predicted_step_s(cost: StepCost, steps: pd.DataFrame) -> np.ndarray:

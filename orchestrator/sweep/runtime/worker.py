@@ -284,6 +284,15 @@ class CellWorker:
             raise ResetError("no replica is running to reset")
         return self._replica.reset()
 
+    def keeps_replica_for(self, cell: CellSpec) -> bool:
+        """Whether ``cell`` would run on the replica now running (after a proven reset) rather than a new one."""
+        if self._replica is None or not self._replica.is_alive() or cell.engine is EngineKind.SIM:
+            return False
+        try:
+            return served_cell(cell, self._model(cell)).engine == self._replica.engine
+        except _Refused:  # its model cannot be served here: no replica would run it
+            return False
+
     def replica_log(self) -> str:
         """The whole server log of the replica now running, its start at the top ('' when none runs)."""
         info = self._replica.info if self._replica is not None else None
