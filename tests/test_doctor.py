@@ -1,9 +1,11 @@
 """The doctor's verdicts (pure). The real doctor runs on this machine in a fresh environment installed from an
 offline bundle (tests/test_bundle.py)."""
 
-from orchestrator.checks import _driver_check, _stack_check, format_table
+from types import SimpleNamespace
+
+from orchestrator.checks import _driver_check, _lmcache_evidence, _stack_check, format_table
 from orchestrator.doctor import doctor_cells, not_checked_here
-from orchestrator.records.cell import NodeStack
+from orchestrator.records.cell import NodeStack, TierCounters
 
 
 def stack(cuda, driver):
@@ -42,3 +44,30 @@ def test_the_stack_check_names_the_tested_stack_a_node_has_and_refuses_other_com
     assert cpu.ok and cpu.detail.endswith("tested stack vllm-0.32")
     no_lmcache = _stack_check("H100", NodeStack("0.32.0", None, "2.13.0", "13.0", "580.65.06", "not installed"), True)
     assert no_lmcache.ok is False  # an lmcache cell needs LMCache beside vLLM
+
+
+# Two of LMCache 0.5.3's log lines from the first H200 lmcache cell (docs/gpu-runs/2026-11-26-H200.md), colours kept.
+LMCACHE_STORES = (
+    "(EngineCore pid=1676) \x1b[32;20m[2026-11-26 10:50:16,887] LMCache INFO:\x1b[0m [req_id=cmpl-b724636775c1e792-0-"
+    "acb17201] Stored 1536 out of total 1536 tokens. size: 0.1875 GB, cost 13.5188 ms, throughput: 13.8695 GB/s; "
+    "offload_time: 13.3437 ms, put_time: 0.0948 ms \x1b[3m(cache_engine.py:577:lmcache.v1.cache_engine)\x1b[0m\n"
+    "(EngineCore pid=1676) \x1b[32;20m[2026-11-26 10:50:16,895] LMCache INFO:\x1b[0m [req_id=cmpl-b77676a4443e7ee7-0-"
+    "addfcb2b] Stored 768 out of total 768 tokens. size: 0.0938 GB, cost 7.4086 ms, throughput: 25.3083 GB/s; "
+    "offload_time: 7.2949 ms, put_time: 0.0669 ms \x1b[3m(cache_engine.py:577:lmcache.v1.cache_engine)\x1b[0m\n"
+)
+
+
+def test_lmcache_is_seen_storing_in_its_own_log_lines_where_vllm_counts_no_offload_bytes():
+    """On the H200 vLLM's kv_offload_* counters (its OffloadingConnector's) stayed 0 while LMCache stored."""
+    counters = TierCounters(kv_offload_store_bytes=None, external_prefix_cache_queries=187084.0,
+                            external_prefix_cache_hits=0.0)  # fmt: skip
+    stored = _lmcache_evidence("H200", "lmcache did its job", outcome_with(LMCACHE_STORES, counters))
+    assert stored.ok and stored.detail == ("LMCache stored 2,304 tokens in 2 stores (its log); its tier served 0 of "
+                                           "187,084 tokens vLLM looked up there")  # fmt: skip
+    idle = _lmcache_evidence("H200", "lmcache did its job", outcome_with("INFO: no store here\n", counters))
+    assert idle.ok is False and idle.detail.startswith("LMCache stored 0 tokens in 0 stores")
+
+
+def outcome_with(server_log: str, counters: TierCounters) -> SimpleNamespace:
+    """The two fields of a cell's outcome the evidence reads."""
+    return SimpleNamespace(server_log=server_log, config=SimpleNamespace(tier_counters=counters))

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.sim import gpu_profile
+from orchestrator.sim.calibrate import MEASURED_DIR
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Calibration, Device
 from orchestrator.sim.loop import simulate
@@ -75,3 +76,30 @@ def test_the_command_prints_before_and_after(slower_h100_trace, capsys):
     assert "BF16 matmul   792.1 -> " in out and "median step-time error" in out
     before, after = (float(part.split("%")[0]) for part in out.split("median step-time error ")[1].split(" before, "))
     assert after < 2 < before
+
+
+H200_TRACES = sorted((MEASURED_DIR / "h200-vllm-0.26").glob("*/scheduler_trace.jsonl.gz"))
+
+
+def test_the_h200_traces_are_read_two_steps_in_flight_and_then_few_prefills_beat_the_gpus_peak():
+    """The first GPU cells (docs/gpu-runs/2026-11-26-H200.md), scheduled asynchronously. Read as one step in flight,
+    21 of their 180 prefill chunks of 6K+ tokens ran faster than the H200's peak allows (an 8K chunk in 25 ms: 5
+    PFLOPS on a 989-TFLOPS part); read as their cell.json says, 5 (where the pipeline was not two deep)."""
+    assert len(H200_TRACES) == 2
+    least_s_per_token = 2 * LLAMA.active_parameters / 989e12  # the H200's dense BF16 datasheet figure
+
+    def too_fast(steps: pd.DataFrame) -> tuple[int, int]:
+        big = steps[steps.prefill_tokens >= 6000]
+        return int((big.duration_s < least_s_per_token * big.prefill_tokens).sum()), len(big)
+
+    as_run = [too_fast(gpu_profile.trace_steps(path)) for path in H200_TRACES]
+    as_one = [too_fast(step_samples(pd.read_json(path, lines=True))) for path in H200_TRACES]
+    assert sum(n for _, n in as_run) == sum(n for _, n in as_one) == 180
+    assert sum(bad for bad, _ in as_run) == 5 and sum(bad for bad, _ in as_one) == 21
+
+
+def test_the_reference_gpus_rates_are_not_written(capsys):
+    assert gpu_profile.main(["--gpu", "H200", "--write", *map(str, H200_TRACES)]) == 2
+    assert capsys.readouterr().err.startswith("error: --write for H200, the reference GPU:")
+    assert gpu_profile.main(["--gpu", "H200", *map(str, H200_TRACES)]) == 0
+    assert "(the same by construction: the calibration's reference GPU)" in capsys.readouterr().out

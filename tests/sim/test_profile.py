@@ -18,6 +18,7 @@ from orchestrator.sim.profile import (
     profile_from_cells,
     simulate_cell,
     step_samples,
+    steps_in_flight_of,
 )
 from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import schedule_for
@@ -100,3 +101,25 @@ def test_a_profile_at_a_slower_pace_costs_every_step_and_request_that_many_times
     tool_time_s = sum(turn.tool_time_s for turn in shape.turns)
     (job,), (slow_job,) = (simulate_cell(profile, arch, "fcfs", lone).jobs for profile in (KNOWN, KNOWN.at_pace(1.3)))
     assert slow_job.jct_s - tool_time_s == pytest.approx(1.3 * (job.jct_s - tool_time_s), rel=1e-6)
+
+
+def two_in_flight(trace: pd.DataFrame) -> pd.DataFrame:
+    """``trace``'s steps stamped as vLLM's asynchronous scheduling stamps them: step N+1 as soon as N is launched,
+    step N+2 once N's output is back (so at N's end)."""
+    steps = trace[trace.kind == "step"].reset_index(drop=True)
+    ends = steps.t.shift(-1).to_numpy()  # when each step's own execution ended
+    stamps = [steps.t[0], steps.t[0] + 1e-4] + list(ends[:-2])
+    return steps.assign(t=stamps)
+
+
+def test_with_two_steps_in_flight_a_step_is_timed_from_the_next_stamp_to_the_one_after():
+    trace = synthetic_trace(1e14, 1e12, 0.004, 0.0002, num_steps=60)
+    truth = step_samples(trace).duration_s.to_numpy()
+    shifted = two_in_flight(trace)
+    # Step 1 is stamped 0.1 ms after step 0 starts: step 0 is timed that much short.
+    assert step_samples(shifted, steps_in_flight=2).duration_s.to_numpy() == pytest.approx(truth[:-1], abs=2e-4)
+    read_as_one = step_samples(shifted).duration_s.to_numpy()
+    assert read_as_one[1:] == pytest.approx(truth[:-1], abs=2e-4) and read_as_one[0] < 1e-3  # each time a step late
+    assert steps_in_flight_of(["--scheduler-cls", "orchestrator.replica.schedulers.async_variants.X"]) == 2
+    assert steps_in_flight_of(["--scheduler-cls", "orchestrator.replica.schedulers.tracing.TracingScheduler"]) == 1
+    assert steps_in_flight_of([]) == 1
