@@ -65,7 +65,7 @@ from orchestrator.validation import first_line, one_line
 
 EVIDENCE_POLICIES = ("fcfs", "continuum", "lmcache", "native-offload")
 STAGES = ("doctor", "cells", "profile", "source-study")
-SOURCE_STUDY = (("fcfs", 1.0), ("fcfs", 3.0), ("continuum", 1.0), ("continuum", 3.0))
+SOURCE_STUDY = "fcfs:1,fcfs:3,continuum:1,continuum:3"  # its low-load cells, POLICY:JPS
 PROFILED_POLICY = "fcfs"
 MIN_PROFILE_STEPS = 20
 BUILT_FOR_GPU = "H100"  # the GPU a CUDA-only policy's command line is built for in a CPU rehearsal
@@ -90,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
                    help="default: dummy on a GPU (no download), real on cpu (the tiny model's generated weights)")
     p.add_argument("--jps", type=float, default=1.0, help="the cells stage's load")
     p.add_argument("--duration-s", type=float, help="the cells stage's arrival window; default: 10 on a GPU, 3 on cpu")
+    p.add_argument("--source-cells", default=SOURCE_STUDY, help="the source-study cells, comma-separated POLICY:JPS")
     p.add_argument("--source-duration-s", type=float,
                    help="the source-study cells' arrival window; default: the study's 45 s on a GPU, 5 on cpu")
     p.add_argument("--dram-gb", type=float, default=8.0, help="the CPU tier of lmcache and native-offload (GiB)")
@@ -143,8 +144,21 @@ def plan_from(args: argparse.Namespace) -> Plan:
         else:
             cells.append(PolicyCell(policy, cell_from(flags)))
     source = tuple(cell_from(argparse.Namespace(**{**base, "policy": policy, "jps": jps, "duration_s": source_duration}))
-                   for policy, jps in SOURCE_STUDY)  # fmt: skip
+                   for policy, jps in _policy_loads(args.source_cells))  # fmt: skip
     return Plan(args.gpu, stages, tuple(cells), source)
+
+
+def _policy_loads(text: str) -> list[tuple[str, float]]:
+    cells = []
+    for item in (item.strip() for item in text.split(",") if item.strip()):
+        policy, _, jps = item.partition(":")
+        if policy not in POLICIES:
+            raise ValueError(f"--source-cells {item!r}: unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+        try:
+            cells.append((policy, float(jps)))
+        except ValueError:
+            raise ValueError(f"--source-cells {item!r}: {jps!r} is not a JPS; valid: POLICY:JPS, e.g. {SOURCE_STUDY}") from None
+    return cells
 
 
 def _names(text: str, valid: tuple[str, ...], flag: str) -> tuple[str, ...]:

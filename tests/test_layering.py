@@ -32,6 +32,7 @@ PURE_MODULES = (
     *modules_of("orchestrator.sim"),
     *modules_of("orchestrator.records"),
     *modules_of("orchestrator.routing"),
+    *modules_of("orchestrator.evidence"),
     "orchestrator.crossover.bisection",
     "orchestrator.replica.config",
     "orchestrator.policies",
