@@ -5,7 +5,8 @@ study's workload at small scale. The Llama-shaped one runs through the GPU evide
 
 With no memory pressure every prompt measures its planned length and every turn from the second on hits the
 whole previous turn in the prefix cache, and the KV pool vLLM sizes from its memory is the sizing library's
-prediction (``tests/dummy_cells.py``).
+prediction (``tests/dummy_cells.py``). The node's checks with dummy weights run in the rehearsal; this cell skips
+them (``--no-checks``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ def test_a_dummy_qwen3_measures_its_planned_prompts_and_hits_each_previous_turn(
     out = tmp_path / "cell"
     command = [sys.executable, "-m", "orchestrator.run_cell", "--model", str(model), "--weights", "dummy",
                "--policy", "fcfs", "--kv-blocks", "auto", "--scale", "0.25", "--jps", "1", "--duration-s", "3",
-               "--out", str(out)]  # fmt: skip
+               "--no-checks", "--out", str(out)]  # fmt: skip
     result = subprocess.run(command, env=env_without_ray_and_mlflow(tmp_path), cwd=PROJECT_ROOT, capture_output=True,
                             text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (readable,) = [line.split() for line in result.stdout.splitlines() if line.startswith("cpu     weights readable")]
-    assert readable[3:6] == ["ok", "dummy", "weights"] and "weights=dummy" in result.stdout
+    assert "weights=dummy" in result.stdout
     assert_measures_its_plan_and_hits_each_previous_turn(out, model)

@@ -41,7 +41,9 @@ def test_the_rehearsal_runs_every_stage_and_packs_its_evidence_into_three_files(
     stages = {stage["name"]: stage for stage in json.loads((out / EVIDENCE_FILE).read_text())["stages"]}
     assert {name: stage["status"] for name, stage in stages.items()} == {
         "doctor": "done", "cell fcfs": "done", "cell lmcache": "skipped", "profile": "done", "source fcfs 2 JPS": "done"}
-    assert "vllm.entrypoints.openai.api_server imported" in stages["doctor"]["table"]
+    doctor = stages["doctor"]["table"]
+    assert "vllm.entrypoints.openai.api_server imported" in doctor
+    assert "weights readable  ok      dummy weights of " in doctor
     fcfs = stages["cell fcfs"]["facts"]
     assert fcfs["settings"] == "eager" and fcfs["start"]["total"] > fcfs["start"]["process, imports, API"] > 0
     assert "LMCacheConnectorV1" in stages["cell lmcache"]["facts"]["server_command"]
