@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from orchestrator.gpus import CPU, GPU_TYPES
@@ -53,15 +54,19 @@ def can_serve(checks: list[Check]) -> bool:
 
 def node_checks(target: str, model: str, weights: Weights, needs_lmcache: bool) -> list[Check]:
     """What a replica on this node needs, checked here (run on the node, inside its GPU reservation);
-    ``needs_lmcache``: a cell to serve has an LMCache tier."""
-    stack = read_node_stack()
-    checks = [_stack_check(target, stack, needs_lmcache)]
-    if target != CPU:
-        checks += [_driver_check(target, stack), _torch_sees_gpu(target)]
-    if needs_lmcache:
-        ops, module = stack.lmcache_ops_error, lmcache_ops_module(stack.lmcache)
-        checks.append(Check(target, "LMCache compiled ops", ops is None, f"{module} loaded" if ops is None else ops))
-    checks += [_server_imports(target), _weights_check(target, model, weights)]
+    ``needs_lmcache``: a cell to serve has an LMCache tier. The checks that each start an interpreter and import
+    torch and vLLM (seconds each) run side by side."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        stack = pool.submit(read_node_stack)
+        server = pool.submit(_server_imports, target)
+        sees_gpu = pool.submit(_torch_sees_gpu, target) if target != CPU else None
+        checks = [_stack_check(target, stack.result(), needs_lmcache)]
+        if sees_gpu is not None:
+            checks += [_driver_check(target, stack.result()), sees_gpu.result()]
+        if needs_lmcache:
+            ops, module = stack.result().lmcache_ops_error, lmcache_ops_module(stack.result().lmcache)
+            checks.append(Check(target, "LMCache compiled ops", ops is None, f"{module} loaded" if ops is None else ops))
+        checks += [server.result(), _weights_check(target, model, weights)]
     return checks
 
 
