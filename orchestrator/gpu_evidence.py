@@ -26,13 +26,12 @@ import argparse
 import os
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -48,13 +47,12 @@ from orchestrator.policies import POLICIES, get_policy
 from orchestrator.records.cell import CellOutcome
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.summary import CellSummary, summarize
-from orchestrator.replica.stack import read_node_stack
 from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.run_cell import cell_from
 from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_jct
-from orchestrator.sim.gpu_profile import measure_profile, trace_steps
-from orchestrator.sim.hardware import Calibration, Device, StepCost
-from orchestrator.sim.profile import fit_step_costs, predicted_step_s
+from orchestrator.sim.gpu_profile import measure_profile, step_error, trace_steps
+from orchestrator.sim.hardware import Calibration, Device
+from orchestrator.sim.profile import fit_step_costs
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import served_cell
@@ -221,14 +219,13 @@ class EvidenceRun:
 
     def _doctor(self) -> None:
         def body() -> StageResult:
-            stack = read_node_stack()
-            self.header = EvidenceHeader(self.header.command, self.header.target, self.header.device,
-                                         f"vllm {stack.vllm}, lmcache {stack.lmcache}, torch {stack.torch}, "
-                                         f"CUDA {stack.cuda}, driver {stack.driver}", self.header.budget_s)  # fmt: skip
             cells = [entry.cell for entry in self.plan.cells if entry.cell is not None]
             cell = (cells or list(self.plan.source_study))[0]
             needs_lmcache = any(get_policy(cell.policy).uses_lmcache for cell in cells)
             checks = node_checks(self.plan.target, cell.model, cell.weights, needs_lmcache)
+            # The stack check's detail names what the node has, as the doctor read it: no second probe.
+            stack = next(check.detail for check in checks if check.name == "serving stack")
+            self.header = replace(self.header, stack=stack)
             return _from_checks("doctor", checks, "the node's checks", self.work / "doctor")
 
         self.stage("doctor", DOCTOR_S, body)
@@ -283,8 +280,12 @@ class EvidenceRun:
 
     def _checked(self, cell: CellSpec) -> tuple[CellOutcome, list[Check]]:
         """``cell`` run, its replica's reset proven after it, and the evidence both give."""
-        limits = RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
+        limits = self._limits()
         return checked_cell(cell.gpu, cell, lambda cell: self.worker.run(cell, limits), self.worker.prove_reset)
+
+    def _limits(self) -> RunLimits:
+        """A cell's limits: its server may take what is left of the budget to start; one attempt, driven from here."""
+        return RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
 
     def _settled(self, cell: CellSpec) -> CellSpec:
         """``cell`` eager once a compiled start has failed, as it is otherwise."""
@@ -322,8 +323,7 @@ class EvidenceRun:
                        lambda cell=cell: self._source_cell(cell))  # fmt: skip
 
     def _source_cell(self, cell: CellSpec) -> StageResult:
-        limits = RunLimits(health_timeout_s=max(60.0, self.budget.left_s()), client_actors=0, max_attempts=1)
-        outcome = self.worker.run(self._settled(cell), limits)
+        outcome = self.worker.run(self._settled(cell), self._limits())
         if (start_s := outcome.config.replica_start_s) is not None:
             self.budget.record_start(start_s)
         summary = self._save_cell(self.work / "source-study" / f"{cell.policy}-{cell.jps:g}jps", outcome)
@@ -344,8 +344,7 @@ class EvidenceRun:
 
 
 def _timed(result: StageResult, started: float) -> StageResult:
-    return StageResult(result.name, result.status, time.monotonic() - started, result.detail, result.table,
-                       result.facts)  # fmt: skip
+    return replace(result, seconds=time.monotonic() - started)
 
 
 def _from_checks(name: str, checks: list[Check], what: str, directory: Path) -> StageResult:
@@ -384,9 +383,7 @@ def _cpu_roofline(steps: pd.DataFrame, arch) -> tuple[float, str]:
     """The CPU engine's fitted roofline (``sim.profile``) and its median relative step-time error."""
     flops, bandwidth, step_s, seq_s = fit_step_costs(steps, arch)
     device = Device(CPU, flops, bandwidth, bandwidth, 2048, 128)
-    cost = StepCost(arch, device, Calibration(1.0, 1.0, step_overhead_s=step_s, seq_overhead_s=seq_s))
-    predicted = predicted_step_s(cost, steps)
-    error = statistics.median(abs(p - m) / m for p, m in zip(predicted, steps.duration_s) if m > 0)
+    error = step_error(steps, arch, device, Calibration(1.0, 1.0, step_overhead_s=step_s, seq_overhead_s=seq_s))
     table = (f"  {flops / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s, {step_s * 1e3:.3g} ms per step, "
              f"{seq_s * 1e3:.3g} ms per request; median step-time error {error:.1%}")  # fmt: skip
     return error, table
