@@ -49,6 +49,14 @@ def env_without_ray_and_mlflow(site: Path) -> dict[str, str]:
     return env
 
 
+def run_as_on_a_gpu_box(module: str, args: list[str], site: Path, timeout_s: float) -> subprocess.CompletedProcess:
+    """``python -m module args`` from the project root where Ray and MLflow cannot be imported; it must succeed."""
+    result = subprocess.run([sys.executable, "-m", module, *args], env=env_without_ray_and_mlflow(site),
+                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
 def small_model(name: str, directory: Path) -> Path:
     """``name``'s shipped config at the small size of ``ARCHITECTURES``, in ``directory``."""
     config = shipped_config(name) | ARCHITECTURES[name]

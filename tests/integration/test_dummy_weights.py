@@ -11,17 +11,9 @@ them (``--no-checks``).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from orchestrator.paths import PROJECT_ROOT
-from tests.dummy_cells import (
-    assert_measures_its_plan_and_hits_each_previous_turn,
-    env_without_ray_and_mlflow,
-    small_model,
-)
+from tests.dummy_cells import assert_measures_its_plan_and_hits_each_previous_turn, run_as_on_a_gpu_box, small_model
 
 pytestmark = pytest.mark.engine
 
@@ -29,11 +21,8 @@ pytestmark = pytest.mark.engine
 def test_a_dummy_qwen3_measures_its_planned_prompts_and_hits_each_previous_turn(tmp_path):
     model = small_model("qwen3-8b", tmp_path / "qwen3-8b-small")
     out = tmp_path / "cell"
-    command = [sys.executable, "-m", "orchestrator.run_cell", "--model", str(model), "--weights", "dummy",
-               "--policy", "fcfs", "--kv-blocks", "auto", "--scale", "0.25", "--jps", "1", "--duration-s", "3",
-               "--no-checks", "--out", str(out)]  # fmt: skip
-    result = subprocess.run(command, env=env_without_ray_and_mlflow(tmp_path), cwd=PROJECT_ROOT, capture_output=True,
-                            text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    args = ["--model", str(model), "--weights", "dummy", "--policy", "fcfs", "--kv-blocks", "auto", "--scale", "0.25",
+            "--jps", "1", "--duration-s", "3", "--no-checks", "--out", str(out)]  # fmt: skip
+    result = run_as_on_a_gpu_box("orchestrator.run_cell", args, tmp_path, timeout_s=600)
     assert "weights=dummy" in result.stdout
     assert_measures_its_plan_and_hits_each_previous_turn(out, model)

@@ -9,19 +9,12 @@ trace, and the one source-study cell is fcfs again, on the replica the cells sta
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tarfile
 
 import pytest
 
 from orchestrator.evidence.pack import ARCHIVE_FILE, EVIDENCE_FILE, PACKED_FILES
-from orchestrator.paths import PROJECT_ROOT
-from tests.dummy_cells import (
-    assert_measures_its_plan_and_hits_each_previous_turn,
-    env_without_ray_and_mlflow,
-    small_model,
-)
+from tests.dummy_cells import assert_measures_its_plan_and_hits_each_previous_turn, run_as_on_a_gpu_box, small_model
 
 pytestmark = pytest.mark.engine
 
@@ -29,13 +22,10 @@ pytestmark = pytest.mark.engine
 def test_the_rehearsal_runs_every_stage_and_packs_its_evidence_into_three_files(tmp_path):
     model = small_model("llama-3.1-8b-instruct", tmp_path / "llama-small")
     out, work = tmp_path / "out", tmp_path / "work"
-    command = [sys.executable, "-m", "orchestrator.gpu_evidence", "--gpu", "cpu", "--out", str(out), "--work", str(work),
-               "--budget-s", "900", "--model", str(model), "--weights", "dummy", "--kv-blocks", "auto",
-               "--policies", "fcfs,lmcache", "--duration-s", "3", "--source-cells", "fcfs:2",
-               "--source-duration-s", "3"]  # fmt: skip
-    result = subprocess.run(command, env=env_without_ray_and_mlflow(tmp_path), cwd=PROJECT_ROOT, capture_output=True,
-                            text=True, timeout=900)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    args = ["--gpu", "cpu", "--out", str(out), "--work", str(work), "--budget-s", "900", "--model", str(model),
+            "--weights", "dummy", "--kv-blocks", "auto", "--policies", "fcfs,lmcache", "--duration-s", "3",
+            "--source-cells", "fcfs:2", "--source-duration-s", "3"]  # fmt: skip
+    run_as_on_a_gpu_box("orchestrator.gpu_evidence", args, tmp_path, timeout_s=900)
 
     assert sorted(path.name for path in out.iterdir()) == sorted(PACKED_FILES)
     stages = {stage["name"]: stage for stage in json.loads((out / EVIDENCE_FILE).read_text())["stages"]}
