@@ -23,6 +23,7 @@ from analysis.load import SweepData, cell_records, load_sweep
 from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
+from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.records.verdict import VerdictKind, verdict_frame
 from orchestrator.sim.error_bands import load_errors
 
@@ -239,8 +240,8 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: p
 def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> None:
     """KV lifecycle of the median job and the step timeline of one cell."""
     files = data.files.cell(cell.cell_key)
-    trace_path = files.scheduler_trace
-    trace = pd.read_json(trace_path, lines=True) if trace_path.exists() and trace_path.stat().st_size else pd.DataFrame()
+    trace_path = files.trace_to_read()
+    trace = pd.DataFrame() if trace_path is None else trace_file_frame(trace_path)
     jobs = pd.read_parquet(files.jobs)
     replicas = tables.per_replica(pd.read_parquet(files.requests), trace)
     if len(replicas):

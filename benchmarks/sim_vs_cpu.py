@@ -42,7 +42,7 @@ from analysis.load import cell_records
 from analysis.verdicts import censored_job_times, verdicts
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
-from orchestrator.records.trace import read_trace
+from orchestrator.records.trace_file import trace_events, trace_file_frame
 from orchestrator.records.verdict import VerdictKind, read_verdicts
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
 from orchestrator.sim.loop import simulate
@@ -88,7 +88,7 @@ def done_shapes(files: SweepFiles) -> dict[tuple[str, float], CellShape]:
     any job of those trials ran)."""
     return {group: cell_shape(pd.concat([pd.read_parquet(cell.requests) for cell in cells], ignore_index=True),
                               pd.concat([pd.read_parquet(cell.jobs) for cell in cells], ignore_index=True),
-                              [event for cell in cells for event in read_trace(cell.scheduler_trace.read_bytes())])
+                              [event for cell in cells for event in trace_events(cell.scheduler_trace.read_bytes())])
             for group, cells in done_trials(files).items()}  # fmt: skip
 
 
@@ -98,7 +98,7 @@ def paced_trials(files: SweepFiles, profile: CpuProfile, arch: ModelArch) -> dic
     (``sim/profile.py`` ``step_pace``): how slowly the real engine stepped against the profile, the machine's
     speed while it ran."""
     return {group: [(CellConfig.from_json(json.loads(cell.config.read_text())).cell.workload,
-                     step_pace(profile, arch, pd.read_json(cell.scheduler_trace, lines=True))) for cell in cells]
+                     step_pace(profile, arch, trace_file_frame(cell.scheduler_trace))) for cell in cells]
             for group, cells in done_trials(files).items()}  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import tempfile
@@ -34,37 +35,78 @@ from orchestrator.workload.traces import convert
 from orchestrator.workload.traces.schema import TraceRef, load_trace
 
 BLOCK_TOKENS = 512
-HOUR_MS = 3_600_000
-SYSTEM_BLOCKS = 2  # the prefix every session sends first
-FIRST_PROMPT_BLOCKS = (6, 24)  # a session's first prompt, in blocks (uniform)
-ADDED_BLOCKS = (1, 6)  # what each later turn appends: the answer and the user's next message
-MEAN_TURNS = 3.0  # a session's turns: geometric
-OUTPUT_TOKENS = (40, 640)  # uniform: a mean of 340
+TICK_MS = 3_000  # the published trace stamps arrivals in 3-second ticks
+SPAN_MS = 3_537_000  # its first to last arrival
+RATE_PER_S = (2.8, 3.6)  # its arrival rate rises over the hour (sampled at the start, middle and end)
+MULTI_TURN_SHARE = 0.29  # of its recovered sessions, those of two turns or more ...
+EXTRA_TURNS_MEAN = 1.34  # ... which hold 7,172 requests: 3.34 turns each on average
+TURN_GAP_S = (100.0, 1.0)  # median and log-sigma of the time between a session's turns (lognormal)
+MAX_PROMPT_TOKENS = 126_527
+MULTI_TURN_FIRST_PROMPT_SCALE = 0.75
+# Quantiles of the published trace (1,292 sampled lines): (quantile, tokens), read piecewise log-linearly.
+PROMPT_QUANTILES = ((0.0, 891), (0.10, 966), (0.25, 2_067), (0.50, 6_718), (0.75, 14_750), (0.90, 26_442),
+                    (0.99, 87_182), (1.0, 124_847))  # fmt: skip
+OUTPUT_QUANTILES = ((0.0, 1), (0.023, 3), (0.065, 16), (0.10, 28), (0.25, 184), (0.50, 359), (0.75, 481),
+                    (0.90, 595), (0.99, 932), (1.0, 2_000))  # fmt: skip
+ADDED_BLOCKS_QUANTILES = ((0.0, 1), (0.10, 1), (0.50, 2), (0.90, 12), (1.0, 40))  # a later turn appends these
+
+
+def _quantile_draw(rng: random.Random, quantiles: tuple[tuple[float, int], ...]) -> int:
+    """One draw from the distribution the quantiles describe, log-linear between them."""
+    u = rng.random()
+    for (q0, v0), (q1, v1) in zip(quantiles, quantiles[1:]):
+        if u <= q1:
+            share = (u - q0) / (q1 - q0) if q1 > q0 else 1.0
+            return round(math.exp(math.log(v0) + share * (math.log(v1) - math.log(v0))))
+    return quantiles[-1][1]
+
+
+def _session_start_ms(rng: random.Random) -> int:
+    """A session's first arrival: the trace's rate rising linearly over the hour (inverse of its cumulative)."""
+    low, high = RATE_PER_S
+    u = rng.random()
+    share = (math.sqrt(low**2 + u * (high**2 - low**2)) - low) / (high - low)  # where the rate's area reaches u
+    return int(share * SPAN_MS)
 
 
 def write_mooncake_shaped(path: Path, num_requests: int, seed: int) -> None:
-    """``num_requests`` lines of Mooncake's format, in timestamp order: sessions of chained prompts, no session ids."""
+    """``num_requests`` lines of Mooncake's format in timestamp order, shaped as the published conversation trace:
+    its prompt and answer lengths, its 3-second ticks and rising rate over the hour, one block (id 0) every prompt
+    starts with, and sessions (no ids; the converter recovers them) whose next prompt re-sends all but the last,
+    partial block of the previous one and appends a few."""
     rng = random.Random(seed)
     requests: list[tuple[int, list[int], int, int]] = []  # (timestamp ms, hash_ids, input tokens, output tokens)
-    next_id = SYSTEM_BLOCKS
+    next_id = 1
     while len(requests) < num_requests:
-        at = rng.randrange(HOUR_MS)
-        blocks = list(range(SYSTEM_BLOCKS))
-        num_new = rng.randint(*FIRST_PROMPT_BLOCKS)
-        while len(requests) < num_requests:
+        at = _session_start_ms(rng)
+        turns = 1 if rng.random() > MULTI_TURN_SHARE else 2 + _geometric(rng, EXTRA_TURNS_MEAN)
+        # A session's later prompts grow from its first: drawn smaller, the trace's lengths come out as published.
+        scale = 1.0 if turns == 1 else MULTI_TURN_FIRST_PROMPT_SCALE
+        prompt_tokens = min(MAX_PROMPT_TOKENS, max(1, round(scale * _quantile_draw(rng, PROMPT_QUANTILES))))
+        blocks = [0]
+        for _ in range(turns):
+            num_blocks = -(-prompt_tokens // BLOCK_TOKENS)
+            num_new = num_blocks - len(blocks)
             blocks += range(next_id, next_id + num_new)
             next_id += num_new
-            tail = rng.randrange(BLOCK_TOKENS)  # the prompt's partial last block, not in its hash_ids
-            requests.append((at, list(blocks), len(blocks) * BLOCK_TOKENS + tail, rng.randint(*OUTPUT_TOKENS)))
-            if rng.random() < 1 / MEAN_TURNS:
+            requests.append((at // TICK_MS * TICK_MS, list(blocks), prompt_tokens, _quantile_draw(rng, OUTPUT_QUANTILES)))
+            at += int(rng.lognormvariate(math.log(TURN_GAP_S[0]), TURN_GAP_S[1]) * 1000)
+            full = prompt_tokens // BLOCK_TOKENS  # the next prompt re-sends the full blocks, then appends
+            if at > SPAN_MS or len(requests) == num_requests or full + 1 >= MAX_PROMPT_TOKENS // BLOCK_TOKENS:
                 break
-            at += rng.randint(5_000, 60_000)
-            num_new = rng.randint(*ADDED_BLOCKS)
+            blocks = blocks[:max(1, full)]
+            added = _quantile_draw(rng, ADDED_BLOCKS_QUANTILES) * BLOCK_TOKENS - rng.randrange(BLOCK_TOKENS)
+            prompt_tokens = min(MAX_PROMPT_TOKENS, len(blocks) * BLOCK_TOKENS + max(1, added))
     requests.sort(key=lambda request: request[0])
     with open(path, "w") as handle:
         for at, hash_ids, input_tokens, output_tokens in requests:
             line = {"timestamp": at, "input_length": input_tokens, "output_length": output_tokens, "hash_ids": hash_ids}
             handle.write(json.dumps(line) + "\n")
+
+
+def _geometric(rng: random.Random, mean: float) -> int:
+    """0, 1, 2, ... with the given mean."""
+    return int(math.log(1 - rng.random()) / math.log(mean / (1 + mean)))
 
 
 def _timed(what, *args):

@@ -16,7 +16,8 @@ from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies import TierKind, get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
-from orchestrator.records.trace import Unpin, UnpinReason, read_trace
+from orchestrator.records.trace import Unpin, UnpinReason
+from orchestrator.records.trace_file import trace_events
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, size
 from orchestrator.sizing.models import load_model
@@ -171,7 +172,7 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
     policy = get_policy(cell.policy)
     name = f"{cell.policy} did its job"
     if policy.pins is not None:
-        events = read_trace(outcome.scheduler_trace)
+        events = trace_events(outcome.scheduler_trace)
         carried = sum(isinstance(event, Unpin) and event.reason is UnpinReason.NEXT_TURN for event in events)
         return Check(target, name, carried > 0, f"{carried} pins carried a job's KV to its next turn")
     if policy.cpu_tier is TierKind.LMCACHE:

@@ -267,7 +267,7 @@ class CellOutcome:
     jobs: tuple[JobRecord, ...]
     config: CellConfig
     server_log: str  # this cell's share of the server log (the whole tail on a failed start)
-    scheduler_trace: bytes
+    scheduler_trace: bytes  # the trace table, parquet (``records.trace_file``); empty when none was written
     started_unix: float
     finished_unix: float
 

@@ -5,7 +5,8 @@
         requests.parquet, jobs.parquet     raw records (``records.schema``)
         summary.json                       the cell's summary row and per-turn statistics
         cell.json                          what the cell asked for and what took effect (``records.cell``)
-        server.log, scheduler_trace.jsonl  the replica's log and the trace (``records.trace``)
+        server.log                         the replica's log
+        scheduler_trace.parquet            the scheduler trace (``records.trace_file``)
     DIR/<sweep>/report/                    the HTML report, and its tables/ (verdicts.csv among them)
     DIR/<sweep>/crossover.csv              the loads where a verdict changes (sweeps/crossover.py)
 
@@ -31,7 +32,9 @@ JOBS_FILE = "jobs.parquet"
 CELL_SUMMARY_FILE = "summary.json"
 CELL_CONFIG_FILE = "cell.json"
 SERVER_LOG_FILE = "server.log"
-SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"
+SCHEDULER_TRACE_FILE = "scheduler_trace.parquet"
+LEGACY_SCHEDULER_TRACE_FILE = "scheduler_trace.jsonl"  # results written before the parquet trace
+PLUGIN_TRACE_FILE = "scheduler_trace.jsonl"  # what the vLLM plugin writes in the replica's work folder
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,13 @@ class CellFiles:
     @property
     def scheduler_trace(self) -> Path:
         return self.directory / SCHEDULER_TRACE_FILE
+
+    def trace_to_read(self) -> Path | None:
+        """The cell's trace file as written: the parquet one, or an older result's JSON lines; None if neither."""
+        for path in (self.scheduler_trace, self.directory / LEGACY_SCHEDULER_TRACE_FILE):
+            if path.exists() and path.stat().st_size:
+                return path
+        return None
 
 
 @dataclass(frozen=True)

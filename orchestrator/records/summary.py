@@ -15,7 +15,7 @@ import numpy as np
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
 from orchestrator.records.pins import TRACE_KINDS, pin_outcomes, summarize_pins
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
-from orchestrator.records.trace import read_trace
+from orchestrator.records.trace_file import trace_events
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trac
         t1_mean_s=t1,
         t_last_mean_s=t_last,
         t_last_over_t1=t_last / t1 if t1 and t_last else None,
-        **asdict(summarize_pins(pin_outcomes(read_trace(trace, TRACE_KINDS), requests))),
+        **asdict(summarize_pins(pin_outcomes(trace_events(trace, TRACE_KINDS), requests))),
         prefix_kept_pct=_prefix_kept_pct(requests),
         turns_moved_pct=_turns_moved_pct(requests),
         turns=turns,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -124,6 +124,44 @@ class Evict:
 TraceEvent = Step | Admit | Finish | Unpin | Evict
 
 
+@dataclass(frozen=True)
+class DecodeSteps:
+    """Consecutive ``Step`` events of one batch in which each of its ``running`` requests decoded one token, kept
+    as one entry (the simulator's decode runs): step ``first_step + j`` was written at ``starts[j]`` and left
+    ``free_blocks[j]`` free, and each step reads ``running`` more tokens of context than the one before."""
+
+    first_step: int
+    running: int
+    context_tokens: int  # read by the first step
+    pinned_blocks: int
+    starts: tuple[float, ...]
+    free_blocks: tuple[int, ...]
+
+    @property
+    def t(self) -> float:
+        return self.starts[0]
+
+    def steps(self) -> Iterator[Step]:
+        n = self.running
+        for index, (start, free) in enumerate(zip(self.starts, self.free_blocks)):
+            context = self.context_tokens + index * n
+            yield Step(t=start, step=self.first_step + index, running=n, waiting=0, scheduled=n, prefill_tokens=0,
+                       decode_tokens=n, context_tokens=context, attention_pairs=float(context), free_blocks=free,
+                       pinned_blocks=self.pinned_blocks, preempted=0)  # fmt: skip
+
+
+TraceEntry = TraceEvent | DecodeSteps  # what an engine keeps; ``expanded`` gives the events
+
+
+def expanded(entries: Iterable[TraceEntry]) -> Iterator[TraceEvent]:
+    """The events of a trace whose decode runs are kept whole, in order."""
+    for entry in entries:
+        if isinstance(entry, DecodeSteps):
+            yield from entry.steps()
+        else:
+            yield entry
+
+
 def trace_line(event: TraceEvent, replica: int | None = None) -> str:
     """The event's JSON line, newline included. ``vars`` of a frozen dataclass holds its fields in declaration order
     (``__init__`` sets them in that order), which is the key order this module promises. A cell of several replicas
@@ -156,7 +194,7 @@ def merged_traces(traces: Sequence[bytes]) -> bytes:
     return "".join(line for _, _, line in sorted(lines, key=lambda entry: (entry[0], entry[1]))).encode()
 
 
-_KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin, Evict)}
+KINDS = {kind.kind: kind for kind in (Step, Admit, Finish, Unpin, Evict)}
 
 
 def evicted_blocks(data: bytes) -> int:
@@ -193,7 +231,7 @@ def read_trace(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceEve
             continue
         payload = json.loads(line)
         payload.pop("replica", None)  # the merged trace of a cell of several replicas
-        kind = _KINDS.get(payload.pop("kind", None))
+        kind = KINDS.get(payload.pop("kind", None))
         if kind is Finish:
             payload["action"] = FinishAction(payload["action"])
         elif kind is Unpin:

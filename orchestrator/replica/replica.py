@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.records.cell import EngineFacts, ResetProof
-from orchestrator.records.layout import SCHEDULER_TRACE_FILE, SERVER_LOG_FILE
+from orchestrator.records.layout import PLUGIN_TRACE_FILE, SERVER_LOG_FILE
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig
 from orchestrator.replica.fake_engine import fake_server_command
 from orchestrator.replica.probe import (
@@ -62,7 +62,7 @@ class Replica:
 
     def start(self) -> ReplicaInfo:
         self._work_dir.mkdir(parents=True, exist_ok=True)
-        trace_path = self._work_dir / SCHEDULER_TRACE_FILE
+        trace_path = self._work_dir / PLUGIN_TRACE_FILE
         command = server_command(self._engine, port=free_port(), trace_path=trace_path)
         self._server = ServerProcess(command, self._work_dir / SERVER_LOG_FILE)
         self._server.start(self._health_timeout_s)
@@ -92,7 +92,7 @@ class Replica:
         return self._server.exit_code if self._server else None
 
     def mark(self) -> OutputMark:
-        return OutputMark(_size(self._work_dir / SERVER_LOG_FILE), _size(self._work_dir / SCHEDULER_TRACE_FILE))
+        return OutputMark(_size(self._work_dir / SERVER_LOG_FILE), _size(self._work_dir / PLUGIN_TRACE_FILE))
 
     def output_since(self, mark: OutputMark, num_requests: int = 0, settle_s: float = 5.0) -> tuple[str, bytes]:
         """The server log text and scheduler trace bytes written since ``mark``.
@@ -102,7 +102,7 @@ class Replica:
         most ``settle_s`` (a request that never reached the engine has none). An engine that writes no
         trace is not waited for.
         """
-        trace_path = self._work_dir / SCHEDULER_TRACE_FILE
+        trace_path = self._work_dir / PLUGIN_TRACE_FILE
         trace = _read_from(trace_path, mark.trace_bytes)
         deadline = time.monotonic() + settle_s
         while trace_path.exists() and trace.count(FINISH_EVENT) < num_requests and time.monotonic() < deadline:

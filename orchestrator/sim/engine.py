@@ -10,6 +10,7 @@ load landing. Nothing here reads the wall clock.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -18,13 +19,15 @@ from orchestrator.policies import TierKind
 from orchestrator.records.cell import SimStats, TierCounters
 from orchestrator.records.trace import (
     Admit,
+    DecodeSteps,
     Finish,
     FinishAction,
     Step,
-    TraceEvent,
+    TraceEntry,
     Unpin,
     attention_pairs,
 )
+from orchestrator.sim.decode_run import DecodeRun, plan_decode_run
 from orchestrator.sim.hardware import Calibration, StepCost
 from orchestrator.sim.scheduler import Release, SchedulerConfig, SimRequest, SimScheduler, StepPlan
 
@@ -74,7 +77,8 @@ class EngineCore:
         self.cost = engine.cost
         self._h2d, self._d2h = _Link(), _Link()
         self.stats = SimStats()
-        self.trace: list[TraceEvent] = []
+        self.trace: list[TraceEntry] = []  # decode runs kept whole (``records.trace.DecodeSteps``)
+        self._decode_run: DecodeRun | None = None
 
     @property
     def has_work(self) -> bool:
@@ -128,6 +132,37 @@ class EngineCore:
             pinned_blocks=scheduler.num_pinned_blocks, preempted=plan.preempted,
         ))  # fmt: skip
         return end, finished
+
+    def plan_decode_run(self, now: float) -> float | None:
+        """Plan the pure decode steps that follow ``now`` (``sim.decode_run``); returns when they would end, or None
+        when the next step is not one. Until ``settle``, the engine's state is that of ``now``."""
+        self._decode_run = plan_decode_run(self.scheduler, self.cost, now)
+        return None if self._decode_run is None else self._decode_run.end
+
+    def settle(self, at: float) -> float | None:
+        """An event reaches the engine at ``at``: the planned steps that would have started before it are applied,
+        and the rest dropped (the engine schedules again from there). Returns when the last applied step ended, or
+        None if none was."""
+        run, self._decode_run = self._decode_run, None
+        if run is None:
+            return None
+        num_applied = bisect.bisect_left(run.starts, at)
+        if num_applied == 0:
+            return None
+        scheduler = self.scheduler
+        scheduler.apply_decode_steps(run.batch, num_applied, run.allocations)
+        for request in run.batch:
+            request.num_output += num_applied
+        stats = self.stats
+        self.trace.append(DecodeSteps(
+            first_step=stats.steps + 1, running=len(run.batch), context_tokens=run.context_tokens,
+            pinned_blocks=scheduler.num_pinned_blocks, starts=tuple(run.starts[:num_applied]),
+            free_blocks=tuple(run.free_blocks[:num_applied]),
+        ))  # fmt: skip
+        stats.steps += num_applied
+        for start, end in zip(run.starts[:num_applied], run.ends):
+            stats.busy_s += end - start
+        return run.ends[num_applied - 1]
 
     def _wait_for_copies(self, plan: StepPlan, start: float, forward_end: float, num_saved: int,
                          num_save_chunks: int) -> float:  # fmt: skip

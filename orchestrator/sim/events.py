@@ -126,7 +126,9 @@ class ScheduleStep(Event):
         for request in finished:
             sim.on_left(request)
             caused += sim.clients.on_finished(request, sim.now)
-        return caused + sim.schedule_at(sim.now, self.replica)
+        # Steps of pure decode that follow are planned at once and applied when they end or an event comes first.
+        decoded_until = engine.plan_decode_run(sim.now)
+        return caused + sim.schedule_at(sim.now if decoded_until is None else decoded_until, self.replica)
 
 
 class EventQueue:

@@ -31,6 +31,7 @@ import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.layout import CELL_CONFIG_FILE
+from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples, steps_in_flight_of
 from orchestrator.sim.rates import RATES_FILE, GpuRates
@@ -125,7 +126,7 @@ def trace_steps(path: Path) -> pd.DataFrame:
     ``cell.json`` beside it: asynchronous on a GPU; synchronous where there is none)."""
     config = path.parent / CELL_CONFIG_FILE
     argv = json.loads(config.read_text()).get("server_argv") or [] if config.is_file() else []
-    return step_samples(pd.read_json(path, lines=True), steps_in_flight_of(argv))
+    return step_samples(trace_file_frame(path), steps_in_flight_of(argv))
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ Output is what a real cell produces: request and job records on the cell's clock
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from orchestrator.records.cell import SimStats
 from orchestrator.records.schema import JobRecord, RequestRecord
-from orchestrator.records.trace import TraceEvent, trace_bytes
+from orchestrator.records.trace import TraceEntry, TraceEvent, expanded, trace_bytes
 from orchestrator.routing.rules import RouteRequest, RouterKind, RouterSetup, make_router
 from orchestrator.sim.clients import Clients
 from orchestrator.sim.engine import EngineCore, SimEngine
@@ -26,13 +27,31 @@ from orchestrator.workload.spec import WorkloadSpec
 
 @dataclass
 class SimResult:
-    """What a real cell gives: the records in the order they were written, and the scheduler trace."""
+    """What a real cell gives: the records in the order they were written, and the scheduler trace (each replica's,
+    its decode runs kept whole; ``trace`` merges and expands them)."""
 
     requests: list[RequestRecord]
     jobs: list[JobRecord]
-    trace: list[TraceEvent]
     stats: SimStats
-    trace_replicas: list[int] | None = None  # each trace event's replica, in a cell of several
+    replica_traces: list[list[TraceEntry]]
+
+    @cached_property
+    def _merged(self) -> tuple[list[TraceEvent], list[int] | None]:
+        """The cell's trace in time order, and each event's replica in a cell of several (a replica's events keep
+        their order among equal times, and replica 0's come first)."""
+        if len(self.replica_traces) == 1:
+            return list(expanded(self.replica_traces[0])), None
+        tagged = sorted(((event, replica) for replica, entries in enumerate(self.replica_traces)
+                         for event in expanded(entries)), key=lambda pair: pair[0].t)  # fmt: skip
+        return [event for event, _ in tagged], [replica for _, replica in tagged]
+
+    @property
+    def trace(self) -> list[TraceEvent]:
+        return self._merged[0]
+
+    @property
+    def trace_replicas(self) -> list[int] | None:
+        return self._merged[1]
 
     def trace_bytes(self) -> bytes:
         return trace_bytes(self.trace, self.trace_replicas)
@@ -81,10 +100,16 @@ class Simulation:
         while self._queue:
             for caused in self._queue.pop().handle(self):
                 self._queue.push(caused)
-        return SimResult(self.clients.requests, self.clients.jobs, *_merged(self.engines))
+        stats = [engine.finish_stats() for engine in self.engines]
+        return SimResult(self.clients.requests, self.clients.jobs, stats[0] if len(stats) == 1 else SimStats.summed(stats),
+                         [engine.trace for engine in self.engines])  # fmt: skip
 
     def advance(self, replica: int, at: float) -> float:
-        """Replica ``replica``'s clock at an event due ``at``: what fell due during a step waits for the step's end."""
+        """Replica ``replica``'s clock at an event due ``at``: what fell due during a step waits for the step's end,
+        and the engine's planned decode steps that would have started before ``at`` are applied first."""
+        settled = self.engines[replica].settle(at)
+        if settled is not None:
+            self.clocks[replica] = max(self.clocks[replica], settled)
         self.now = self.clocks[replica] = max(self.clocks[replica], at)
         return self.now
 
@@ -115,17 +140,6 @@ class Simulation:
         shared = min(request.shared_blocks, num_full)
         own = tuple((request.job_id, i) for i in range(num_full - shared))
         return tuple(("shared", i) for i in range(shared)) + own
-
-
-def _merged(engines: list[EngineCore]) -> tuple[list[TraceEvent], SimStats, list[int] | None]:
-    """The cell's scheduler trace and counters: one engine's own, or every replica's, the trace in time order with
-    each event's replica and the counters summed."""
-    if len(engines) == 1:
-        return engines[0].trace, engines[0].finish_stats(), None
-    stats = SimStats.summed([engine.finish_stats() for engine in engines])
-    tagged = sorted(((event, replica) for replica, engine in enumerate(engines) for event in engine.trace),
-                    key=lambda pair: pair[0].t)  # fmt: skip
-    return [event for event, _ in tagged], stats, [replica for _, replica in tagged]
 
 
 def simulate(workload: WorkloadSpec, engine: SimEngine, schedule: Schedule | None = None,

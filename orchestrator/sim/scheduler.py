@@ -197,7 +197,7 @@ class SimScheduler:
         return plan
 
     def _allocate_running(self, request: SimRequest, num_new: int, plan: StepPlan, scheduled: set[int]) -> bool:
-        needed = self._blocks_for(request, request.num_computed + num_new) - request.num_blocks
+        needed = self.blocks_for(request, request.num_computed + num_new) - request.num_blocks
         while not self._allocate(request, needed, plan):
             victim = (max(self.running, key=SimRequest.sort_key) if self.config.job_priority
                       else self.running[-1])  # fmt: skip
@@ -219,10 +219,10 @@ class SimScheduler:
             num_new = min(request.num_tokens - computed, budget)
             hit_blocks = max(0, hit_tokens // block - request.shared_blocks)
             shared_hit = min(hit_tokens // block, request.shared_blocks)
-            needed = self._blocks_for(request, computed + num_new) - hit_blocks
+            needed = self.blocks_for(request, computed + num_new) - hit_blocks
             must_fit = needed
             if self.config.reserve_full_prompt:
-                must_fit = self._blocks_for(request, request.num_tokens) - hit_blocks
+                must_fit = self.blocks_for(request, request.num_tokens) - hit_blocks
             # Cached blocks sitting in the free queue count as free: hitting them uses them up.
             hit_from_free = 0 if from_pin else hit_blocks
             if self._must_wait_for_reserve(request):
@@ -257,8 +257,24 @@ class SimScheduler:
             budget -= num_new
 
     # Blocks.
-    def _blocks_for(self, request: SimRequest, num_tokens: int) -> int:
+    def blocks_for(self, request: SimRequest, num_tokens: int) -> int:
         return max(0, -(-num_tokens // self.config.block_size) - request.shared_blocks)
+
+    def shared_cost_of_running(self, request: SimRequest) -> int:
+        """What a running request's every room check counts for its shared segments besides its new blocks."""
+        return self._shared_cost(request, 0)
+
+    def apply_decode_steps(self, batch: list[SimRequest], num_steps: int,
+                           allocations: list[tuple[int, int, int]]) -> None:  # fmt: skip
+        """The first ``num_steps`` of a planned decode run (``sim.decode_run``): the blocks they allocate, as
+        ``(step, place in the batch, blocks)`` in the order stepping would, and every request's tokens computed."""
+        for step, index, num_blocks in allocations:
+            if step >= num_steps:
+                break
+            self.pool.allocate(num_blocks)
+            batch[index].num_blocks += num_blocks
+        for request in batch:
+            request.num_computed += num_steps
 
     def _gpu_hit(self, request: SimRequest) -> tuple[int, bool]:
         """Tokens of ``request``'s prompt found in the GPU prefix cache (whole blocks, never the last token,

@@ -25,7 +25,8 @@ import pytest
 
 from orchestrator.records.cell import CellConfig
 from orchestrator.records.layout import CellFiles, SweepFiles
-from orchestrator.records.trace import Finish, Step, Unpin, UnpinReason, pin_releases, read_trace
+from orchestrator.records.trace import Finish, Step, Unpin, UnpinReason, pin_releases
+from orchestrator.records.trace_file import trace_events
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
@@ -113,7 +114,7 @@ def test_done_runs_carry_metrics_per_turn_series_params_intervals_and_artifacts(
     run_id = sweep.summary().query("policy == 'continuum' and jps == @HEAVY").run_id.iloc[0]
     assert [m.step for m in client.get_metric_history(run_id, "turn_latency_s")] == list(range(1, 9))
     artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
-    assert {"requests.parquet", "jobs.parquet", "cell.json", "server.log", "scheduler_trace.jsonl"} <= artifacts
+    assert {"requests.parquet", "jobs.parquet", "cell.json", "server.log", "scheduler_trace.parquet"} <= artifacts
 
 
 def test_a_replica_is_reused_across_cells_of_one_policy_after_a_proven_clean_reset(sweep):
@@ -144,7 +145,7 @@ def test_each_cell_has_its_own_share_of_the_scheduler_trace(sweep):
     for policy in SPEC.policies:
         for jps in SPEC.jps:
             for cell in sweep.cells(policy, jps):
-                trace = read_trace(cell.scheduler_trace.read_bytes())
+                trace = trace_events(cell.scheduler_trace.read_bytes())
                 finishes = [event for event in trace if isinstance(event, Finish)]
                 assert len(finishes) == len(pd.read_parquet(cell.requests)), (policy, jps)
                 if policy == "fcfs":
@@ -171,7 +172,7 @@ def test_at_low_load_the_pool_holds_every_job_in_flight_so_no_policy_loses_a_pre
         for turn in LATER_TURNS:
             assert kept_share_of_best_hits(requests[requests.turn == turn]) >= 0.9, (policy, turn)
         for cell in sweep.cells(policy, LOW):
-            events = read_trace(cell.scheduler_trace.read_bytes(), ("step", "unpin"))
+            events = trace_events(cell.scheduler_trace.read_bytes(), ("step", "unpin"))
             assert sum(event.preempted for event in events if isinstance(event, Step)) == 0, policy
             assert not [event for event in events if isinstance(event, Unpin) and event.reason is UnpinReason.PRESSURE]
 
@@ -198,7 +199,7 @@ def test_at_saturation_fcfs_loses_prefix_hits_that_continuum_keeps(sweep):
 
 def test_a_turn_that_arrives_while_its_jobs_pin_is_held_finds_its_whole_prefix_cached(sweep):
     for cell in sweep.cells("continuum", HEAVY):
-        releases = pin_releases(read_trace(cell.scheduler_trace.read_bytes()))
+        releases = pin_releases(trace_events(cell.scheduler_trace.read_bytes()))
         requests = pd.read_parquet(cell.requests)
         later = requests[requests.turn >= LATER_TURNS.start]
         ended_by = pd.Series([releases.get((job, turn - 1)) for job, turn in zip(later.job_id, later.turn)],

@@ -44,5 +44,5 @@ def test_the_rehearsal_runs_every_stage_and_packs_its_evidence_into_three_files(
 
     with tarfile.open(out / ARCHIVE_FILE) as archive:
         packed = set(archive.getnames())
-    assert {f"evidence/cells/fcfs/{name}" for name in ("cell.json", "requests.parquet", "scheduler_trace.jsonl",
+    assert {f"evidence/cells/fcfs/{name}" for name in ("cell.json", "requests.parquet", "scheduler_trace.parquet",
                                                        "replica.log")} <= packed  # fmt: skip

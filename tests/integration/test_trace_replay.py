@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.gpus import CPU
 from orchestrator.records.schema import RequestStatus
-from orchestrator.records.trace import read_trace
+from orchestrator.records.trace_file import trace_events
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import simulate
@@ -120,7 +120,7 @@ def test_a_shared_document_pushed_out_of_the_pool_is_evicted_by_the_engine_and_b
     assert outcome.status.is_done, outcome.reason
     expected = {"a": 0, "b": 8 * BLOCK, "c": 0} | {filler.job_id: 0 for filler in fillers}
     assert {record.job_id: record.cached_tokens for record in outcome.requests} == expected
-    evicted = sum(event.num_blocks for event in read_trace(outcome.scheduler_trace, ("evict",)))
+    evicted = sum(event.num_blocks for event in trace_events(outcome.scheduler_trace, ("evict",)))
     assert evicted >= 8 and outcome.config.n_evicted_blocks == evicted  # at least the document
 
     engine = sim_engine(Device.gpu("H100"), "meta-llama/Llama-3.1-8B-Instruct", "fcfs", 0, cell.workload,

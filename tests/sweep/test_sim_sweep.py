@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.records.verdict import read_verdicts
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
@@ -62,7 +63,7 @@ def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(
     cell_dir = simulated / "simulated" / "cells" / key
     requests, jobs = pd.read_parquet(cell_dir / "requests.parquet"), pd.read_parquet(cell_dir / "jobs.parquet")
     assert len(requests) == 8 * len(jobs)
-    trace = pd.read_json(cell_dir / "scheduler_trace.jsonl", lines=True)
+    trace = trace_file_frame(cell_dir / "scheduler_trace.parquet")
     assert (trace.kind == "finish").sum() == len(requests)
     assert trace[trace.kind == "step"].eval("prefill_tokens + decode_tokens").max() <= 2048  # L40S's budget
     config = CellConfig.from_json(json.loads((cell_dir / "cell.json").read_text()))

@@ -17,6 +17,7 @@ import pandas as pd
 from orchestrator.gpus import CPU
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.sim.profile import (
     PROFILE_JPS,
     PROFILE_POLICY,
@@ -62,7 +63,7 @@ def read_cpu_profile(spec: SweepSpec, results_dir: Path) -> CpuProfile:
         cell = files.cell(row.cell_key)
         config = CellConfig.from_json(json.loads(cell.config.read_text()))
         pools.add((config.engine_facts.num_kv_blocks, config.engine_facts.block_size))
-        cells.append(ProfilingCell(pd.read_json(cell.scheduler_trace, lines=True), pd.read_parquet(cell.requests),
+        cells.append(ProfilingCell(trace_file_frame(cell.scheduler_trace), pd.read_parquet(cell.requests),
                                    config.cell.workload))  # fmt: skip
     if len(pools) != 1:
         raise InputError(f"the profiling cells in {files.directory} ran on different KV pools {sorted(pools)}")

@@ -32,6 +32,7 @@ from orchestrator.records.cell import (
     TierCounters,
 )
 from orchestrator.records.trace import evicted_blocks
+from orchestrator.records.trace_file import parquet_of_entries, parquet_of_lines
 from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
@@ -148,7 +149,7 @@ class CellWorker:
             self._status = WorkerStatus()
         return self._outcome(
             cell, schedule, started, ran.status, ran.reason, retryable=ran.crashed, load=ran.load,
-            server_log=ran.server_log, trace=ran.trace, engine=served.engine,
+            server_log=ran.server_log, trace=parquet_of_lines(ran.trace), engine=served.engine,
             engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, n_preemptions=ran.n_preemptions,
             n_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
             replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
@@ -268,7 +269,7 @@ class CellWorker:
         return self._outcome(
             cell, schedule, started, CellStatus.DONE, None, retryable=False,
             load=ShardResult(tuple(result.requests), tuple(result.jobs)),
-            server_log=f"simulated {cell.label}: {summary}\n", trace=result.trace_bytes(),
+            server_log=f"simulated {cell.label}: {summary}\n", trace=parquet_of_entries(result.replica_traces),
             engine=engine.config,
             engine_facts=EngineFacts(vllm_version=None, block_size=scheduler.block_size, num_kv_blocks=scheduler.num_blocks,
                                      kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,

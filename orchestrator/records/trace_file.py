@@ -1,0 +1,188 @@
+"""A cell's scheduler trace on disk: one parquet table (zstd), the same for the real engine and the simulator.
+
+Every event kind of ``records.trace`` is a row: ``kind``, ``t`` and ``replica`` (null in a cell of one), then the
+union of the kinds' fields, null where a kind has none. Steps are most of the rows and change little from one to the
+next, which zstd over columns stores in a small fraction of the JSON lines' bytes (an hour of Mooncake-shaped
+traffic on eight simulated replicas: ``benchmarks/trace_scale.py``).
+
+- The vLLM plugin writes JSON lines as it runs (a process that dies keeps what it wrote); the worker turns them into
+  this table (``parquet_of_lines``), a row group per chunk of lines.
+- The simulator's engines keep their decode runs whole (``records.trace.DecodeSteps``); ``parquet_of_entries``
+  expands them column by column, without an object per step.
+- Readers: ``trace_frame`` (the table, for analysis) and ``trace_events`` (the events, for the records' summary and
+  checks); both read the JSON lines of older results too.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from orchestrator.records.trace import (
+    KINDS,
+    Admit,
+    DecodeSteps,
+    Evict,
+    Finish,
+    FinishAction,
+    Step,
+    TraceEntry,
+    TraceEvent,
+    Unpin,
+    UnpinReason,
+    read_trace,
+)
+
+PARQUET_MAGIC = b"PAR1"
+ROW_GROUP_ROWS = 262_144
+_INT = pa.int64()
+SCHEMA = pa.schema([
+    ("kind", pa.dictionary(pa.int8(), pa.string())), ("t", pa.float64()), ("replica", pa.int16()),
+    ("step", _INT), ("running", _INT), ("waiting", _INT), ("scheduled", _INT), ("prefill_tokens", _INT),
+    ("decode_tokens", _INT), ("context_tokens", _INT), ("attention_pairs", pa.float64()), ("free_blocks", _INT),
+    ("pinned_blocks", _INT), ("preempted", _INT), ("request_id", pa.string()), ("job_id", pa.string()),
+    ("turn", _INT), ("prompt_tokens", _INT), ("cached_tokens", _INT), ("is_last", pa.bool_()),
+    ("action", pa.string()), ("reason", pa.string()), ("num_blocks", _INT), ("held_s", pa.float64()),
+])  # fmt: skip
+_FIELDS = {kind: [field.name for field in fields(kind)] for kind in (Step, Admit, Finish, Unpin, Evict)}
+
+
+def is_parquet(data: bytes) -> bool:
+    return data[:4] == PARQUET_MAGIC
+
+
+def parquet_of_lines(data: bytes) -> bytes:
+    """The plugin's JSON lines (a routed cell's merged ones, each with its ``replica``) as the trace table."""
+    if not data.strip():
+        return b""
+    lines = (line for line in data.splitlines() if line.strip())
+    return _written(_row_groups(json.loads(line) for line in lines))
+
+
+def parquet_of_entries(replica_traces: Sequence[Sequence[TraceEntry]]) -> bytes:
+    """The simulator's trace as the table: each replica's entries, merged in time order as ``sim.loop.SimResult``
+    merges them (a replica's events keep their order among equal times, replica 0's first)."""
+    several = len(replica_traces) > 1
+    tables = [_entries_table(entries, replica if several else None) for replica, entries in enumerate(replica_traces)]
+    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    if several and table.num_rows:
+        order = np.argsort(table.column("t").to_numpy(), kind="stable")
+        table = table.take(pa.array(order))
+    return _written([table])
+
+
+def trace_frame(data: bytes) -> pd.DataFrame:
+    """The trace as a table, as pandas reads JSON lines: every column of ``SCHEMA``, those with nulls as floats."""
+    if not data:
+        return pd.DataFrame(columns=SCHEMA.names)
+    if not is_parquet(data):
+        return pd.read_json(io.BytesIO(data), lines=True)
+    frame = pq.read_table(io.BytesIO(data)).to_pandas()
+    frame["kind"] = frame["kind"].astype(str)
+    return frame
+
+
+def trace_file_frame(path: Path) -> pd.DataFrame:
+    """``trace_frame`` of a file: a cell's ``scheduler_trace.parquet``, or JSON lines (gzipped or not) of older
+    results and of a GPU run's shipped traces."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return trace_frame(path.read_bytes())
+    return pd.read_json(path, lines=True)
+
+
+def trace_events(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceEvent]:
+    """The trace's events in order, as ``records.trace.read_trace`` reads JSON lines: with ``kinds``, only those."""
+    if not is_parquet(data):
+        return read_trace(data, kinds)
+    table = pq.read_table(io.BytesIO(data))
+    if kinds is not None:
+        wanted = pa.array(list(kinds), pa.string())
+        table = table.filter(pa.compute.is_in(table.column("kind").cast(pa.string()), value_set=wanted))
+    return [_event(KINDS[row["kind"]], row) for row in table.to_pylist()]
+
+
+def _event(kind: type, row: dict) -> TraceEvent:
+    values = {name: row[name] for name in _FIELDS[kind]}
+    if kind is Step and not values["scheduled"]:
+        values["attention_pairs"] = 0  # a step that computed nothing (only loads) has always written an int there
+    elif kind is Finish:
+        values["action"] = FinishAction(values["action"])
+    elif kind is Unpin:
+        values["reason"] = UnpinReason(values["reason"])
+    return kind(**values)
+
+
+def _row_groups(rows: Iterable[dict]) -> Iterable[pa.Table]:
+    chunk: list[dict] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == ROW_GROUP_ROWS:
+            yield pa.Table.from_pylist(chunk, schema=SCHEMA)
+            chunk = []
+    if chunk:
+        yield pa.Table.from_pylist(chunk, schema=SCHEMA)
+
+
+def _written(tables: Iterable[pa.Table]) -> bytes:
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, SCHEMA, compression="zstd") as writer:
+        for table in tables:
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+    return sink.getvalue()
+
+
+def _entries_table(entries: Sequence[TraceEntry], replica: int | None) -> pa.Table:
+    """One replica's entries as columns: the decode runs' steps built with numpy, the other events row by row."""
+    positions: list[np.ndarray] = []  # each part's rows, at the place of its entry in the replica's order
+    parts: list[pa.Table] = []
+    events: list[dict] = []
+    event_positions: list[float] = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, DecodeSteps):
+            table = _decode_table(entry)
+            parts.append(table)
+            positions.append(index + np.arange(table.num_rows) / (table.num_rows + 1))
+        else:
+            events.append({"kind": entry.kind, **vars(entry), "action": _text(getattr(entry, "action", None)),
+                           "reason": _text(getattr(entry, "reason", None))})  # fmt: skip
+            event_positions.append(index)
+    if events:
+        parts.append(pa.Table.from_pylist(events, schema=SCHEMA))
+        positions.append(np.array(event_positions, dtype=float))
+    if not parts:
+        return SCHEMA.empty_table()
+    table = pa.concat_tables(parts)
+    table = table.take(pa.array(np.argsort(np.concatenate(positions), kind="stable")))
+    if replica is not None:
+        table = table.set_column(2, "replica", pa.array(np.full(table.num_rows, replica), pa.int16()))
+    return table
+
+
+def _decode_table(run: DecodeSteps) -> pa.Table:
+    count = len(run.starts)
+    context = run.context_tokens + np.arange(count, dtype=np.int64) * run.running
+    same = lambda value: np.full(count, value, dtype=np.int64)  # noqa: E731
+    columns = {
+        "kind": pa.DictionaryArray.from_arrays(np.zeros(count, dtype=np.int8), ["step"]),
+        "t": np.asarray(run.starts, dtype=np.float64), "step": run.first_step + np.arange(count, dtype=np.int64),
+        "running": same(run.running), "waiting": same(0), "scheduled": same(run.running), "prefill_tokens": same(0),
+        "decode_tokens": same(run.running), "context_tokens": context, "attention_pairs": context.astype(np.float64),
+        "free_blocks": np.asarray(run.free_blocks, dtype=np.int64), "pinned_blocks": same(run.pinned_blocks),
+        "preempted": same(0),
+    }  # fmt: skip
+    arrays = [pa.array(columns[name], type=SCHEMA.field(name).type) if name in columns
+              else pa.nulls(count, SCHEMA.field(name).type) for name in SCHEMA.names]  # fmt: skip
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def _text(value) -> str | None:
+    return None if value is None else value.value
