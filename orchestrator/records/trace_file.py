@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +71,15 @@ def parquet_of_entries(replica_traces: Sequence[Sequence[TraceEntry]]) -> bytes:
     """The simulator's trace as the table: each replica's entries, merged in time order as ``sim.loop.SimResult``
     merges them (a replica's events keep their order among equal times, replica 0's first)."""
     several = len(replica_traces) > 1
-    tables = [_entries_table(entries, replica if several else None) for replica, entries in enumerate(replica_traces)]
-    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-    if several and table.num_rows:
-        order = np.argsort(table.column("t").to_numpy(), kind="stable")
-        table = table.take(pa.array(order))
-    return _written([table])
+    parts = [_entries_table(entries, replica if several else None) for replica, entries in enumerate(replica_traces)]
+    parts = [part for part in parts if part is not None]
+    if not parts:
+        return _written([SCHEMA.empty_table()])
+    table = pa.concat_tables([part.table for part in parts])
+    keys = [np.concatenate([getattr(part, name) for part in parts]) for name in ("place", "entry", "replica")]
+    if several:
+        keys.append(table.column("t").to_numpy())
+    return _written([table.take(pa.array(np.lexsort(keys)))])
 
 
 def trace_frame(data: bytes) -> pd.DataFrame:
@@ -140,47 +143,63 @@ def _written(tables: Iterable[pa.Table]) -> bytes:
     return sink.getvalue()
 
 
-def _entries_table(entries: Sequence[TraceEntry], replica: int | None) -> pa.Table:
+@dataclass(frozen=True)
+class _Rows:
+    """One replica's rows, unordered, with what orders them: the entry each came from and its place in it."""
+
+    table: pa.Table
+    entry: np.ndarray
+    place: np.ndarray
+    replica: np.ndarray
+
+
+def _entries_table(entries: Sequence[TraceEntry], replica: int | None) -> _Rows | None:
     """One replica's entries as columns: the decode runs' steps built with numpy, the other events row by row."""
-    positions: list[np.ndarray] = []  # each part's rows, at the place of its entry in the replica's order
-    parts: list[pa.Table] = []
-    events: list[dict] = []
-    event_positions: list[float] = []
-    for index, entry in enumerate(entries):
-        if isinstance(entry, DecodeSteps):
-            table = _decode_table(entry)
-            parts.append(table)
-            positions.append(index + np.arange(table.num_rows) / (table.num_rows + 1))
-        else:
-            events.append({"kind": entry.kind, **vars(entry), "action": _text(getattr(entry, "action", None)),
-                           "reason": _text(getattr(entry, "reason", None))})  # fmt: skip
-            event_positions.append(index)
+    runs = [(index, entry) for index, entry in enumerate(entries) if isinstance(entry, DecodeSteps)]
+    events = [(index, entry) for index, entry in enumerate(entries) if not isinstance(entry, DecodeSteps)]
+    parts, entry_of_row, place_in_entry = [], [], []
+    if runs:
+        counts = np.array([len(run.starts) for _, run in runs])
+        parts.append(_decode_table([run for _, run in runs], counts))
+        entry_of_row.append(np.repeat([index for index, _ in runs], counts))
+        place_in_entry.append(np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
     if events:
-        parts.append(pa.Table.from_pylist(events, schema=SCHEMA))
-        positions.append(np.array(event_positions, dtype=float))
+        parts.append(pa.Table.from_pylist([_row(event) for _, event in events], schema=SCHEMA))
+        entry_of_row.append(np.array([index for index, _ in events]))
+        place_in_entry.append(np.zeros(len(events), dtype=np.int64))
     if not parts:
-        return SCHEMA.empty_table()
+        return None
     table = pa.concat_tables(parts)
-    table = table.take(pa.array(np.argsort(np.concatenate(positions), kind="stable")))
     if replica is not None:
         table = table.set_column(2, "replica", pa.array(np.full(table.num_rows, replica), pa.int16()))
-    return table
+    return _Rows(table, np.concatenate(entry_of_row), np.concatenate(place_in_entry),
+                 np.full(table.num_rows, replica or 0))  # fmt: skip
 
 
-def _decode_table(run: DecodeSteps) -> pa.Table:
-    count = len(run.starts)
-    context = run.context_tokens + np.arange(count, dtype=np.int64) * run.running
-    same = lambda value: np.full(count, value, dtype=np.int64)  # noqa: E731
+def _row(event: TraceEvent) -> dict:
+    return {"kind": event.kind, **vars(event), "action": _text(getattr(event, "action", None)),
+            "reason": _text(getattr(event, "reason", None))}  # fmt: skip
+
+
+def _decode_table(runs: list[DecodeSteps], counts: np.ndarray) -> pa.Table:
+    """Every step of ``runs`` (``counts[i]`` of run ``i``), run after run."""
+    total = int(counts.sum())
+    place = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)  # each step's place in its run
+    per_run = lambda values: np.repeat(np.array(values, dtype=np.int64), counts)  # noqa: E731
+    running = per_run([run.running for run in runs])
+    context = per_run([run.context_tokens for run in runs]) + place * running
+    zeros = np.zeros(total, dtype=np.int64)
     columns = {
-        "kind": pa.DictionaryArray.from_arrays(np.zeros(count, dtype=np.int8), ["step"]),
-        "t": np.asarray(run.starts, dtype=np.float64), "step": run.first_step + np.arange(count, dtype=np.int64),
-        "running": same(run.running), "waiting": same(0), "scheduled": same(run.running), "prefill_tokens": same(0),
-        "decode_tokens": same(run.running), "context_tokens": context, "attention_pairs": context.astype(np.float64),
-        "free_blocks": np.asarray(run.free_blocks, dtype=np.int64), "pinned_blocks": same(run.pinned_blocks),
-        "preempted": same(0),
+        "kind": pa.DictionaryArray.from_arrays(np.zeros(total, dtype=np.int8), ["step"]),
+        "t": np.fromiter((start for run in runs for start in run.starts), dtype=np.float64, count=total),
+        "step": per_run([run.first_step for run in runs]) + place, "running": running, "waiting": zeros,
+        "scheduled": running, "prefill_tokens": zeros, "decode_tokens": running, "context_tokens": context,
+        "attention_pairs": context.astype(np.float64),
+        "free_blocks": np.fromiter((free for run in runs for free in run.free_blocks), dtype=np.int64, count=total),
+        "pinned_blocks": per_run([run.pinned_blocks for run in runs]), "preempted": zeros,
     }  # fmt: skip
     arrays = [pa.array(columns[name], type=SCHEMA.field(name).type) if name in columns
-              else pa.nulls(count, SCHEMA.field(name).type) for name in SCHEMA.names]  # fmt: skip
+              else pa.nulls(total, SCHEMA.field(name).type) for name in SCHEMA.names]  # fmt: skip
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
