@@ -136,20 +136,24 @@ def _panels_per_load(frame: pd.DataFrame, draw, ylabel: str, title: str) -> byte
     return _png(figure)
 
 
-def step_timeline(trace: pd.DataFrame, title: str) -> bytes:
-    """One cell's engine steps over time: batch size, waiting requests, free and pinned KV blocks."""
-    steps = trace[trace.kind == "step"]
-    seconds = steps.t - steps.t.min()
+def step_timeline(bins: pd.DataFrame, title: str) -> bytes:
+    """One cell's engine steps over time, binned (``analysis.timeline.step_bins``), a line per replica: mean batch
+    size, most requests waiting, fewest free and most pinned KV blocks per bin."""
     figure, panels = plt.subplots(4, 1, figsize=(7, 6), sharex=True)
+    replicas = sorted(bins.replica.unique())
     for panel, column, label in zip(
         panels,
         ("running", "waiting", "free_blocks", "pinned_blocks"),
-        ("batch size", "waiting", "free blocks", "pinned blocks"),
+        ("mean batch size", "most waiting", "fewest free blocks", "most pinned blocks"),
     ):
-        panel.plot(seconds, steps[column], linewidth=0.8)
+        for replica in replicas:
+            rows = bins[bins.replica == replica]
+            panel.plot(rows.seconds, rows[column], linewidth=0.8, label=f"replica {replica}")
         panel.set_ylabel(label, fontsize=8)
         panel.grid(True, alpha=0.3)
-    panels[-1].set_xlabel("seconds since the cell's first step")
+    if len(replicas) > 1:
+        panels[0].legend(fontsize=6, ncol=4, loc="upper right")
+    panels[-1].set_xlabel("seconds since the cell's first event")
     panels[0].set_title(title)
     return _png(figure)
 

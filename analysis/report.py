@@ -2,9 +2,11 @@
 
     python -m analysis.report DIR/<sweep> [--compare DIR/<other sweep>] [--out DIR]
 
-Writes ``report.html`` and ``tables/*.csv`` under ``--out`` (default ``DIR/<sweep>/report``). Every
-table says whether its numbers were measured, simulated or come from the fake engine; missing cells
-show as "—" and are listed with the reason.
+Writes ``report.html``, a page per detailed cell under ``cells/`` (linked from it) and ``tables/*.csv`` under
+``--out`` (default ``DIR/<sweep>/report``), saying on stderr what it is building as it goes. Every table says
+whether its numbers were measured, simulated or come from the fake engine; missing cells show as "—" and are listed
+with the reason. Figures and tables are drawn from aggregates (a cell's steps binned by ``analysis.timeline``), so
+the report's time and memory do not grow with the length of the cells' traces.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import base64
 import html
 import re
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import plots, tables
 from analysis.load import SweepData, cell_records, load_sweep
+from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
@@ -28,6 +33,8 @@ from orchestrator.records.verdict import VerdictKind, verdict_frame
 from orchestrator.sim.error_bands import load_errors
 
 REPORT_FILE = "report.html"
+CELL_PAGES_DIR = "cells"
+EVENT_KINDS = ("admit", "finish", "unpin", "evict")  # the trace's rows but its steps: what the tables read
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1400px; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
@@ -40,8 +47,13 @@ img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0 1.5em; }
 
 
 class ReportBuilder:
-    def __init__(self, out_dir: Path):
+    """One page of the report: ``page`` under ``out_dir`` (``report.html``, or ``cells/<name>.html``), its tables'
+    CSV files in ``out_dir/tables``."""
+
+    def __init__(self, out_dir: Path, page: str = REPORT_FILE):
         self.out_dir = out_dir
+        self.page = page
+        self.to_root = "../" * page.count("/")  # the page's links to the tables are relative
         self.parts: list[str] = []
         self.csv_names: list[str] = []
 
@@ -63,7 +75,7 @@ class ReportBuilder:
         css = "provenance fake" if "fake engine" in provenance else "provenance"
         self.parts.append(
             f'<h3 id="{name}">{html.escape(title)}</h3><p class="{css}">{html.escape(provenance)} · '
-            f'<a href="{REPORT_TABLES_DIR}/{csv_path.name}">{csv_path.name}</a></p>{shown}'
+            f'<a href="{self.to_root}{REPORT_TABLES_DIR}/{csv_path.name}">{csv_path.name}</a></p>{shown}'
         )
 
     def figure(self, caption: str, png: bytes) -> None:
@@ -71,15 +83,34 @@ class ReportBuilder:
         self.parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{encoded}">'
                           f"<figcaption>{html.escape(caption)}</figcaption></figure>")  # fmt: skip
 
+    def links(self, targets: list[tuple[str, str]]) -> None:
+        """A list of links, each (relative address, text)."""
+        items = "".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>' for href, text in targets)
+        self.parts.append(f"<ul>{items}</ul>")
+
     def write(self, title: str) -> Path:
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
                 f"<style>{STYLE}</style></head><body>{''.join(self.parts)}</body></html>")  # fmt: skip
-        path = self.out_dir / REPORT_FILE
+        path = self.out_dir / self.page
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page)
         return path
 
 
-def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | None = None) -> Path:
+class Progress:
+    """A line on stderr per stage of the report, with the seconds since it began."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self, stage: str) -> None:
+        print(f"[report {time.monotonic() - self.started:5.1f} s] {stage}", file=sys.stderr, flush=True)
+
+
+def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | None = None,
+                 progress: Callable[[str], None] | None = None) -> Path:  # fmt: skip
+    progress = progress or Progress()
+    progress(f"reading {sweep_dir}")
     data = load_sweep(sweep_dir)
     out_dir = Path(out_dir or data.files.report).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -88,15 +119,20 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     done, total = len(data.done), len(data.summary)
     report.paragraph(f"{done} of {total} cells done. Numbers: {data.provenance()}. Results: {data.directory}.")
     _dropped_jobs(report, data)
+    progress(f"verdicts over {done} done cells")
     per_policy = _verdicts(report, data)
     _routing(report, data)
     _serve_cost(report, data)
     _overview(report, data)
-    for gpu in data.gpus:
-        _gpu_section(report, data, gpu, per_policy)
+    for number, gpu in enumerate(data.gpus, 1):
+        progress(f"{gpu} ({number} of {len(data.gpus)} GPU types)")
+        _gpu_section(report, data, gpu, per_policy, progress)
     if compare is not None:
+        progress(f"beside {compare}")
         _comparison(report, data, load_sweep(compare))
-    return report.write(f"kvsweep report: {data.name}")
+    path = report.write(f"kvsweep report: {data.name}")
+    progress(f"written: {path}")
+    return path
 
 
 def _dropped_jobs(report: ReportBuilder, data: SweepData) -> None:
@@ -188,7 +224,8 @@ def _overview(report: ReportBuilder, data: SweepData) -> None:
                      tables.cross_gpu_summary(data.summary), data.provenance(data.done))  # fmt: skip
 
 
-def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: pd.DataFrame) -> None:
+def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: pd.DataFrame,
+                 progress: Callable[[str], None]) -> None:  # fmt: skip
     cells = data.summary[data.summary.gpu == gpu]
     done = cells[cells.status == CellStatus.DONE.value]
     provenance = data.provenance(done) if len(done) else "no cell of this GPU type has run yet"
@@ -232,16 +269,35 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: p
         report.table(f"cpu_tier_{slug}", f"{gpu}: does the CPU tier read back what it writes? (retention clock)",
                      tier, provenance, percent=("read_per_write", "external_hit_rate"))  # fmt: skip
     top = done[done.jps == done.jps.max()]
-    for cell in top.drop_duplicates(["policy", "replicas"]).itertuples():  # an arm may run at several replica counts
+    detailed = top.drop_duplicates(["policy", "replicas"])  # an arm (a policy @ a router) may run at several counts
+    links = []
+    for number, cell in enumerate(detailed.itertuples(), 1):
+        label = _detail_label(cell)
+        progress(f"{gpu}: cell {number} of {len(detailed)} in detail: {label}")
         routed = f"_x{cell.replicas}" if cell.replicas > 1 else ""
-        _cell_detail(report, data, cell, f"{gpu}_{_slug(cell.policy)}{routed}")
+        slug = f"{_slug(gpu)}_{_slug(cell.policy)}{routed}"
+        page = ReportBuilder(report.out_dir, f"{CELL_PAGES_DIR}/{slug}.html")
+        page.heading(label, 1)
+        _cell_detail(page, data, cell, slug)
+        page.write(f"kvsweep report: {data.name}: {label}")
+        links.append((page.page, label))
+    if links:
+        report.heading(f"{gpu}: cells in detail", 3)
+        report.paragraph("Each on its own page: KV lifecycle of the median job, per replica where there are several, "
+                         "and the engine's steps over time.")  # fmt: skip
+        report.links(links)
+
+
+def _detail_label(cell) -> str:
+    """The cell as the report names it: its arm (a routed cell's policy names its router) and replicas."""
+    return f"{cell.gpu} {cell.policy}{f' x{cell.replicas}' if cell.replicas > 1 else ''} at {cell.jps:g} JPS"
 
 
 def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> None:
     """KV lifecycle of the median job and the step timeline of one cell."""
     files = data.files.cell(cell.cell_key)
     trace_path = files.trace_to_read()
-    trace = pd.DataFrame() if trace_path is None else trace_file_frame(trace_path)
+    trace = pd.DataFrame() if trace_path is None else trace_file_frame(trace_path, EVENT_KINDS)
     jobs = pd.read_parquet(files.jobs)
     replicas = tables.per_replica(pd.read_parquet(files.requests), trace)
     if len(replicas):
@@ -255,9 +311,10 @@ def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> Non
         report.table(f"kv_lifecycle_{slug}", f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: KV lifecycle of job "
                      f"{job.job_id} (median JCT, {job.jct_s:.2f} s)", lifecycle, data.provenance(data.done),
                      percent=("best_fraction", "hit_fraction"))  # fmt: skip
-    if len(trace) and "step" in set(trace.kind):
-        title = f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: engine steps"
-        report.figure(title, plots.step_timeline(trace, title))
+    bins = step_bins(trace_path) if trace_path is not None else pd.DataFrame()
+    if len(bins):
+        title = f"{_detail_label(cell)}: engine steps"
+        report.figure(f"{title} ({NUM_BINS} bins over the run)", plots.step_timeline(bins, title))
 
 
 def _comparison(report: ReportBuilder, a: SweepData, b: SweepData) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -93,13 +93,49 @@ def trace_frame(data: bytes) -> pd.DataFrame:
     return frame
 
 
-def trace_file_frame(path: Path) -> pd.DataFrame:
+def trace_file_frame(path: Path, kinds: Iterable[str] | None = None) -> pd.DataFrame:
     """``trace_frame`` of a file: a cell's ``scheduler_trace.parquet``, or JSON lines (gzipped or not) of older
-    results and of a GPU run's shipped traces."""
+    results and of a GPU run's shipped traces; with ``kinds``, only those rows (read alone from parquet: a cell's
+    events but its steps are a small part of it)."""
     path = Path(path)
-    if path.suffix == ".parquet":
+    if path.suffix != ".parquet":
+        frame = pd.read_json(path, lines=True)
+        return frame if kinds is None or not len(frame) else frame[frame.kind.isin(list(kinds))]
+    if kinds is None:
         return trace_frame(path.read_bytes())
-    return pd.read_json(path, lines=True)
+    frame = pq.read_table(path, filters=[("kind", "in", list(kinds))]).to_pandas()
+    frame["kind"] = frame["kind"].astype(str)
+    return frame
+
+
+def step_batches(path: Path, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
+    """The ``step`` rows of a trace file in order, ``columns`` of them, a row group at a time (memory bounded
+    whatever the trace's length; an older result's JSON lines at once)."""
+    path = Path(path)
+    if path.suffix != ".parquet":
+        frame = pd.read_json(path, lines=True)
+        if len(frame):
+            yield frame.loc[frame.kind == "step", [column for column in columns if column in frame]]
+        return
+    source = pq.ParquetFile(path)
+    for batch in source.iter_batches(batch_size=ROW_GROUP_ROWS, columns=["kind", *columns]):
+        frame = batch.to_pandas()
+        yield frame.loc[frame.kind == "step", list(columns)]
+
+
+def time_range(path: Path) -> tuple[float, float] | None:
+    """The first and last ``t`` of a parquet trace from its row groups' statistics (no rows read); None when the
+    file does not say."""
+    metadata = pq.ParquetFile(path).metadata
+    index = metadata.schema.to_arrow_schema().get_field_index("t")
+    lows, highs = [], []
+    for group in range(metadata.num_row_groups):
+        statistics = metadata.row_group(group).column(index).statistics
+        if statistics is None or not statistics.has_min_max:
+            return None
+        lows.append(statistics.min)
+        highs.append(statistics.max)
+    return (min(lows), max(highs)) if lows else None
 
 
 def trace_events(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceEvent]:

@@ -3,6 +3,7 @@ here that check what is tracked run through the driver on Ray; those that check 
 written in this process, ``tests.simulated``)."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -198,7 +199,15 @@ def test_a_grid_of_replicas_and_routers_compares_each_policy_with_each_router(tm
     moved = rows.set_index(["policy", "router"]).turns_moved_pct
     assert moved[("continuum", "session-affinity")] < 10 < moved[("continuum", "round-robin")]
     report = tmp_path / "routed" / "report"
-    assert "Policies and routers" in (report / "report.html").read_text()
+    page = (report / "report.html").read_text()
+    assert "Policies and routers" in page
+    # Each arm's cell in detail on its own page, linked, with its steps binned per replica.
+    pages = sorted(re.findall(r'<a href="(cells/[^"]+\.html)">', page))
+    assert pages == [f"cells/l40s_{arm}_x2.html" for arm in ("continuum-round-robin", "continuum-session-affinity",
+                                                             "fcfs-round-robin", "fcfs-session-affinity")]  # fmt: skip
+    detail = (report / pages[0]).read_text()
+    assert "engine steps (300 bins over the run)" in detail and 'href="../tables/per_replica_' in detail
+    assert len(pd.read_csv(report / "tables" / "per_replica_l40s_continuum-round-robin_x2.csv")) == 2
     (verdict,) = read_verdicts(report / "tables" / "verdicts.csv")
     assert verdict.replicas == 2 and {*verdict.tied_with, verdict.leader} <= {
         f"{policy} @ {router}" for policy in spec.policies for router in ("session-affinity", "round-robin")}
