@@ -9,6 +9,7 @@
         scheduler_trace.parquet            the scheduler trace (``records.trace_file``)
     DIR/<sweep>/report/                    the HTML report, and its tables/ (verdicts.csv among them)
     DIR/<sweep>/crossover.csv              the loads where a verdict changes (sweeps/crossover.py)
+    DIR/<sweep>/preflight.csv              each cell to run's preflight regime and its reasons
 
 Writers (the driver, the worker's replica) and readers (analysis) take their paths from here.
 """
@@ -24,6 +25,7 @@ REPORT_DIR = "report"
 REPORT_TABLES_DIR = "tables"
 VERDICTS_FILE = "verdicts.csv"
 CROSSOVER_FILE = "crossover.csv"
+PREFLIGHT_FILE = "preflight.csv"
 STAGING_DIR = ".staging"
 LOCK_FILE = ".lock"
 
@@ -100,6 +102,10 @@ class SweepFiles:
     @property
     def crossover(self) -> Path:
         return self.directory / CROSSOVER_FILE
+
+    @property
+    def preflight(self) -> Path:
+        return self.directory / PREFLIGHT_FILE
 
     @property
     def staging(self) -> Path:

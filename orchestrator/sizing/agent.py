@@ -5,7 +5,8 @@ flight, and the live set is the context of the jobs inside a turn. Jobs in fligh
 from an unqueued job time: a roofline turn (prefill of the turn's new tokens at an assumed 40% of peak
 FLOP/s, 20 decode steps reading the weights at 70% of HBM bandwidth) plus the tool times, for the workload's
 expected job. When the offered prefill work exceeds what the GPU does (load >= 1), queues grow for the whole
-arrival window and every job that arrived is taken to be in flight, in a turn. These are estimates for a warning, not a
+arrival window and every job that arrived is taken to be in flight, in a turn. Behind a router, each of a cell's
+replicas is offered its share of the jobs, and the sets are one replica's. These are estimates for a warning, not a
 model of the run: the simulator is the model.
 """
 
@@ -30,8 +31,9 @@ class AgentWorkingSets:
     corpus_tokens: float
 
 
-def agent_working_sets(workload: WorkloadSpec, arch: ModelArch, gpu: GpuType) -> AgentWorkingSets:
+def agent_working_sets(workload: WorkloadSpec, arch: ModelArch, gpu: GpuType, replicas: int = 1) -> AgentWorkingSets:
     job = workload.mean_shape()
+    jps = workload.jps / replicas
     # With every earlier turn cached, a job prefills its final context once over its turns.
     prefill_per_job = job.final_prompt_tokens + job.output_tokens
     prefill_tokens_per_s = gpu.bf16_tflops * 1e12 * ASSUMED_MFU / (2 * arch.num_parameters)
@@ -39,12 +41,12 @@ def agent_working_sets(workload: WorkloadSpec, arch: ModelArch, gpu: GpuType) ->
     turn_time = prefill_per_job / job.turns / prefill_tokens_per_s + job.output_tokens * decode_step_s
     busy_s = job.turns * turn_time
     job_s = busy_s + (job.turns - 1) * job.tool_time_s
-    load = workload.jps * prefill_per_job / prefill_tokens_per_s
+    load = jps * prefill_per_job / prefill_tokens_per_s
     mean_context = job.mean_prompt_tokens + job.output_tokens
     if load >= 1:
-        in_flight = workload.jps * workload.arrival_window_s
+        in_flight = jps * workload.arrival_window_s
         live = in_flight * mean_context
     else:
-        in_flight = workload.jps * job_s
+        in_flight = jps * job_s
         live = in_flight * mean_context * busy_s / job_s
     return AgentWorkingSets(turn_time, load, in_flight, live, in_flight * mean_context)

@@ -1,6 +1,8 @@
+from collections import Counter
+
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.preflight import preflight
+from orchestrator.sweep.planning.preflight import preflight, regime_table
 from sweeps.large_dram import SPEC as LARGE_DRAM
 
 
@@ -19,6 +21,22 @@ def test_more_load_or_a_smaller_gpu_moves_a_cell_toward_queueing():
     h200 = [order.index(preflight(cell).regime) for _, cell in sorted(cells("fcfs", "H200").items())]
     assert h200 == sorted(h200) and h200[-1] == 2
     assert preflight(cells("fcfs", "L40S")[15]).regime is Regime.QUEUEING
+
+
+def test_a_cell_of_several_replicas_is_sized_per_replica_with_its_share_of_the_jobs():
+    one = cells("fcfs", "L40S")[3]
+    eight = one.model_copy(update={"replicas": 8, "router": "round-robin"})
+    assert preflight(one).regime is Regime.QUEUEING and preflight(eight).regime is not Regime.QUEUEING
+    assert "per replica" in preflight(eight).note and "per replica" not in preflight(one).note
+
+
+def test_the_regime_table_counts_the_cells_of_each_regime_and_the_idle_cpu_tiers():
+    checks = [preflight(cell) for cell in expand(LARGE_DRAM)]
+    lines = regime_table(checks)
+    counted = {line.split()[0]: int(line.split()[1]) for line in lines}
+    assert counted == Counter(check.regime.value for check in checks) and sum(counted.values()) == 60
+    idle = sum(check.warn for check in checks if check.regime is Regime.FITS_ON_GPU)
+    assert idle and f"({idle} with a CPU tier that cannot matter)" in next(line for line in lines if "fits-on-gpu" in line)
 
 
 def test_the_cpu_device_gets_no_roofline_estimate_rather_than_a_wrong_one():
@@ -41,4 +59,7 @@ def test_dry_run_of_large_dram_shows_every_cells_regime(ray_cluster, tmp_path):
     regimes = [line.split("preflight: ")[1].split(":")[0] for line in out.splitlines() if "preflight: " in line]
     assert len(regimes) == 60 and set(regimes) <= {regime.value for regime in Regime}
     assert {"fits-on-gpu", "queueing"} <= set(regimes)
+    table = out[out.index("preflight of the 60 cells, by regime:"):].splitlines()[1:]
+    counted = {line.split()[0]: int(line.split()[1]) for line in table}
+    assert counted == {regime: regimes.count(regime) for regime in set(regimes)}
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing

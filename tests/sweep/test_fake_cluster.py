@@ -43,6 +43,8 @@ def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_
     assert overlaps, "no H100 cell ran while an A100 cell did"
     runs = runs_by_key(tmp_path, "placement")
     assert set(runs) == set(done.cell_key)  # pending cells never start a run
+    preflights = pd.read_csv(tmp_path / "placement" / "preflight.csv")  # the reasons the regime table counts
+    assert set(done.cell_key) <= set(preflights.cell_key) and preflights.reasons.str.contains("offered load").all()
     assert all([run.status for run in attempts] == [CellStatus.DONE] for attempts in runs.values())
 
 

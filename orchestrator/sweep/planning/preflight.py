@@ -1,13 +1,19 @@
 """Preflight of a cell: before any GPU hour, which regime will it measure (pure, from the sizing library)?
 
-Shown by ``--dry-run``, tagged on the cell's MLflow run, and warned about when a cell's policy has a CPU
-tier that cannot matter (everything fits on the GPU) or when the live set will not fit (queueing).
-Never a refusal: a queueing cell is a legitimate measurement, as long as it is known to be one.
+A sweep prints one table of its cells by regime (``regime_table``), the reasons per cell go to
+``DIR/<sweep>/preflight.csv`` and ``--dry-run``, and each cell's MLflow run is tagged with its own. The table
+counts the cells to look at: a policy with a CPU tier that cannot matter (everything fits on the GPU), and the
+cells whose live set will not fit (queueing). Never a refusal: a queueing cell is a legitimate measurement, as long
+as it is known to be one. A cell of several replicas is sized per replica, with its share of the jobs.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.policies import get_policy
@@ -34,7 +40,7 @@ def preflight(cell: CellSpec) -> Preflight:
         return Preflight(None, f"no estimate: no config for model {cell.model!r}", False)
     gpu = GPU_TYPES[cell.gpu]
     options = cell.engine_options
-    sets = agent_working_sets(cell.workload, arch, gpu)
+    sets = agent_working_sets(cell.workload, arch, gpu, cell.replicas)
     block = options.block_size_on(cell.gpu)
     if options.num_kv_blocks is not None:
         gpu_tokens = options.num_kv_blocks * block
@@ -44,8 +50,9 @@ def preflight(cell: CellSpec) -> Preflight:
         gpu_tokens = sizing.gpu_kv_tokens
     fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
     has_cpu_tier = get_policy(cell.policy).has_cpu_tier
+    each = " per replica" if cell.replicas > 1 else ""
     note = (f"{fit.value}: live {sets.live_tokens / 1e3:,.0f}K, corpus {sets.corpus_tokens / 1e3:,.0f}K tokens "
-            f"vs GPU KV {gpu_tokens / 1e3:,.0f}K; offered load {sets.offered_load:.2f}")  # fmt: skip
+            f"vs GPU KV {gpu_tokens / 1e3:,.0f}K{each}; offered load {sets.offered_load:.2f}{each}")  # fmt: skip
     if has_cpu_tier and cell.dram_gb > 0:
         cpu_tokens = cell.dram_gb * GIB / kv_bytes_per_token(arch, 2)
         note += f"; CPU tier {cpu_tokens / 1e3:,.0f}K tokens"
@@ -53,3 +60,29 @@ def preflight(cell: CellSpec) -> Preflight:
     return Preflight(fit, note, warn)
 
 
+
+
+NO_ESTIMATE = "no estimate"
+
+
+def regime_table(checks: Sequence[Preflight]) -> list[str]:
+    """One line per regime the cells are in: how many, and what their runs measure; those that fit on the GPU say
+    how many of them have a CPU tier with nothing to do."""
+    counts = Counter(check.regime for check in checks)
+    idle_tiers = sum(check.warn for check in checks if check.regime is Regime.FITS_ON_GPU)
+    width = max(len(kind.value) for kind in Regime)
+    lines = []
+    for kind in (*Regime, None):
+        if not counts[kind]:
+            continue
+        name, meaning = (kind.value, kind.meaning) if kind else (NO_ESTIMATE, "no roofline or model config")
+        idle = f" ({idle_tiers} with a CPU tier that cannot matter)" if kind is Regime.FITS_ON_GPU and idle_tiers else ""
+        lines.append(f"  {name:<{width}}  {counts[kind]:>5} cells: {meaning}{idle}")
+    return lines
+
+
+def preflight_frame(cells: Sequence[CellSpec], checks: Mapping[str, Preflight]) -> pd.DataFrame:
+    """Each cell's preflight (``checks`` by cell key), a row per cell: the sweep's ``preflight.csv``."""
+    return pd.DataFrame([{"cell_key": cell.key, "label": cell.label,
+                          "regime": checks[cell.key].regime.value if checks[cell.key].regime else NO_ESTIMATE,
+                          "noted": checks[cell.key].warn, "reasons": checks[cell.key].note} for cell in cells])  # fmt: skip

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.records.cell import CellOutcome, CellStatus
+from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import read_verdicts
 from orchestrator.sim.config import check_simulable
 from orchestrator.sweep.cluster.autoscaler import read_launchable_types
@@ -37,7 +38,7 @@ from orchestrator.sweep.cluster.inventory import Inventory, Slot, read_inventory
 from orchestrator.sweep.cluster.model_check import check_model_files
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.options import SweepOptions
-from orchestrator.sweep.planning.preflight import preflight
+from orchestrator.sweep.planning.preflight import preflight, preflight_frame, regime_table
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.ledger import CellLedger, is_done
 from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState
@@ -141,10 +142,11 @@ class _Sweep:
         self.ledger.results.clear_staging()
         to_run = self._queue_cells()
         self.preflights = {cell.key: preflight(cell) for cell in to_run}
-        for cell in to_run:
-            check = self.preflights[cell.key]
-            if check.warn:
-                self.reporter.event(f"preflight {cell.label}: {check.regime.meaning} ({check.note})")
+        if to_run:
+            preflight_file = self.ledger.results.files.preflight
+            atomic_write_csv(preflight_frame(to_run, self.preflights), preflight_file)
+            self.reporter.event("\n".join([f"preflight of the {len(to_run)} cells to run, by regime (each cell's "
+                                            f"reasons: {preflight_file}):", *regime_table(list(self.preflights.values()))]))  # fmt: skip
         self._write_summary()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -454,6 +456,8 @@ def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool)
             state += "" if inventory.is_up(cell.placement) else " once the autoscaler brings one up"
         check = preflight(cell)
         print(f"  {cell.key}  {cell.label:<50} {state}\n      preflight: {check.note}{'  <- note' if check.warn else ''}")
+    print(f"preflight of the {len(cells)} cells, by regime:", *regime_table([preflight(cell) for cell in cells]), sep="\n")
+
 
 
 def _last_line(error: BaseException) -> str:
