@@ -1,15 +1,23 @@
-"""How long does a Mooncake-scale trace take, from the published format to simulated records?
+"""How long does an hour of Mooncake-scale traffic take, from the published format to the report, on one replica and
+on eight?
 
-Mooncake's FAST'25 conversation trace has 12,031 requests of about 12k prompt tokens (512-token ``hash_ids``, no
-session ids) and answers of about 340 tokens. This machine cannot download it, so the benchmark writes a file of
-the same format and shape, seeded: sessions of a few turns, each turn's blocks extending the previous turn's, a
-system prefix shared by every session, arrivals over an hour. Then, each stage timed:
+Mooncake's FAST'25 conversation trace has 12,031 requests over an hour: prompts of 12,041 tokens on average (median
+6,718, up to 126,527) in 512-token ``hash_ids``, answers of 348, no session ids, arrivals in 3-second ticks at a
+rate that rises from about 2.8 to 3.6 requests a second. This machine cannot download it, so the benchmark writes
+a file of the same format, size and statistics (its quantiles, measured on 1,292 lines sampled at its start, middle
+and end), seeded: sessions whose next prompt re-sends all but the last, partial block of the previous one and
+appends a few, one block every prompt starts with. Then, each stage timed:
 
 1. ``convert``: the converter reads it and recovers the sessions from the block chains (``--format mooncake``);
 2. ``schedule``: the cell's schedule of the replay (loading and checking the converted trace included);
-3. ``simulate``: the replay on one simulated GPU at the trace's own rate, every request to its end.
+3. ``simulate``: the replay on one simulated GPU, and on eight behind round-robin, at the trace's own rate;
+4. ``records``: the eight replicas' scheduler trace written as the cell stores it (parquet, zstd) against the JSON
+   lines it replaced;
+5. with ``--sweep``: the whole nine-cell study as a user runs it (fcfs, continuum and lmcache, each behind
+   round-robin, session-affinity and prefix-aware, eight replicas), start to report, then its report built again
+   alone, with the report's peak memory.
 
-    python benchmarks/trace_scale.py [--requests 12031] [--gpu H200] [--policy fcfs] [--seed 7] [--keep DIR]
+    python benchmarks/trace_scale.py [--requests 12031] [--gpu H100] [--policy fcfs] [--seed 7] [--keep DIR] [--sweep]
 
 The last line is one JSON object.
 """
@@ -20,20 +28,30 @@ import argparse
 import json
 import math
 import random
+import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import mean
 
+from orchestrator.paths import PROJECT_ROOT
+from orchestrator.records.trace_file import parquet_of_entries
+from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.calibrate import MODEL
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
-from orchestrator.sim.loop import simulate
+from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces import convert
 from orchestrator.workload.traces.schema import TraceRef, load_trace
 
+SWEEP_POLICIES = ("fcfs", "continuum", "lmcache")
+SWEEP_ROUTERS = ("round-robin", "session-affinity", "prefix-aware")
+SWEEP_REPLICAS = 8
 BLOCK_TOKENS = 512
 TICK_MS = 3_000  # the published trace stamps arrivals in 3-second ticks
 SPAN_MS = 3_537_000  # its first to last arrival
@@ -125,13 +143,51 @@ def _replay(converted: Path) -> tuple[WorkloadSpec, Schedule]:
     return workload, schedule_for(workload)
 
 
+def _simulated(workload: WorkloadSpec, schedule: Schedule, gpu: str, policy: str, replicas: Replicas):
+    engine = sim_engine(Device.gpu(gpu), MODEL, policy, 0.0, workload)
+    return _timed(simulate, workload, engine, schedule, replicas)
+
+
+def _records(result) -> dict:
+    """The eight replicas' trace as a cell stores it, against the JSON lines it replaced: bytes and seconds."""
+    table, table_s = _timed(parquet_of_entries, result.replica_traces)
+    lines, lines_s = _timed(result.trace_bytes)
+    return {"trace_parquet_bytes": len(table), "trace_parquet_s": round(table_s, 2),
+            "trace_jsonl_bytes": len(lines), "trace_jsonl_s": round(lines_s, 2)}  # fmt: skip
+
+
+def _sweep(converted: Path, directory: Path, gpu: str) -> dict:
+    """The nine-cell study as a user runs it, start to report, then the report alone with its peak memory."""
+    results = directory / "results"
+    shutil.rmtree(results, ignore_errors=True)
+    command = [sys.executable, str(PROJECT_ROOT / "sweeps" / "agent_trace.py"), "--engine", "sim", "--trace",
+               str(converted), "--gpus", gpu, "--policies", ",".join(SWEEP_POLICIES), "--load", "1", "--replicas",
+               str(SWEEP_REPLICAS), "--routers", ",".join(SWEEP_ROUTERS), "--max-model-len", "131072",
+               "--results-dir", str(results)]  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep_s = time.perf_counter() - started
+    measure = ("import resource, sys; from analysis.report import main; code = main(sys.argv[1:]); "
+               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)")  # fmt: skip
+    started = time.perf_counter()
+    report = subprocess.run([sys.executable, "-c", measure, str(results / "agent_trace"), "--out",
+                             str(directory / "report")], check=True, capture_output=True, text=True)  # fmt: skip
+    report_s = time.perf_counter() - started
+    trace_bytes = sum(path.stat().st_size for path in (results / "agent_trace" / "cells").glob("*/scheduler_trace.*"))
+    return {"sweep_cells": len(SWEEP_POLICIES) * len(SWEEP_ROUTERS), "sweep_s": round(sweep_s, 1),
+            "report_s": round(report_s, 1), "report_peak_mib": round(int(report.stdout.split()[-1]) / 1024),
+            "sweep_trace_bytes": trace_bytes}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=12_031)
-    parser.add_argument("--gpu", default="H200")
+    parser.add_argument("--gpu", default="H100")
     parser.add_argument("--policy", default="fcfs")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--keep", type=Path, help="write the two trace files here instead of a temporary directory")
+    parser.add_argument("--keep", type=Path, help="write the trace files (and the sweep's results) here instead of a "
+                        "temporary directory")  # fmt: skip
+    parser.add_argument("--sweep", action="store_true", help="also run the nine-cell study end to end, and its report")
     args = parser.parse_args(argv)
     if args.requests < 1:
         parser.error(f"--requests {args.requests}: valid: 1 or more")
@@ -144,25 +200,40 @@ def main(argv: list[str] | None = None) -> int:
     if code:
         return code
     (workload, schedule), schedule_s = _timed(_replay, converted)
-    engine = sim_engine(Device.gpu(args.gpu), MODEL, args.policy, 0.0, workload)
-    result, simulate_s = _timed(simulate, workload, engine, schedule)
-
-    num_requests = sum(len(job.turns) for job in schedule.jobs)
-    prompt_tokens = sum(turn.prompt_tokens for job in schedule.jobs for turn in job.turns)
-    ok = [record for record in result.requests if record.status.is_ok]
-    cached = sum(record.cached_tokens or 0 for record in ok)
-    print(f"{num_requests:,} requests in {len(schedule.jobs):,} recovered sessions, "
-          f"{prompt_tokens / num_requests:,.0f} prompt tokens on average; {args.gpu} {args.policy} at the trace's rate")
-    print(f"convert {convert_s:.1f} s, schedule {schedule_s:.1f} s, simulate {simulate_s:.1f} s "
-          f"({result.stats.steps:,} engine steps); {len(ok):,} requests completed, "
-          f"{cached / max(1, sum(record.prompt_tokens or 0 for record in ok)):.1%} of their prompt tokens cached")
-    print(json.dumps({
-        "requests": num_requests, "sessions": len(schedule.jobs), "mean_prompt_tokens": round(prompt_tokens / num_requests),
+    one, one_s = _simulated(workload, schedule, args.gpu, args.policy, Replicas())
+    eight, eight_s = _simulated(workload, schedule, args.gpu, args.policy,
+                                Replicas(SWEEP_REPLICAS, RouterKind.ROUND_ROBIN))  # fmt: skip
+    simulate_peak_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    records = _records(eight)
+    figures = {
+        "requests": sum(len(job.turns) for job in schedule.jobs), "sessions": len(schedule.jobs),
+        "mean_prompt_tokens": round(mean(turn.prompt_tokens for job in schedule.jobs for turn in job.turns)),
         "gpu": args.gpu, "policy": args.policy, "convert_s": round(convert_s, 2), "schedule_s": round(schedule_s, 2),
-        "simulate_s": round(simulate_s, 2), "total_s": round(convert_s + schedule_s + simulate_s, 2),
-        "steps": result.stats.steps, "completed": len(ok), "evicted_blocks": result.stats.evicted_blocks,
-    }))  # fmt: skip
+        "simulate_1_s": round(one_s, 2), "steps_1": one.stats.steps, "completed_1": _completed(one),
+        "simulate_8_s": round(eight_s, 2), "steps_8": eight.stats.steps, "completed_8": _completed(eight),
+        "simulate_peak_mib": simulate_peak_mib, **records,
+    }  # fmt: skip
+    print(f"{figures['requests']:,} requests in {figures['sessions']:,} recovered sessions, "
+          f"{figures['mean_prompt_tokens']:,} prompt tokens on average; {args.gpu} {args.policy} at the trace's rate")
+    print(f"convert {convert_s:.1f} s, schedule {schedule_s:.1f} s")
+    for count, result, seconds in ((1, one, one_s), (SWEEP_REPLICAS, eight, eight_s)):
+        print(f"simulate on {count} replica(s): {seconds:.1f} s, {result.stats.steps:,} engine steps, "
+              f"{_completed(result):,} requests completed")  # fmt: skip
+    print(f"records of {SWEEP_REPLICAS} replicas: trace {records['trace_parquet_bytes'] / 1e6:,.1f} MB as parquet in "
+          f"{records['trace_parquet_s']:.1f} s, against {records['trace_jsonl_bytes'] / 1e6:,.1f} MB of JSON lines "
+          f"({records['trace_parquet_bytes'] / records['trace_jsonl_bytes']:.1%}); peak memory so far "
+          f"{simulate_peak_mib:,} MiB")  # fmt: skip
+    if args.sweep:
+        figures |= _sweep(converted, directory, args.gpu)
+        print(f"the {figures['sweep_cells']}-cell study on {SWEEP_REPLICAS} replicas, start to report: "
+              f"{figures['sweep_s']:.0f} s; its report alone {figures['report_s']:.1f} s, peak "
+              f"{figures['report_peak_mib']:,} MiB")  # fmt: skip
+    print(json.dumps(figures))
     return 0
+
+
+def _completed(result) -> int:
+    return sum(1 for record in result.requests if record.status.is_ok)
 
 
 if __name__ == "__main__":
