@@ -167,8 +167,9 @@ def _sweep(converted: Path, directory: Path, gpu: str) -> dict:
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sweep_s = time.perf_counter() - started
-    measure = ("import resource, sys; from analysis.report import main; code = main(sys.argv[1:]); "
-               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)")  # fmt: skip
+    # The report's own peak (VmHWM): ru_maxrss would carry this process's peak over into the child.
+    measure = ("import re, sys; from analysis.report import main; code = main(sys.argv[1:]); "
+               "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); sys.exit(code)")  # fmt: skip
     started = time.perf_counter()
     report = subprocess.run([sys.executable, "-c", measure, str(results / "agent_trace"), "--out",
                              str(directory / "report")], check=True, capture_output=True, text=True)  # fmt: skip
