@@ -1,7 +1,7 @@
 """A GPU's rates from its own step times: the scheduler trace of real cells on that GPU becomes its matmul and memory
 rates in ``gpu_rates.toml``, in the units the simulator reads.
 
-    python -m orchestrator.sim.gpu_profile --gpu H100 CELL_DIR/scheduler_trace.jsonl [...] [--write]
+    python -m orchestrator.sim.gpu_profile --gpu H100 CELL_DIR/scheduler_trace.parquet [...] [--write]
 
 The steps are fitted with the roofline the simulator uses (``profile.fit_step_costs``: the effective FLOP/s and
 bytes/s at efficiency 1, and the per-step and per-request overheads). The simulator's effective rate for a GPU is the
@@ -88,7 +88,7 @@ def write_profile(profile: GpuProfile, source: str, path: Path = RATES_FILE) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.gpu_profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("traces", nargs="+", type=Path, help="scheduler_trace.jsonl files of cells on the GPU")
+    parser.add_argument("traces", nargs="+", type=Path, help="cells' scheduler_trace.parquet files from the GPU (or the JSON lines of older results)")
     parser.add_argument("--gpu", required=True, help=f"the GPU type they ran on: {', '.join(GPU_TYPES)}")
     parser.add_argument("--model", default=MODEL, help="the model they served (a shipped config name or a config.json)")
     parser.add_argument("--write", action="store_true", help=f"write the rates into {RATES_FILE}")
