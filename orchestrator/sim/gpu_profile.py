@@ -88,7 +88,8 @@ def write_profile(profile: GpuProfile, source: str, path: Path = RATES_FILE) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.gpu_profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("traces", nargs="+", type=Path, help="cells' scheduler_trace.parquet files from the GPU (or the JSON lines of older results)")
+    parser.add_argument("traces", nargs="+", type=Path,
+                        help="cells' scheduler_trace.parquet files from the GPU (or older results' JSON lines)")
     parser.add_argument("--gpu", required=True, help=f"the GPU type they ran on: {', '.join(GPU_TYPES)}")
     parser.add_argument("--model", default=MODEL, help="the model they served (a shipped config name or a config.json)")
     parser.add_argument("--write", action="store_true", help=f"write the rates into {RATES_FILE}")
