@@ -5,7 +5,8 @@ the handler returns.
 - ``SendTurn``: a client sends its job's next turn (at the plan's arrival, or when a tool call ends);
 - ``ReachEngine``: the request reaches the engine after the API server's overhead and waits there;
 - ``Deadline``: the client gives up on a request not finished by then, and the engine aborts it;
-- ``ScheduleStep``: the engine schedules a step from its queues and runs it.
+- ``ScheduleStep``: the engine schedules a step from its queues and runs it, then plans the pure decode steps that
+  follow (``sim.decode_run``), which the next event for its replica applies as far as it reaches.
 
 Each event belongs to one replica (a send, to the one its router chooses) and is handled on that replica's clock.
 At the same time, sends and arrivals come first (in the order they were pushed), then deadlines (so a request that

@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from orchestrator.records import trace_file
-from orchestrator.records.trace import DecodeSteps, trace_bytes
+from orchestrator.records.trace import DecodeSteps, json_line, trace_bytes
 from orchestrator.records.trace_file import (
     parquet_of_entries,
     parquet_of_lines,
@@ -44,6 +44,8 @@ def test_both_writers_store_the_events_the_json_lines_held(policy, count):
         assert trace_bytes(trace_events(data), replicas) == lines  # every field, type and order, the tags too
         assert len(data) < len(lines) / 4
     assert trace_events(lines) == result.trace  # older results' JSON lines read the same way
+    probe = json_line({"kind": "probe", "t": 0.5, "note": "a test's own event"}).encode()
+    assert trace_events(parquet_of_lines(probe + lines)) == result.trace  # left out, as read_trace leaves it
 
 
 def test_readers_take_the_kinds_asked_for_and_the_steps_a_row_group_at_a_time(tmp_path, monkeypatch):
