@@ -96,17 +96,25 @@ def trace_frame(data: bytes) -> pd.DataFrame:
 
 def trace_file_frame(path: Path, kinds: Iterable[str] | None = None) -> pd.DataFrame:
     """``trace_frame`` of a file: a cell's ``scheduler_trace.parquet``, or JSON lines (gzipped or not) of older
-    results and of a GPU run's shipped traces; with ``kinds``, only those rows (read alone from parquet: a cell's
-    events but its steps are a small part of it)."""
+    results and of a GPU run's shipped traces; with ``kinds``, only those rows, read from parquet a row group at a
+    time (a cell's events but its steps are a small part of it)."""
     path = Path(path)
     if path.suffix != ".parquet":
         frame = pd.read_json(path, lines=True)
         return frame if kinds is None or not len(frame) else frame[frame.kind.isin(list(kinds))]
     if kinds is None:
         return trace_frame(path.read_bytes())
-    frame = pq.read_table(path, filters=[("kind", "in", list(kinds))]).to_pandas()
+    frame = _rows_of_kinds(path, kinds).to_pandas()
     frame["kind"] = frame["kind"].astype(str)
     return frame
+
+
+def _rows_of_kinds(source: Path | io.BytesIO, kinds: Iterable[str]) -> pa.Table:
+    """The rows of ``kinds``, filtered a row group at a time: never the whole table in memory."""
+    wanted = pa.array(list(kinds), pa.string())
+    batches = (batch.filter(pc.is_in(batch.column("kind").cast(pa.string()), value_set=wanted))
+               for batch in pq.ParquetFile(source).iter_batches(batch_size=ROW_GROUP_ROWS))  # fmt: skip
+    return pa.Table.from_batches(batches, schema=SCHEMA)
 
 
 def step_batches(path: Path, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
@@ -144,10 +152,8 @@ def trace_events(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceE
     and rows of no kind it knows (a test's probe events) left out either way."""
     if not is_parquet(data):
         return read_trace(data, kinds)
-    table = pq.read_table(io.BytesIO(data))
-    wanted = pa.array([kind for kind in (KINDS if kinds is None else kinds) if kind in KINDS], pa.string())
-    table = table.filter(pc.is_in(table.column("kind").cast(pa.string()), value_set=wanted))
-    return [_event(KINDS[row["kind"]], row) for row in table.to_pylist()]
+    known = [kind for kind in (KINDS if kinds is None else kinds) if kind in KINDS]
+    return [_event(KINDS[row["kind"]], row) for row in _rows_of_kinds(io.BytesIO(data), known).to_pylist()]
 
 
 def _event(kind: type, row: dict) -> TraceEvent:
