@@ -298,17 +298,17 @@ def _cell_detail(report: ReportBuilder, data: SweepData, cell, slug: str) -> Non
     files = data.files.cell(cell.cell_key)
     trace_path = files.trace_to_read()
     trace = pd.DataFrame() if trace_path is None else trace_file_frame(trace_path, EVENT_KINDS)
-    jobs = pd.read_parquet(files.jobs)
-    replicas = tables.per_replica(pd.read_parquet(files.requests), trace)
+    jobs, requests = pd.read_parquet(files.jobs), pd.read_parquet(files.requests)
+    replicas = tables.per_replica(requests, trace)
     if len(replicas):
-        report.table(f"per_replica_{slug}", f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: per replica, requests "
+        report.table(f"per_replica_{slug}", f"{_detail_label(cell)}: per replica, requests "
                      "(failed), later turns (moved in from another replica), prefix kept (%), pins (expired)",
                      replicas, data.provenance(data.done))  # fmt: skip
     completed = jobs[jobs.jct_s.notna()].sort_values("jct_s")
     if len(completed):
         job = completed.iloc[len(completed) // 2]
-        lifecycle = tables.kv_lifecycle(pd.read_parquet(files.requests), trace, job.job_id)
-        report.table(f"kv_lifecycle_{slug}", f"{cell.gpu} {cell.policy} at {cell.jps:g} JPS: KV lifecycle of job "
+        lifecycle = tables.kv_lifecycle(requests, trace, job.job_id)
+        report.table(f"kv_lifecycle_{slug}", f"{_detail_label(cell)}: KV lifecycle of job "
                      f"{job.job_id} (median JCT, {job.jct_s:.2f} s)", lifecycle, data.provenance(data.done),
                      percent=("best_fraction", "hit_fraction"))  # fmt: skip
     bins = step_bins(trace_path) if trace_path is not None else pd.DataFrame()

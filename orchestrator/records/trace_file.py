@@ -89,9 +89,7 @@ def trace_frame(data: bytes) -> pd.DataFrame:
         return pd.DataFrame(columns=SCHEMA.names)
     if not is_parquet(data):
         return pd.read_json(io.BytesIO(data), lines=True)
-    frame = pq.read_table(io.BytesIO(data)).to_pandas()
-    frame["kind"] = frame["kind"].astype(str)
-    return frame
+    return _frame(pq.read_table(io.BytesIO(data)))
 
 
 def trace_file_frame(path: Path, kinds: Iterable[str] | None = None) -> pd.DataFrame:
@@ -104,7 +102,12 @@ def trace_file_frame(path: Path, kinds: Iterable[str] | None = None) -> pd.DataF
         return frame if kinds is None or not len(frame) else frame[frame.kind.isin(list(kinds))]
     if kinds is None:
         return trace_frame(path.read_bytes())
-    frame = _rows_of_kinds(path, kinds).to_pandas()
+    return _frame(_rows_of_kinds(path, kinds))
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """A trace table in pandas, its ``kind`` plain strings as JSON lines read (not a dictionary's categories)."""
+    frame = table.to_pandas()
     frame["kind"] = frame["kind"].astype(str)
     return frame
 

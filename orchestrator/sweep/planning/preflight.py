@@ -60,8 +60,6 @@ def preflight(cell: CellSpec) -> Preflight:
     return Preflight(fit, note, warn)
 
 
-
-
 NO_ESTIMATE = "no estimate"
 
 

@@ -443,6 +443,7 @@ def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool)
         elif not inventory.has(placement):
             where += ": cells pend"
         print(f"  {placement}: {where}")
+    checks = []
     for cell in cells:
         runs = history.get(cell.key, [])
         done = is_done(runs, results, cell.key)
@@ -455,9 +456,9 @@ def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool)
             state += " in the simulator" if cell.engine is EngineKind.SIM else f" on a {cell.gpu} slot"
             state += "" if inventory.is_up(cell.placement) else " once the autoscaler brings one up"
         check = preflight(cell)
+        checks.append(check)
         print(f"  {cell.key}  {cell.label:<50} {state}\n      preflight: {check.note}{'  <- note' if check.warn else ''}")
-    print(f"preflight of the {len(cells)} cells, by regime:", *regime_table([preflight(cell) for cell in cells]), sep="\n")
-
+    print(f"preflight of the {len(cells)} cells, by regime:", *regime_table(checks), sep="\n")
 
 
 def _last_line(error: BaseException) -> str:
