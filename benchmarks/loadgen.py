@@ -32,7 +32,7 @@ from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.records.cell import RequestOptions
 from orchestrator.replica.config import FakeEngineConfig
 from orchestrator.replica.fake_engine import fake_server_command
-from orchestrator.replica.server import ServerProcess, free_port
+from orchestrator.replica.server import ServerProcess, StartLimits, free_port
 from orchestrator.workload.actor import merge_shards
 from orchestrator.workload.loadgen import LoadGenerator
 from orchestrator.workload.plan import WorkloadPlan, build_plan
@@ -72,7 +72,7 @@ def lag_figures(lags_ms: np.ndarray) -> dict:
 
 def start_fake_engine(work_dir: Path, name: str) -> ServerProcess:
     server = ServerProcess(fake_server_command(FakeEngineConfig(), free_port()), work_dir / f"fake-engine-{name}.log")
-    server.start(health_timeout_s=60)
+    server.start(StartLimits(timeout_s=60))
     return server
 
 

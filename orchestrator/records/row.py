@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
-from orchestrator.records.cell import CellConfig, CellStatus, NodeStack
+from orchestrator.records.cell import CellConfig, CellStatus, NodeStack, TierCounters
 from orchestrator.records.summary import CellSummary
 
 if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
@@ -137,6 +137,17 @@ class SummaryRow:
     @classmethod
     def columns(cls) -> list[str]:
         return [spec.name for spec in fields(cls)]
+
+
+def attempt_tags(row: SummaryRow) -> dict[str, str]:
+    """The run facts of a done row as its MLflow run's tags (those with a value; the run id is the run's own)."""
+    names = set(_ATTEMPT_FACTS) | {spec.name for spec in fields(TierCounters)} | {f"stack_{spec.name}" for spec in fields(NodeStack)}
+    return {name: str(value) for name, value in row.to_json().items() if name in names and value is not None}
+
+
+_ATTEMPT_FACTS = ("attempt", "device_name", "vllm_version", "node_id", "started_unix", "finished_unix", "wall_s",
+                  "replica_reused", "replica_replaced", "replica_start_s", "schedule_fingerprint", "n_jobs_dropped",
+                  "n_preemptions", "n_evicted_blocks")  # fmt: skip
 
 
 def attempt_columns(attempt: Attempt) -> dict:

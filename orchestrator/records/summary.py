@@ -77,6 +77,12 @@ class CellSummary:
         """Every field but the per-turn series, by its column and metric name."""
         return {spec.name: getattr(self, spec.name) for spec in fields(self) if spec.name != "turns"}
 
+    @classmethod
+    def of_parts(cls, scalars: dict, turns: list[dict]) -> CellSummary:
+        """The summary again from its scalars (a done row holds them) and its turns as ``asdict`` wrote them."""
+        names = {spec.name for spec in fields(cls)} - {"turns"}
+        return cls(**{name: scalars[name] for name in names}, turns=tuple(TurnSummary(**turn) for turn in turns))
+
 
 def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trace: bytes = b"") -> CellSummary:
     """The cell's statistics from its records and, for its pins, its scheduler trace's contents."""

@@ -44,6 +44,8 @@ class FakeEngineConfig(BaseModel):
     stall_after: int | None = Field(None, ge=0, description="Answer this many requests, then hang.")
     prefix_cache: bool = Field(False, description="Report prefix hits of whole 16-word blocks as cached tokens.")
     reset_keeps_cache: bool = Field(False, description="Answer a reset with success and keep the cache (a stand-in).")
+    start_s: float = Field(0.0, ge=0, description="Load this long before listening, printing a line a second.")
+    start_hangs: bool = Field(False, description="Never listen, print or use CPU: a start that hung.")
 
 
 EngineConfig = VllmEngineConfig | FakeEngineConfig

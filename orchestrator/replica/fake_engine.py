@@ -11,10 +11,12 @@ its cache, the way vLLM's LMCache connector keeps its CPU tier. Results produced
 ``engine=fake``.
 
 It is also the yardstick for the load generator: every millisecond between a request's scheduled time
-and its arrival here is the client's own lag. Per-token delay, failure injection and a stall (requests
-accepted and never answered, like vLLM's CPU-offload hang) make it useful for testing faults.
+and its arrival here is the client's own lag. Per-token delay, failure injection, a stall (requests
+accepted and never answered, like vLLM's CPU-offload hang) and a slow or hung start (a line of progress a second
+before it listens, or silence for ever) make it useful for testing faults.
 
     python -m orchestrator.replica.fake_engine --port 8100 [--token-delay-s F] [--stall-after N]
+        [--start-s F | --start-hangs]
 
 ``GET /arrivals`` returns every request's arrival time, job and turn.
 """
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import json
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -43,6 +46,9 @@ def fake_server_command(config: FakeEngineConfig, port: int, host: str = "127.0.
             "--token-delay-s", str(config.token_delay_s)]  # fmt: skip
     if config.stall_after is not None:
         argv += ["--stall-after", str(config.stall_after)]
+    if config.start_s:
+        argv += ["--start-s", str(config.start_s)]
+    argv += ["--start-hangs"] * config.start_hangs
     argv += ["--prefix-cache"] * config.prefix_cache + ["--reset-keeps-cache"] * config.reset_keeps_cache
     return ServerCommand(argv=tuple(argv), env={"PYTHONPATH": str(PROJECT_ROOT)}, host=host, port=port)
 
@@ -182,6 +188,17 @@ async def _complete(request: web.Request, body: dict, state: FakeEngineState) ->
     return response
 
 
+def _start(start_s: float, hangs: bool) -> None:
+    """A slow start shows it is alive (a line a second, as vLLM logs its loading); a hung one shows nothing."""
+    print("fake engine: loading", flush=True)
+    if hangs:
+        threading.Event().wait()
+    loaded = time.monotonic() + start_s
+    while (left := loaded - time.monotonic()) > 0:
+        time.sleep(min(1.0, left))
+        print(f"fake engine: loading, {max(0.0, loaded - time.monotonic()):.0f} s to go", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Fake OpenAI-compatible engine (no model; for tests).")
     parser.add_argument("--host", default="127.0.0.1")
@@ -190,7 +207,10 @@ def main() -> None:
     parser.add_argument("--stall-after", type=int, default=None)
     parser.add_argument("--prefix-cache", action="store_true")
     parser.add_argument("--reset-keeps-cache", action="store_true")
+    parser.add_argument("--start-s", type=float, default=0.0, help="load for this long first, a line a second")
+    parser.add_argument("--start-hangs", action="store_true", help="never listen, never print, use no CPU")
     args = parser.parse_args()
+    _start(args.start_s, args.start_hangs)
     state = FakeEngineState(
         token_delay_s=args.token_delay_s,
         stall_after=args.stall_after,

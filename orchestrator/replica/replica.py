@@ -24,7 +24,7 @@ from orchestrator.replica.probe import (
     read_counters,
     read_engine_facts,
 )
-from orchestrator.replica.server import ServerCommand, ServerProcess, free_port
+from orchestrator.replica.server import ServerCommand, ServerProcess, StartLimits, free_port
 from orchestrator.replica.vllm_server import vllm_server_command
 
 FINISH_EVENT = b'"kind":"finish"'
@@ -53,10 +53,10 @@ class ReplicaInfo:
 
 
 class Replica:
-    def __init__(self, engine: EngineConfig, work_dir: str | Path, health_timeout_s: float = 300.0):
+    def __init__(self, engine: EngineConfig, work_dir: str | Path, start_limits: StartLimits = StartLimits()):
         self._engine = engine
         self._work_dir = Path(work_dir).absolute()
-        self._health_timeout_s = health_timeout_s
+        self._start_limits = start_limits
         self._server: ServerProcess | None = None
         self._info: ReplicaInfo | None = None
 
@@ -65,7 +65,7 @@ class Replica:
         trace_path = self._work_dir / PLUGIN_TRACE_FILE
         command = server_command(self._engine, port=free_port(), trace_path=trace_path)
         self._server = ServerProcess(command, self._work_dir / SERVER_LOG_FILE)
-        self._server.start(self._health_timeout_s)
+        self._server.start(self._start_limits)
         self._info = ReplicaInfo(
             base_url=command.base_url,
             facts=read_engine_facts(command.base_url),

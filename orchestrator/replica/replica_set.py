@@ -21,7 +21,7 @@ from orchestrator.replica.engines import EnginesPoll
 from orchestrator.replica.replica import OutputMark, ReplicaInfo
 from orchestrator.replica.serve_app import ENGINE_DEPLOYMENT, cell_application
 from orchestrator.replica.serve_router import TO_REPLICA
-from orchestrator.replica.server import ServerStartError, free_port
+from orchestrator.replica.server import ServerStartError, StartLimits, free_port
 from orchestrator.replica.vllm_server import HTTP_KEEP_ALIVE_S
 from orchestrator.routing.prefix_index import chunks_held
 from orchestrator.routing.rules import RouterKind
@@ -46,11 +46,11 @@ def delete_application(cell_key: str) -> None:
 
 class ReplicaSet:
     def __init__(self, engine: EngineConfig, count: int, router: RouterKind, *, cell_key: str, seed: int = 0,
-                 replica_options: dict | None = None, health_timeout_s: float = 300.0):  # fmt: skip
+                 replica_options: dict | None = None, start_limits: StartLimits = StartLimits()):  # fmt: skip
         self._engine, self._count, self._router, self._seed = engine, count, router, seed
         self._name = application_name(cell_key)
         self._replica_options = replica_options or {"num_cpus": 0}
-        self._health_timeout_s = health_timeout_s
+        self._start_limits = start_limits
         self._handle = None
         self._tags: list[str] = []
         self._last_poll: EnginesPoll | None = None
@@ -61,7 +61,7 @@ class ReplicaSet:
         port = _serve_port()
         self.base_url = f"http://127.0.0.1:{port}/{self._name}"
         application = cell_application(self._engine, self._count, self._router_kwargs(), self._replica_options,
-                                       self._health_timeout_s)  # fmt: skip
+                                       self._start_limits)  # fmt: skip
         try:
             serve.run(application, name=self._name, route_prefix=f"/{self._name}")
         except RuntimeError as error:  # Serve gave up on a replica whose engine would not start

@@ -28,6 +28,7 @@ from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.probe import read_counters
 from orchestrator.replica.replica import OutputMark, Replica, ReplicaInfo
 from orchestrator.replica.serve_router import RANK, RulesRequestRouter
+from orchestrator.replica.server import StartLimits
 
 # Serve refuses a request a replica has this many of in flight; far above any cell's load, so that the rules alone
 # decide where a request goes (a refusal would send it to whichever replica Serve tries next).
@@ -40,10 +41,10 @@ ENGINE_DEPLOYMENT = "engine"
 class EngineReplica:
     """One engine server, started in this Serve replica; its completions streamed through."""
 
-    def __init__(self, engine: EngineConfig, health_timeout_s: float):
+    def __init__(self, engine: EngineConfig, start_limits: StartLimits):
         context = serve.get_replica_context()
         self.rank = int(getattr(context.rank, "rank", context.rank))
-        self._replica = Replica(engine, tempfile.mkdtemp(prefix=f"kvsweep-serve-{self.rank}-"), health_timeout_s)
+        self._replica = Replica(engine, tempfile.mkdtemp(prefix=f"kvsweep-serve-{self.rank}-"), start_limits)
         self._info = self._replica.start()
         self._replica_tag = context.replica_tag
         self._session: aiohttp.ClientSession | None = None
@@ -97,7 +98,7 @@ class Ingress:
 
 
 def cell_application(engine: EngineConfig, num_replicas: int, router_kwargs: dict, replica_options: dict,
-                     health_timeout_s: float) -> serve.Application:  # fmt: skip
+                     start_limits: StartLimits) -> serve.Application:  # fmt: skip
     """The application: ``num_replicas`` engine replicas placed by ``replica_options`` (Ray actor options: a GPU of
     the cell's type), the rules' router configured by ``router_kwargs``, and the ingress (one replica, on no CPU)."""
     engines = serve.deployment(EngineReplica, name=ENGINE_DEPLOYMENT).options(
@@ -113,4 +114,4 @@ def cell_application(engine: EngineConfig, num_replicas: int, router_kwargs: dic
     ingress = serve.deployment(Ingress, name="ingress").options(
         num_replicas=1, max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 0}, **SHUTDOWN_OPTIONS
     )
-    return ingress.bind(engines.bind(engine, health_timeout_s))
+    return ingress.bind(engines.bind(engine, start_limits))

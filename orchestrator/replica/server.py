@@ -4,6 +4,10 @@ vLLM forks an engine-core process and workers; killing only the API server would
 The server therefore runs as the leader of a new session, teardown signals the whole group (SIGTERM, then
 SIGKILL after a grace period), and a reaper process (``replica.reaper``) kills the group if the process that
 started it dies first, so no server outlives a crashed driver or actor.
+
+A start may be slow (a cold compile cache, weights on a slow shared filesystem) or hung (a deadlock, a peer that
+never comes): while it starts, the group's log, CPU time and I/O are watched, and a start that shows none of
+them change for ``StartLimits.stall_s`` is ended as hung, long before a generous ``timeout_s`` would end it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,16 @@ class ServerCommand:
 
 
 class ServerStartError(RuntimeError):
-    """The server exited or did not become healthy before its deadline; the message ends with its log tail."""
+    """The server exited, hung, or did not become healthy before its deadline; the message ends with its log tail."""
+
+
+@dataclass(frozen=True)
+class StartLimits:
+    """How long a server may take to become healthy, and how long it may show no sign of life meanwhile (no log
+    output, no CPU time, no I/O in its whole process group)."""
+
+    timeout_s: float = 300.0
+    stall_s: float = 300.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -58,7 +71,7 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
-    def start(self, health_timeout_s: float = 300.0) -> None:
+    def start(self, limits: StartLimits = StartLimits()) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
@@ -76,14 +89,16 @@ class ServerProcess:
             check=True,
         )
         try:
-            self._wait_healthy(health_timeout_s)
+            self._wait_healthy(limits)
         except BaseException:
             self.stop()
             raise
 
-    def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+    def _wait_healthy(self, limits: StartLimits) -> None:
+        started = time.monotonic()
+        deadline = started + limits.timeout_s
         url = self.command.base_url + "/health"
+        sign_of_life, last_change = None, started
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise ServerStartError(f"server exited with code {self._process.returncode}\n{self.log_tail()}")
@@ -93,8 +108,20 @@ class ServerProcess:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
+            now = time.monotonic()
+            if (signs := (self._log_size(), group_activity(self._process.pid))) != sign_of_life:
+                sign_of_life, last_change = signs, now
+            elif now - last_change > limits.stall_s:
+                raise ServerStartError(f"server hung while starting: no log output, CPU time or I/O for "
+                                       f"{limits.stall_s:g} s ({now - started:.0f} s after its start)\n{self.log_tail()}")  # fmt: skip
             time.sleep(0.5)
-        raise ServerStartError(f"server not healthy at {url} after {timeout_s:.0f} s\n{self.log_tail()}")
+        raise ServerStartError(f"server not healthy at {url} after {limits.timeout_s:.0f} s\n{self.log_tail()}")
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
 
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -156,6 +183,21 @@ def group_members(group: int) -> list[int]:
         if int(after_name[2]) == group and after_name[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+def group_activity(group: int) -> tuple[int, int]:
+    """The CPU ticks and the bytes read and written so far by the live processes of ``group`` (from /proc): a
+    start that waits on nothing but itself moves neither."""
+    ticks = io_bytes = 0
+    for pid in group_members(group):
+        try:
+            after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(after_name[11]) + int(after_name[12])  # utime, stime
+            counters = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+            io_bytes += int(counters["rchar"]) + int(counters["wchar"])
+        except (OSError, KeyError, ValueError):
+            continue  # it exited meanwhile
+    return ticks, io_bytes
 
 
 def _wait_group_gone(group: int, timeout_s: float) -> None:

@@ -106,6 +106,10 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--scale-up-timeout-s", type=float, default=SweepOptions.scale_up_timeout_s,
                    help="wait this long for the autoscaler's first node of a GPU type, then report its cells pending; "
                         f"default: {SweepOptions.scale_up_timeout_s:g}")  # fmt: skip
+    p.add_argument("--tracking-patience-s", type=float, default=SweepOptions.tracking_patience_s,
+                   help="retry the tracking store this long when it stops answering (a server restarting), then stop "
+                        "with every finished cell on disk; the re-run logs them; "
+                        f"default: {SweepOptions.tracking_patience_s:g}")  # fmt: skip
     p.add_argument("--autoscaler-config", type=Path,
                    help="the cluster YAML the autoscaler runs with, where it publishes none (default: found on the head)")
     p.add_argument("--name", help=f"sweep name (results subdirectory, MLflow experiment); default: {spec.name}")
@@ -229,11 +233,13 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
     check_writable(results_dir)
     tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)
     check_tracking_server(tracking_uri)
-    if not args.scale_up_timeout_s > 0:
-        raise InputError(f"--scale-up-timeout-s must be positive seconds, got {args.scale_up_timeout_s:g}")
+    for flag in ("scale_up_timeout_s", "tracking_patience_s"):
+        if not getattr(args, flag) > 0:
+            raise InputError(f"--{flag.replace('_', '-')} must be positive seconds, got {getattr(args, flag):g}")
     options = SweepOptions(
         results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s,
         scale_up_timeout_s=args.scale_up_timeout_s, autoscaler_config=args.autoscaler_config,
+        tracking_patience_s=args.tracking_patience_s,
     )  # fmt: skip
     return spec, options
 

@@ -12,6 +12,7 @@ Simulated cells need no GPU: they get one slot per CPU of the driver's node (pla
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -31,6 +32,11 @@ class NodeInfo:
     num_gpus: int
     memory_gib: float  # Ray's schedulable memory on the node
     num_cpus: int = 1
+    raylet_port: int = 0  # where its raylet listens (0: unknown)
+
+    @property
+    def label(self) -> str:
+        return f"node {self.node_id[:8]} ({self.address})"
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,7 @@ def inventory_from_nodes(nodes: Iterable[dict], driver_node_id: str, launchable:
                 num_gpus=int(resources.get("GPU", 0)),
                 memory_gib=resources.get("memory", 0) / GIB,
                 num_cpus=int(resources.get("CPU", 1)),
+                raylet_port=int(node.get("NodeManagerPort", 0)),
             )
         )
     return Inventory(tuple(infos), driver_node_id, launchable)
@@ -183,3 +190,15 @@ def read_inventory(launchable: tuple[NodeType, ...] = ()) -> Inventory:
     import ray
 
     return inventory_from_nodes(ray.nodes(), ray.get_runtime_context().get_node_id(), launchable)
+
+
+def raylet_answers(node: NodeInfo, timeout_s: float = 2.0) -> bool:
+    """Whether the node's raylet still accepts a connection: asked the moment a worker stops answering, since
+    Ray's own health check marks a dead node only after several missed beats (about 10 s here, 30 s by default)."""
+    if not node.raylet_port:
+        return True
+    try:
+        with socket.create_connection((node.address, node.raylet_port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

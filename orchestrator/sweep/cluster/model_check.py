@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
-from orchestrator.sweep.cluster.inventory import Inventory
+from orchestrator.sweep.cluster.inventory import Inventory, raylet_answers
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
@@ -39,7 +39,7 @@ def check_model_files(cells: Iterable[CellSpec], inventory: Inventory) -> None:
               for cell in cells if cell.engine is not EngineKind.SIM and inventory.is_up(cell.gpu)}  # fmt: skip
     probes = []  # (GPU type, node id, the task's answer)
     for gpu, model, weights, need_weights in sorted(wanted):
-        for node in inventory.nodes_of(gpu):
+        for node in filter(raylet_answers, inventory.nodes_of(gpu)):  # not one that has just left: its task would fail
             where = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
             task = ray.remote(unreadable_on_this_node).options(num_cpus=0, scheduling_strategy=where)
             probes.append((gpu, node.node_id, task.remote(model, weights, need_weights)))

@@ -18,4 +18,5 @@ class SweepOptions:
     live: bool | None = None  # None: live display when stdout is a terminal
     scale_up_timeout_s: float = 1800.0  # wait this long for a first node of a launchable type
     autoscaler_config: Path | None = None  # the cluster YAML, where the autoscaler publishes none
+    tracking_patience_s: float = 300.0  # how long the tracking store may not answer before the sweep stops
     report: bool = True  # the HTML report at the end; a search running many rounds builds it once, last

@@ -71,6 +71,7 @@ class RunLimits(BaseModel):
     cell_timeout_s: float | None = Field(None, gt=0, description="Whole-cell limit; None: start + window + job timeout.")
     hang_timeout_s: float = Field(180.0, gt=0, description="No engine progress this long with requests in flight: hung.")
     health_timeout_s: float = Field(900.0, gt=0, description="Server start limit (model load, compile).")
+    start_stall_s: float = Field(300.0, gt=0, description="A starting server with no log output, CPU or I/O this long: hung.")
     client_actors: int = Field(1, ge=0, description="Load-generator actors per cell on the replica's node; 0: in the worker.")
     poll_s: float = Field(1.0, gt=0, description="How often a worker checks its replica and load.")
 

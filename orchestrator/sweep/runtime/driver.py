@@ -8,10 +8,13 @@
    cells that can reuse the worker's replica. For launchable types, ask the autoscaler for GPUs and start
    workers as their nodes come up; a type with no node up within the scale-up timeout, and absent types,
    stay pending.
-4. As outcomes return: stage files, log to MLflow, swap the cell's directory into place, mark ``done``
+4. As outcomes return: stage files, swap the cell's directory into place, log to MLflow, mark ``done``
    last, rebuild ``summary.parquet``. A crashed replica is retried up to ``max_attempts``.
 5. On SIGTERM or SIGINT: stop submitting, kill the workers (their replicas die with them), mark the
    cells in flight ``interrupted``, and exit, well inside ``ray job stop``'s grace period.
+6. On a fault no cell gets past (the tracking store out past its patience, a full disk: ``runtime.stops``):
+   the same, in one line that says what to do; every finished cell is complete on disk, and a re-run logs
+   those its tracking missed without running them again.
 
 The workers and scale-up are ``runtime.pool``; every write (tracking store, results, summary) is
 ``runtime.ledger``; this module is the loop between them.
@@ -25,6 +28,7 @@ import json
 import signal
 import time
 from collections import defaultdict
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +38,7 @@ from orchestrator.records.verdict import read_verdicts
 from orchestrator.sim.config import check_simulable
 from orchestrator.sweep.cluster.autoscaler import read_launchable_types
 from orchestrator.sweep.cluster.connect import connect_ray
-from orchestrator.sweep.cluster.inventory import Inventory, Slot, read_inventory
+from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot, read_inventory
 from orchestrator.sweep.cluster.model_check import check_model_files
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.options import SweepOptions
@@ -44,13 +48,18 @@ from orchestrator.sweep.runtime.ledger import CellLedger, is_done
 from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState
 from orchestrator.sweep.runtime.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.runtime.results import SweepResults
+from orchestrator.sweep.runtime.stops import SweepStopped
 from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker, runs_page, without_credentials
 from orchestrator.sweep.runtime.worker import WorkerPhase, WorkerStatus
 from orchestrator.validation import InputError, first_line
 
 # Extra time the driver allows a worker beyond the cell's own limit before it kills the worker.
 DRIVER_GRACE_S = 120.0
+# A cell whose node is lost is retried without charging it an attempt (the fault is the cluster's, as SkyPilot
+# recovers a preempted job apart from its own failures), up to this many lost nodes per cell and run.
+MAX_NODE_LOSSES = 5
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
+EXIT_STOPPED = 75  # EX_TEMPFAIL: a fault outside the sweep stopped it; the same command, re-run later, goes on
 
 
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
@@ -65,7 +74,8 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     check_model_files(plan.cells, plan.inventory)
     lock = _lock(plan.results.sweep_dir)
     try:
-        tracker = SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec))
+        tracker = SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec),
+                                    options.tracking_patience_s)  # fmt: skip
         return _Sweep(plan, tracker, options).run()
     finally:
         lock.close()
@@ -129,15 +139,32 @@ class _Sweep:
         self.pool = WorkerPool(plan.inventory, options.scale_up_timeout_s)
         self.reporter = ProgressReporter(options.progress_interval_s, options.live)
         self.queues: dict[str, list[CellSpec]] = defaultdict(list)
-        # Attempts this driver made per cell: a crashed cell is retried until it has had max_attempts here
-        # (the attempt numbers in the tracking store also count earlier runs of the sweep).
-        self.attempts_this_run: dict[str, int] = defaultdict(int)
+        # Attempts this driver charged each cell: a crashed cell is retried until it has had max_attempts here
+        # (the attempt numbers in the tracking store also count earlier runs, and attempts lost with a node).
+        self.charged_attempts: dict[str, int] = defaultdict(int)
+        self.node_losses: dict[str, int] = defaultdict(int)
         self.replica_gib: dict[str, float] = {}  # per placement: the largest replica of its cells
         self.unavailable: dict[str, str] = {}  # placements given up on during the run, with the reason
         self.wall_times: list[float] = []
         self.stop_signal: int | None = None
+        tracker.when_waiting(self.reporter.event, stopping=lambda: self.stop_signal is not None)
 
     def run(self) -> int:
+        try:
+            self._prepare()
+            self._loop()
+            if self.stop_signal:
+                return self._interrupt()
+            self.pool.shutdown()
+            return self._finish()
+        except SweepStopped as stopped:
+            return self._stop(stopped)
+
+    def _prepare(self) -> None:
+        """Tracking caught up with the results, stale attempts retired, the cells to run queued and preflighted."""
+        if caught_up := self.ledger.catch_up():
+            self.reporter.event(f"logged {len(caught_up)} cells a previous run finished on disk but could not track "
+                                f"(not run again): {', '.join(caught_up)}")  # fmt: skip
         self.ledger.retire_stale_runs()
         self.ledger.results.clear_staging()
         to_run = self._queue_cells()
@@ -148,6 +175,8 @@ class _Sweep:
             self.reporter.event("\n".join([f"preflight of the {len(to_run)} cells to run, by regime (each cell's "
                                             f"reasons: {preflight_file}):", *regime_table(list(self.preflights.values()))]))  # fmt: skip
         self._write_summary()
+
+    def _loop(self) -> None:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.pool.add_workers({placement: self.replica_gib[placement] for placement, queue in self.queues.items() if queue})
@@ -162,10 +191,6 @@ class _Sweep:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.pool.withdraw()
-        if self.stop_signal:
-            return self._interrupt()
-        self.pool.shutdown()
-        return self._finish()
 
     def _queue_cells(self) -> list[CellSpec]:
         """Queue the cells this run measures (all present ones with ``rerun``, else those not done)."""
@@ -242,7 +267,7 @@ class _Sweep:
                 del idle[: cell.gang_size]
 
     def _start(self, cell: CellSpec, workers: list[Worker]) -> None:
-        self.attempts_this_run[cell.key] += 1
+        self.charged_attempts[cell.key] += 1
         where = " ".join(worker.slot.name for worker in workers)
         started = self.ledger.start(cell, where, {"preflight": self.preflights[cell.key].note})
         if cell.gang_size:
@@ -256,6 +281,8 @@ class _Sweep:
         for the largest gang its queue waits for."""
         gpu = slot.gpu
         self.reporter.event(f"gave up slot {slot.name}: its worker could not start ({why})")
+        if slot.node_id in self.pool.lost_nodes:
+            return  # the type's other nodes, one that joins or the autoscaler carry its cells (pool.scale)
         left = self.pool.num_slots(gpu)
         largest_gang = max((cell.gang_size for cell in self.queues[gpu]), default=0)
         if not left:
@@ -277,6 +304,9 @@ class _Sweep:
             try:
                 outcome = ray.get(ref)
             except ray.exceptions.RayActorError as error:
+                if lost := self.pool.node_lost(worker):
+                    self._node_lost(worker, lost, error)
+                    continue
                 attempt = self.pool.release(worker, restart=True)
                 self._record(attempt, _lost_outcome(attempt, worker, f"worker died: {first_line(error)}", True))
             except ray.exceptions.RayTaskError as error:
@@ -284,6 +314,21 @@ class _Sweep:
                 self._record(attempt, _lost_outcome(attempt, worker, f"worker raised: {_last_line(error)}", False))
             else:
                 self._record(self.pool.release(worker), outcome)
+
+    def _node_lost(self, worker: Worker, node: NodeInfo, error: BaseException) -> None:
+        """The attempt on a node that left the cluster ends failed, naming the node; its cell is retried uncharged
+        on the type's other workers, or on a node that joins or the autoscaler brings up."""
+        self.pool.drop_node(node)
+        attempt = self.pool.release(worker, restart=True)
+        key = attempt.cell.key
+        self.charged_attempts[key] -= 1
+        self.node_losses[key] += 1
+        gpu = attempt.cell.placement
+        where = (f"{self.pool.num_slots(gpu)} {gpu} slot(s) left" if self.pool.num_slots(gpu)
+                 else f"no {gpu} node left: waiting up to {self.options.scale_up_timeout_s:g} s for one")  # fmt: skip
+        self.reporter.event(f"{node.label} left the cluster ({where})")
+        reason = f"{node.label} lost mid-cell: {first_line(error)}"
+        self._record(attempt, _lost_outcome(attempt, worker, reason, self.node_losses[key] <= MAX_NODE_LOSSES))
 
     def _enforce_backstop(self) -> None:
         """A worker that has not answered long after its cell's limit is killed (its replica dies with it)."""
@@ -299,13 +344,14 @@ class _Sweep:
         row = self.ledger.record(attempt.started, outcome)
         if outcome.status.is_done:
             self.wall_times.append(row.wall_s)
+            started = f"; its replica started in {row.replica_start_s:.0f} s" if row.replica_start_s is not None else ""
             self.reporter.event(
                 f"done {cell.label}: mean JCT {row.jct_mean_s:.2f} s, {row.n_completed}/{row.n_jobs} jobs "
-                f"completed, {row.n_timeouts} timeouts ({row.wall_s:.0f} s)"
+                f"completed, {row.n_timeouts} timeouts ({row.wall_s:.0f} s{started})"
                 if row.jct_mean_s is not None else f"done {cell.label}: no job completed"
             )  # fmt: skip
         else:
-            retry = outcome.retryable and self.attempts_this_run[cell.key] < self.spec.limits.max_attempts
+            retry = outcome.retryable and self.charged_attempts[cell.key] < self.spec.limits.max_attempts
             self.reporter.event(
                 f"{outcome.status.value} {cell.label} (attempt {attempt.started.number}): {outcome.reason}"
                 + ("; retrying" if retry else "")
@@ -352,14 +398,31 @@ class _Sweep:
         )
 
     def _interrupt(self) -> int:
-        self.pool.kill()
-        for worker in self.pool.in_flight():
-            self.ledger.interrupt(worker.attempt.started, f"sweep stopped by signal {self.stop_signal}")
-        self._write_summary()
-        self.ledger.tracker.close(complete=False)
-        self.reporter.close()
+        self._abandon(f"sweep stopped by signal {self.stop_signal}")
         print(f"[{self.spec.name}] interrupted by signal {self.stop_signal}; re-run the same command to finish", flush=True)
         return EXIT_INTERRUPTED
+
+    def _stop(self, stopped: SweepStopped) -> int:
+        in_flight = self._abandon(f"sweep stopped: {stopped}")
+        done = sum(self.ledger.results.done_row(cell.key) is not None for cell in self.cells)
+        print(f"[{self.spec.name}] stopped: {stopped}; {done}/{len(self.cells)} cells are done and complete in "
+              f"{self.ledger.results.sweep_dir}, {in_flight} in flight were stopped; {stopped.remedy}", flush=True)  # fmt: skip
+        return EXIT_STOPPED
+
+    def _abandon(self, reason: str) -> int:
+        """End every worker and mark its cell interrupted, as far as the tracking store and the disk still let
+        (a re-run retires what they did not take); the number of cells that were in flight."""
+        self.pool.kill()
+        in_flight = self.pool.in_flight()
+        with suppress(SweepStopped):
+            for worker in in_flight:
+                self.ledger.interrupt(worker.attempt.started, reason)
+        with suppress(SweepStopped):
+            self._write_summary()
+        with suppress(SweepStopped):
+            self.ledger.tracker.close(complete=False)
+        self.reporter.close()
+        return len(in_flight)
 
     def _finish(self) -> int:
         self._write_summary()

@@ -1,9 +1,12 @@
 """What a sweep knows of each cell's attempts, and the writes that change it: the tracking store's runs and
 the results directory. The driver is the only writer; this is its book-keeping.
 
-Order of writes for a finished attempt: its files are staged, logged to its MLflow run, swapped into
-``cells/<key>/``, and only then is the run marked ``done``; ``summary.parquet`` is rebuilt last. A crash
-anywhere in between leaves the cell not done, and the next run of the sweep does it again.
+Order of writes for a finished attempt: its files are staged (fsynced), swapped into ``cells/<key>/`` whole,
+logged to its MLflow run, and only then is the run marked ``done``; ``summary.parquet`` is rebuilt last. The
+results on disk come first so that a tracking store that stops answering loses nothing measured: a cell whose
+directory is in place but whose run never heard ``done`` is logged by the next run of the sweep (``catch_up``),
+not run again. A crash before the swap leaves the cell not done, and the next run does it again; a full disk
+while staging leaves nothing staged, and the sweep stops (``runtime.stops``).
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from orchestrator.records.cell import CellOutcome, CellStatus
-from orchestrator.records.row import Attempt, SummaryRow, attempt_columns
-from orchestrator.records.summary import summarize
+from orchestrator.records.row import Attempt, SummaryRow, attempt_tags
+from orchestrator.records.summary import CellSummary, summarize
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.runtime.results import SweepResults
+from orchestrator.sweep.runtime.stops import DiskFull, SweepStopped, stop_if_disk_full
 from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker
 
 
@@ -33,6 +37,22 @@ class CellLedger:
         self.results = results
         self._package_versions = package_versions
         self._history: dict[str, list[CellRun]] = tracker.cell_runs()
+
+    def catch_up(self) -> list[str]:
+        """Log the cells a previous run of the sweep put on disk but could not mark ``done`` (its tracking store
+        stopped answering, or it died in between): their runs get the files, metrics and ``done``; they are not
+        run again. The keys caught up."""
+        caught_up = []
+        for key in self.results.published_keys():
+            row = self.results.done_row(key)
+            runs = self._history.get(key, [])
+            run = next((run for run in runs if row is not None and run.run_id == row.run_id), None)
+            if run is None or run.status not in (CellStatus.RUNNING, CellStatus.INTERRUPTED):
+                continue  # done already, or a run the store does not know (the cell runs again)
+            directory = self.results.files.cell(key).directory
+            self._track_done(run, self.results.done_summary(key), attempt_tags(row), directory)
+            caught_up.append(key)
+        return caught_up
 
     def retire_stale_runs(self) -> None:
         """Attempts still ``running`` belong to a driver that died (the sweep's lock says none is alive)."""
@@ -68,22 +88,43 @@ class CellLedger:
         summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
         attempt = Attempt(started.run_id, started.number, outcome.started_unix, outcome.finished_unix, outcome.config)
         row = SummaryRow.of(self.sweep, cell, outcome.status, summary, attempt)
-        staged = self.results.stage(outcome, summary, row)
-        columns = attempt_columns(attempt)
-        tags = {key: str(value) for key, value in columns.items() if value is not None and key != "run_id"}
-        self.tracker.record_outcome(started.run_id, summary, tags | self._package_versions, staged)
+        staged = self._stage(started, outcome, summary, row)
+        run = CellRun(started.run_id, cell.key, CellStatus.RUNNING, started.number)
         if outcome.status.is_done:
-            for previous in self._history.get(cell.key, []):
-                if previous.status is CellStatus.DONE:
-                    self.tracker.set_status(previous.run_id, CellStatus.SUPERSEDED, f"replaced by run {started.run_id}")
-                    self._remember(previous, CellStatus.SUPERSEDED)
             self.results.publish(cell.key, staged)
-            self.tracker.set_status(started.run_id, CellStatus.DONE)
-        else:
+            self._track_done(run, summary, attempt_tags(row), self.results.files.cell(cell.key).directory)
+            return row
+        try:
+            self.tracker.record_outcome(started.run_id, None, attempt_tags(row) | self._package_versions, staged)
+        finally:
             self.results.discard(staged)
-            self.tracker.set_status(started.run_id, outcome.status, outcome.reason)
-        self._remember(CellRun(started.run_id, cell.key, outcome.status, started.number), outcome.status)
+        self.tracker.set_status(started.run_id, outcome.status, outcome.reason)
+        self._remember(run, outcome.status)
         return row
+
+    def _stage(self, started: StartedAttempt, outcome: CellOutcome, summary: CellSummary | None, row: SummaryRow):
+        """The attempt's files staged; on a full disk nothing stays staged, the attempt is tracked as interrupted
+        where the store still takes it, and the sweep stops."""
+        try:
+            with stop_if_disk_full(self.results.sweep_dir, f"writing the files of {started.cell.label}"):
+                return self.results.stage(outcome, summary, row)
+        except DiskFull:
+            try:
+                self.interrupt(started, "its files could not be written: the results disk is full")
+            except SweepStopped:
+                pass  # the store is on that disk too: the next run of the sweep retires the attempt
+            raise
+
+    def _track_done(self, run: CellRun, summary: CellSummary | None, tags: dict[str, str], directory) -> None:
+        """A done attempt whose directory is in place: its metrics, tags and files on its run, any earlier done run
+        of the cell superseded, then ``done``."""
+        self.tracker.record_outcome(run.run_id, summary, tags | self._package_versions, directory)
+        for previous in self._history.get(run.cell_key, []):
+            if previous.status is CellStatus.DONE and previous.run_id != run.run_id:
+                self.tracker.set_status(previous.run_id, CellStatus.SUPERSEDED, f"replaced by run {run.run_id}")
+                self._remember(previous, CellStatus.SUPERSEDED)
+        self.tracker.set_status(run.run_id, CellStatus.DONE)
+        self._remember(run, CellStatus.DONE)
 
     def interrupt(self, started: StartedAttempt, reason: str) -> None:
         self.tracker.set_status(started.run_id, CellStatus.INTERRUPTED, reason)
@@ -92,7 +133,8 @@ class CellLedger:
 
     def write_summary(self, cells: list[CellSpec], pending_reason: Callable[[CellSpec], str | None]) -> None:
         """``summary.parquet``: each done cell's own row, and a status row for every other cell of the grid
-        (``pending_reason`` says why a cell cannot run in this cluster, or None if it can)."""
+        (``pending_reason`` says why a cell cannot run in this cluster, or None if it can: a cell that cannot
+        is pending with that reason, whatever its earlier attempts ended as)."""
         rows, seen = [], set()
         for key, runs in self._history.items():
             if _has_done(runs) and (row := self.results.done_row(key)):
@@ -101,14 +143,13 @@ class CellLedger:
         for cell in cells:
             if cell.key in seen:
                 continue
-            runs = self._history.get(cell.key)
-            if runs:
-                rows.append(SummaryRow.of(self.sweep, cell, runs[-1].status))
-            elif (reason := pending_reason(cell)) is None:
-                rows.append(SummaryRow.of(self.sweep, cell, CellStatus.NOT_RUN))
-            else:
+            runs, reason = self._history.get(cell.key), pending_reason(cell)
+            if reason is not None:  # never run here, or its type's nodes went (a lost node) and none came back
                 rows.append(SummaryRow.of(self.sweep, cell, CellStatus.PENDING, reason=reason))
-        self.results.write_summary(rows)
+            else:
+                rows.append(SummaryRow.of(self.sweep, cell, runs[-1].status if runs else CellStatus.NOT_RUN))
+        with stop_if_disk_full(self.results.sweep_dir, "writing summary.parquet"):
+            self.results.write_summary(rows)
 
     def _remember(self, run: CellRun, status: CellStatus) -> None:
         """Record ``status`` for a tracked run in the in-memory history."""

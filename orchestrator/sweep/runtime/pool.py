@@ -6,6 +6,12 @@ the pool keeps a worker on every slot of those placements, creates again a worke
 start (no cell ran on it, so no attempt is charged), asks the autoscaler for the GPUs the waiting cells can
 use, and tells the driver which placements to give up on and why.
 
+A node can leave mid-sweep (a preempted spot GPU, a raylet that died): the worker that stops answering has its
+node's raylet asked at once, and a node that does not answer is lost. Its workers leave the pool, its cells'
+attempts end with the node named, and no worker is made there again; the driver retries those cells on the
+type's other workers, on nodes that join (the inventory is read again every few seconds), or on nodes the
+autoscaler brings up, and gives up on a type whose nodes are all gone after ``--scale-up-timeout-s``.
+
 A routed cell on GPUs runs on a gang: as many idle workers of its type as it has replicas step aside (their
 actors end, freeing each GPU and its host memory), Ray Serve places the cell's replicas on those GPUs, and a
 coordinator that holds no GPU runs the cell; when it ends, the workers come back.
@@ -16,10 +22,11 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 
 from orchestrator.sweep.cluster.autoscaler import request_gpus
-from orchestrator.sweep.cluster.inventory import Inventory, Slot, read_inventory
+from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot, raylet_answers, read_inventory
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.scaling import ScaleUp, gpus_to_ask
 from orchestrator.sweep.planning.spec import RunLimits
@@ -91,7 +98,10 @@ class WorkerPool:
         self.workers: list[Worker] = []
         self._scale_up_timeout_s = scale_up_timeout_s
         self._scale = ScaleUp(scale_up_timeout_s, request_gpus)
-        self._slotted_nodes: set[tuple[str, str]] = set()  # (placement, node id) pairs that have workers
+        self._slotted_nodes: set[tuple[str, str]] = set()  # (placement, node id) pairs that have had workers
+        self.lost_nodes: dict[str, NodeInfo] = {}  # by node id: nodes that left the cluster during the sweep
+        self._seen = {node.node_id: node for node in inventory.nodes}  # every node the sweep has seen up
+        self._without_nodes_since: dict[str, float] = {}  # types not launchable, with cells waiting and no worker
         self._last_refresh = 0.0
 
     def in_flight(self) -> list[Worker]:
@@ -101,7 +111,8 @@ class WorkerPool:
         """A worker for every slot on the nodes of the placements in ``replica_gib`` (each with the host
         memory of its largest replica) that have none yet."""
         for placement, gib in replica_gib.items():
-            slots = [s for s in self.inventory.slots(placement, gib) if (placement, s.node_id) not in self._slotted_nodes]
+            slots = [s for s in self.inventory.slots(placement, gib)
+                     if (placement, s.node_id) not in self._slotted_nodes and s.node_id not in self.lost_nodes]  # fmt: skip
             num_existing = self.num_slots(placement)
             for index, slot in enumerate(slots, start=num_existing):
                 worker = Worker(replace(slot, index=index))
@@ -114,17 +125,23 @@ class WorkerPool:
         return sum(worker.num_slots for worker in self.workers if worker.slot.gpu == placement)
 
     def scale(self, waiting: Mapping[str, int], replica_gib: Mapping[str, float]) -> dict[str, str]:
-        """For the launchable placements in ``waiting`` (slots the cells queued or running take): start
-        workers on nodes that came up, ask for as many GPUs as those cells can use, and return the
-        placements to give up on, with the reason (nodes too small for a replica, or none up in time)."""
+        """For the placements in ``waiting`` (slots the cells queued or running take): read the cluster again,
+        drop the workers of nodes that left it, start workers on nodes that joined, ask the autoscaler for as many
+        GPUs as the launchable types' cells can use, and return the placements to give up on, with the reason
+        (nodes too small for a replica, none up in time, every node of a type lost and none joined in time)."""
         now = time.monotonic()
-        launchable = [gpu for gpu in waiting if self.inventory.node_types_of(gpu)]
-        if not launchable or now - self._last_refresh < SCALE_REFRESH_S:
+        if not waiting or now - self._last_refresh < SCALE_REFRESH_S:
             return {}
         self._last_refresh = now
         self.inventory = read_inventory(self.inventory.launchable)
-        self.add_workers({gpu: replica_gib[gpu] for gpu in launchable})
-        demand, give_up = {}, {}
+        self._seen |= {node.node_id: node for node in self.inventory.nodes}
+        alive = {node.node_id for node in self.inventory.nodes}
+        for worker in list(self.workers):
+            if worker.slot.node_id not in alive and (lost := self.node_lost(worker)):
+                self.drop_node(lost)
+        self.add_workers({gpu: replica_gib[gpu] for gpu, count in waiting.items() if count})
+        launchable = [gpu for gpu in waiting if self.inventory.node_types_of(gpu)]
+        demand, give_up = {}, self._without_nodes(waiting, now)
         for gpu in launchable:
             if waiting[gpu]:
                 demand[gpu] = gpus_to_ask(self.inventory.node_types_of(gpu)[0], waiting[gpu], replica_gib[gpu])
@@ -136,6 +153,37 @@ class WorkerPool:
             give_up[gpu] = (f"the autoscaler brought up no {gpu} node within {self._scale_up_timeout_s:g} s "
                             "(--scale-up-timeout-s)")  # fmt: skip
         return give_up
+
+    def _without_nodes(self, waiting: Mapping[str, int], now: float) -> dict[str, str]:
+        """The types the autoscaler cannot launch whose every node was lost with cells still waiting, once none
+        has joined for ``--scale-up-timeout-s`` (a KubeRay or Slurm cluster may bring a replacement back)."""
+        give_up = {}
+        for gpu, count in waiting.items():
+            lost = [node.label for node in self.lost_nodes.values() if node.accelerator_type == gpu]
+            if not count or not lost or self.inventory.node_types_of(gpu) or self.num_slots(gpu):
+                self._without_nodes_since.pop(gpu, None)
+                continue
+            if now - self._without_nodes_since.setdefault(gpu, now) > self._scale_up_timeout_s:
+                give_up[gpu] = (f"every {gpu} node was lost ({', '.join(lost)}) and none joined within "
+                                f"{self._scale_up_timeout_s:g} s (--scale-up-timeout-s)")  # fmt: skip
+        return give_up
+
+    def node_lost(self, worker: Worker) -> NodeInfo | None:
+        """The worker's node if it has left the cluster: its raylet does not answer (Ray itself lists a node dead
+        only some seconds after it went)."""
+        node_id = worker.slot.node_id
+        if node_id in self.lost_nodes:
+            return self.lost_nodes[node_id]
+        node = self._seen.get(node_id)
+        return None if node is None or raylet_answers(node) else node
+
+    def drop_node(self, node: NodeInfo) -> None:
+        """A node that left: its idle workers leave the pool (those with a cell in flight leave as their cells end),
+        and no worker is made there again."""
+        self.lost_nodes[node.node_id] = node
+        for worker in [w for w in self.workers if w.slot.node_id == node.node_id and w.attempt is None]:
+            _kill_quietly(worker)
+            self.workers.remove(worker)
 
     def withdraw(self) -> None:
         """Drop the request to the autoscaler, so that nodes the sweep no longer needs can go."""
@@ -156,6 +204,9 @@ class WorkerPool:
             worker.ready, worker.num_creations = None, 0
             return Readiness(WorkerState.UP)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError) as error:
+            if lost := self.node_lost(worker):
+                self.drop_node(lost)
+                return Readiness(WorkerState.GONE, f"{lost.label} left the cluster")
             if worker.num_creations < MAX_WORKER_CREATIONS:
                 worker.create()
                 return Readiness(WorkerState.STARTING)
@@ -182,7 +233,8 @@ class WorkerPool:
 
     def release(self, worker: Worker, restart: bool = False) -> InFlight:
         """End the worker's attempt and hand it back; with ``restart``, its actor is replaced first (a dead
-        or silent worker). A gang's coordinator ends instead, and the workers it had come back."""
+        or silent worker), or leaves the pool with its node if that was lost. A gang's coordinator ends instead,
+        and the workers it had come back."""
         attempt = worker.attempt
         if worker.lent:
             self._disband(worker, stopped=not restart)
@@ -192,22 +244,23 @@ class WorkerPool:
         return attempt
 
     def _disband(self, coordinator: Worker, stopped: bool) -> None:
-        """End a gang's coordinator and create its workers again; the cell's replicas go first unless its
-        coordinator ``stopped`` them itself (its cell returned)."""
+        """End a gang's coordinator and create its workers again (on nodes still in the cluster); the cell's
+        replicas go first unless its coordinator ``stopped`` them itself (its cell returned)."""
         _end_actors([coordinator], STOP_GRACE_S if stopped else 0.0)
         if not stopped:
             _stop_routed_replicas(coordinator)
         self.workers.remove(coordinator)
-        for worker in coordinator.lent:
+        for worker in [w for w in coordinator.lent if w.slot.node_id not in self.lost_nodes]:
             worker.num_creations = 0
             worker.create()
             self.workers.append(worker)
 
     def restart(self, worker: Worker) -> None:
-        import ray
-
-        ray.kill(worker.actor)
+        _kill_quietly(worker)
         _stop_routed_replicas(worker)
+        if worker.slot.node_id in self.lost_nodes:
+            self.workers.remove(worker)
+            return
         worker.num_creations = 0
         worker.create()
 
@@ -250,6 +303,14 @@ def _end_actors(workers: list[Worker], grace_s: float) -> None:
         except (ray.exceptions.RayError, TimeoutError):
             pass
     for worker in workers:
+        ray.kill(worker.actor)
+
+
+def _kill_quietly(worker: Worker) -> None:
+    """End a worker's actor, which may be gone already with its node."""
+    import ray
+
+    with suppress(ray.exceptions.RayError, ValueError):
         ray.kill(worker.actor)
 
 

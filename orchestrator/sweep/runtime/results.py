@@ -1,8 +1,9 @@
 """A sweep's result files: ``DIR/<sweep>/cells/<cell_key>/`` per cell and ``DIR/<sweep>/summary.parquet``.
 
-An attempt's files are written to a staging directory first; a done cell's directory is swapped into
-place whole, so ``cells/<cell_key>/`` always holds one complete attempt (or nothing). ``summary.parquet``
-is rebuilt from the done cells' ``summary.json`` files plus one row for every other cell of the grid.
+An attempt's files are written to a staging directory first (each file fsynced); a done cell's directory is
+swapped into place whole, so ``cells/<cell_key>/`` always holds one complete attempt (or nothing): a write that
+fails part way (a full disk) leaves nothing staged. ``summary.parquet`` is rebuilt from the done cells'
+``summary.json`` files plus one row for every other cell of the grid.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ class SweepResults:
     def stage(self, outcome: CellOutcome, summary: CellSummary | None, row: SummaryRow | None) -> Path:
         """Every file of one attempt, in a fresh staging directory (also what goes to MLflow)."""
         staged = self.files.staging / f"{outcome.cell_key}-{uuid.uuid4().hex[:8]}"
-        write_attempt_files(CellFiles(staged), outcome, summary, row)
+        try:
+            write_attempt_files(CellFiles(staged), outcome, summary, row)
+        except BaseException:
+            self.discard(staged)
+            raise
         return staged
 
     def publish(self, cell_key: str, staged: Path) -> None:
@@ -77,6 +82,16 @@ class SweepResults:
             return SummaryRow.from_json(json.loads(self.files.cell(cell_key).summary.read_text())["row"])
         except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
             return None
+
+    def published_keys(self) -> list[str]:
+        """The cells whose directory is in place (each holds one complete attempt)."""
+        cells = self.files.cells
+        return sorted(path.name for path in cells.iterdir() if path.is_dir()) if cells.is_dir() else []
+
+    def done_summary(self, cell_key: str) -> CellSummary:
+        """A done cell's summary as its ``summary.json`` holds it (its row's scalars and its turns)."""
+        payload = json.loads(self.files.cell(cell_key).summary.read_text())
+        return CellSummary.of_parts(payload["row"], payload["turns"])
 
     def write_summary(self, rows: list[SummaryRow]) -> pd.DataFrame:
         frame = pd.DataFrame([row.to_json() for row in rows], columns=SummaryRow.columns())

@@ -3,14 +3,21 @@
 The ``status`` tag of a child run is the truth about a cell: ``done`` is written last, after every
 artifact and metric, so a run that says ``done`` is complete. Resume reads these tags. Only the driver
 writes here (MLflow's sqlite store races on first use when several processes create it).
+
+Every call to the store is retried with backoff while the store does not answer (a shared server restarting),
+for up to the sweep's patience; past it, or at once on a full disk, the sweep stops (``runtime.stops``). The
+driver does its own backoff, so it asks MLflow's HTTP client for none (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``
+unless the user set it): MLflow's own would wait minutes per call without a word.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse, urlsplit, urlunsplit
@@ -19,9 +26,14 @@ from orchestrator.records.cell import CellStatus
 from orchestrator.records.summary import CellSummary
 from orchestrator.records.verdict import Verdict
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.validation import InputError
+from orchestrator.sweep.runtime.stops import DiskFull, TrackingUnavailable, is_disk_full
+from orchestrator.validation import InputError, first_line
 
 SQLITE_PREFIX = "sqlite:///"
+DEFAULT_PATIENCE_S = 300.0
+# MLflow's error codes for a store that is down, restarting or overloaded (a refused connection is INTERNAL_ERROR):
+# worth another try. Any other code is an answer, and retrying it would not change it.
+_OUTAGE_CODES = frozenset({"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "DEADLINE_EXCEEDED"})
 # MLflow's own run status for each of ours, so the UI's status column agrees with the tag.
 _RUN_STATUS = {
     CellStatus.RUNNING: "RUNNING",
@@ -95,6 +107,61 @@ def runs_page(tracking_uri: str, experiment_id: str) -> str:
     return f"http://127.0.0.1:5000/{page} (start the UI: mlflow ui --backend-store-uri {without_credentials(tracking_uri)})"
 
 
+def retry_delays(first_s: float = 1.0, cap_s: float = 30.0) -> Iterator[float]:
+    """Seconds to wait before each next try: doubling from ``first_s``, then ``cap_s`` for as long as asked."""
+    delay = first_s
+    while True:
+        yield delay
+        delay = min(2 * delay, cap_s)
+
+
+def is_outage(error: BaseException) -> bool:
+    """The store did not answer (refused, reset, timed out, or said it is unavailable); not an answer it gave."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(error, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+        return True
+    return isinstance(error, MlflowException) and error.error_code in _OUTAGE_CODES
+
+
+class RetryingClient:
+    """An ``MlflowClient`` whose every call is retried with backoff while the store is out, for up to
+    ``patience_s`` in all; then ``TrackingUnavailable``. A full disk under the store raises ``DiskFull`` at once.
+    ``on_wait`` hears each wait in one line; ``stopping`` (the driver got a signal) ends the waiting early."""
+
+    def __init__(self, client, where: str, store_dir: Path | None, patience_s: float,
+                 on_wait: Callable[[str], None] = print, stopping: Callable[[], bool] = lambda: False):  # fmt: skip
+        self._client, self._where, self._store_dir, self.patience_s = client, where, store_dir, patience_s
+        self.on_wait, self.stopping = on_wait, stopping
+        self._gave_up = False  # once out past the patience, each call gets one try (the sweep is stopping)
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+        return (lambda *args, **kwargs: self._call(name, method, args, kwargs)) if callable(method) else method
+
+    def _call(self, name: str, method, args, kwargs):
+        started, tries = time.monotonic(), 0
+        for delay in retry_delays():
+            tries += 1
+            try:
+                answer = method(*args, **kwargs)
+                self._gave_up = False
+                return answer
+            except Exception as error:
+                if is_disk_full(error):
+                    raise DiskFull(self._store_dir or Path.cwd(), f"writing to the tracking store ({name})", error) from error
+                if not is_outage(error):
+                    raise
+                waited = time.monotonic() - started
+                if self._gave_up or waited + delay > self.patience_s or self.stopping():
+                    self._gave_up = True
+                    raise TrackingUnavailable(self._where, waited, tries, error) from error
+                self.on_wait(f"tracking store at {self._where} not answering ({name}: {first_line(error)[:160]}); "
+                             f"try {tries + 1} in {delay:g} s, giving up {self.patience_s - waited:.0f} s from now")  # fmt: skip
+                time.sleep(delay)
+
+
 @dataclass(frozen=True)
 class CellRun:
     run_id: str
@@ -116,11 +183,11 @@ class SweepTracker:
         self._sweep = sweep
 
     @classmethod
-    def open(cls, tracking_uri: str, artifact_root: Path | None, sweep: str, sweep_params: dict[str, str]) -> SweepTracker:
-        """The sweep's experiment and parent run, created if absent (this creates the store)."""
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri)
+    def open(cls, tracking_uri: str, artifact_root: Path | None, sweep: str, sweep_params: dict[str, str],
+             patience_s: float = DEFAULT_PATIENCE_S) -> SweepTracker:  # fmt: skip
+        """The sweep's experiment and parent run, created if absent (this creates the store); every call retried
+        while the store is out, for up to ``patience_s``."""
+        client = retrying_client(tracking_uri, artifact_root, patience_s)
         experiment = client.get_experiment_by_name(sweep)
         if experiment is None:
             location = (artifact_root / sweep).absolute().as_uri() if artifact_root else None
@@ -148,6 +215,10 @@ class SweepTracker:
         tracker = cls(client, experiment.experiment_id, None, sweep)
         tracker._parent_run_id = tracker._find_parent()
         return tracker
+
+    def when_waiting(self, on_wait: Callable[[str], None], stopping: Callable[[], bool]) -> None:
+        """Where the waits for an absent store are told, and what ends them early."""
+        self._client.on_wait, self._client.stopping = on_wait, stopping
 
     @property
     def parent_run_id(self) -> str | None:
@@ -248,6 +319,15 @@ class SweepTracker:
             token = page.token
             if not token:
                 return runs
+
+
+def retrying_client(tracking_uri: str, artifact_root: Path | None, patience_s: float) -> RetryingClient:
+    from mlflow import MlflowClient
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    local = tracking_uri.startswith(SQLITE_PREFIX)
+    store_dir = Path(tracking_uri.removeprefix(SQLITE_PREFIX)).parent if local else artifact_root
+    return RetryingClient(MlflowClient(tracking_uri), without_credentials(tracking_uri), store_dir, patience_s)
 
 
 def cell_metrics(summary: CellSummary) -> list:

@@ -37,7 +37,7 @@ from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
-from orchestrator.replica.server import ServerStartError
+from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
@@ -138,7 +138,7 @@ class CellWorker:
             served = served_cell(cell, model)
             plan = build_plan(cell.workload, token_counter_for(model.directory), schedule)
             if cell.router is None:
-                reuse = self._replica_for(served.engine, limits.health_timeout_s)
+                reuse = self._replica_for(served.engine, _start_limits(limits))
                 ran = self._measure(cell, served, plan, limits, OneReplica(self._replica))
             else:
                 reuse, ran = self._measure_routed(cell, served, plan, limits)
@@ -172,9 +172,9 @@ class CellWorker:
         except ModelUnavailable as error:
             raise _Refused(str(error)) from None
 
-    def _replica_for(self, engine: EngineConfig, health_timeout_s: float) -> ReplicaReuse:
+    def _replica_for(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
         try:
-            return self._ensure_replica(engine, health_timeout_s)
+            return self._ensure_replica(engine, start_limits)
         except ServerStartError as error:
             log = self._replica.log_tail(200) if self._replica else ""
             self._drop_replica()
@@ -190,7 +190,7 @@ class CellWorker:
         self._drop_replica()  # its server would hold the memory (and, on a GPU, the device) a replica set needs
         replicas = ReplicaSet(served.engine, cell.replicas, cell.router, cell_key=cell.key, seed=cell.seed,
                               replica_options=_replica_options(cell),
-                              health_timeout_s=limits.health_timeout_s)  # fmt: skip
+                              start_limits=_start_limits(limits))  # fmt: skip
         started = time.monotonic()
         try:
             replicas.start()
@@ -308,7 +308,7 @@ class CellWorker:
         self._drop_replica()
         shutil.rmtree(self._work_dir, ignore_errors=True)
 
-    def _ensure_replica(self, engine: EngineConfig, health_timeout_s: float) -> ReplicaReuse:
+    def _ensure_replica(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
         """A running replica of ``engine`` whose caches are empty: the previous one after a proven reset, else
         a fresh one (with the reason the previous one was not kept, when there was one to keep)."""
         current = self._replica
@@ -321,7 +321,7 @@ class CellWorker:
                 replaced_because = f"reset not proven clean: {first_line(error)}"
         self._drop_replica()
         self._replicas_started += 1
-        self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", health_timeout_s)
+        self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", start_limits)
         started = time.monotonic()
         self._replica.start()
         return ReplicaReuse(reused=False, start_s=time.monotonic() - started, replaced_because=replaced_because)
@@ -373,6 +373,10 @@ def worker_actor_class():
     import ray
 
     return ray.remote(max_concurrency=2, max_restarts=0)(CellWorker)
+
+
+def _start_limits(limits: RunLimits) -> StartLimits:
+    return StartLimits(timeout_s=limits.health_timeout_s, stall_s=limits.start_stall_s)
 
 
 def _replica_options(cell: CellSpec) -> dict:
