@@ -1,5 +1,5 @@
 """Does a sweep survive the faults a GPU fleet hands out? A fake-engine sweep on a fake GPU cluster runs while a
-background loop kills the node under a running cell every so often (a preempted spot GPU: its raylet and every
+background loop kills a node with a replica on it every so often (a preempted spot GPU: its raylet and every
 process on it die at once) and a replacement joins a few seconds later, and the MLflow tracking server (a real
 ``mlflow server`` process) is stopped once mid-sweep and started again. Then the ledger is checked: every cell done
 exactly once (one ``done`` run in MLflow, one row in ``summary.parquet``, its directory naming that run), none lost,
@@ -9,7 +9,7 @@ The GPUs are declared resources of local Ray nodes (this machine has none) and t
 faults are the cluster's and the tracking server's, which is what is under test, not an engine.
 
     python benchmarks/chaos.py [--cells 50] [--nodes 4] [--kills 6] [--kill-every-s 8] [--replace-after-s 3]
-                               [--outage-at-s 15] [--outage-s 5] [--seed 0] [--keep DIR]
+                               [--outage-at-s 30] [--outage-s 5] [--seed 0] [--keep DIR]
 
 Prints the faults injected and survived as a table, then one JSON line.
 """
@@ -57,8 +57,8 @@ def add_gpu_node(cluster, gpu: str = GPU, memory_gb: float = 2):
 
 
 def nodes_serving_a_cell(cluster) -> list:
-    """The worker nodes of ``cluster`` on which a fake engine runs now: a cell is mid-run there. A server inherits its
-    worker's RAY_RAYLET_PID, which names the node."""
+    """The worker nodes of ``cluster`` on which a fake engine runs now: a cell is mid-run there, or its replica waits
+    for the next cell of its configuration. A server inherits its worker's RAY_RAYLET_PID, which names the node."""
     by_raylet = {node.all_processes["raylet"][0].process.pid: node for node in cluster.worker_nodes
                  if getattr(node, "all_processes", None)}  # fmt: skip
     serving = []
@@ -189,7 +189,7 @@ class Faults:
 
 
 class Monkey:
-    """The fault loop, ticked from the main thread (Ray adds a node only there): a node under a running cell killed
+    """The fault loop, ticked from the main thread (Ray adds a node only there): a node with a replica on it killed
     every ``kill_every_s`` (jittered), a replacement added ``replace_after_s`` later; the tracking server stopped once
     at ``outage_at_s`` for ``outage_s``, then started again on its port."""
 
@@ -237,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=50)
     parser.add_argument("--nodes", type=int, default=4, help=f"{GPU} nodes of one GPU each at the start")
-    parser.add_argument("--kills", type=int, default=6, help="nodes killed under a running cell")
+    parser.add_argument("--kills", type=int, default=6, help="nodes killed, each with a replica on it")
     parser.add_argument("--kill-every-s", type=float, default=8.0)
     parser.add_argument("--replace-after-s", type=float, default=3.0, help="a new node joins this long after a kill")
-    parser.add_argument("--outage-at-s", type=float, default=15.0, help="when the tracking server is stopped")
+    parser.add_argument("--outage-at-s", type=float, default=30.0, help="when the tracking server is stopped")
     parser.add_argument("--outage-s", type=float, default=5.0, help="how long it stays stopped (its start adds more)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, help="keep the results, the tracking store and the driver's log here")
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(faults: Faults, result: Audit, wall_s: float, code: int) -> None:
     rows = [
-        ("nodes killed under a running cell", faults.nodes_killed),
+        ("nodes killed with a replica on them", faults.nodes_killed),
         ("replacement nodes joined", faults.nodes_added),
         ("attempts lost with their node, retried", result.attempts_lost_with_nodes),
         (f"tracking server restarts (down {faults.tracking_down_s:.0f} s)", faults.tracking_restarts),

@@ -18,7 +18,7 @@ from orchestrator.records.cell import (
     ScheduleStats,
     TierCounters,
 )
-from orchestrator.records.row import Attempt, SummaryRow, attempt_columns
+from orchestrator.records.row import Attempt, SummaryRow, attempt_columns, attempt_tags
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
 from orchestrator.records.summary import summarize
 from orchestrator.replica.config import VllmEngineConfig
@@ -112,3 +112,11 @@ def test_a_failure_outcome_has_no_records_and_names_its_node():
     outcome = CellOutcome.failure(CELL, "replica did not start", True, "n2", 5.0)
     assert outcome.status is CellStatus.FAILED and not outcome.requests and outcome.retryable
     assert outcome.config.node_id == "n2" and outcome.config.cell_key == CELL.key and outcome.finished_unix >= 5.0
+
+
+def test_a_done_rows_tags_are_its_attempts_run_facts():
+    """What a re-run logs to MLflow for a cell it finds on disk: the same tags as the attempt logged itself."""
+    attempt = Attempt("run1", 2, 100.0, 130.0, _config())
+    row = SummaryRow.of("s", CELL, CellStatus.DONE, _summary(), attempt)
+    facts = {key: str(value) for key, value in attempt_columns(attempt).items() if value is not None and key != "run_id"}
+    assert attempt_tags(row) == facts and "node_id" in facts

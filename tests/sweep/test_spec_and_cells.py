@@ -118,3 +118,39 @@ def test_a_simulated_cell_of_the_cpu_engine_carries_the_measured_profile_in_its_
     assert reprofiled.key != simulated.key
     assert simulated.params()["cpu_profile.step_overhead_s"] == "0.002"
     assert "cpu_profile.block_size" not in measured.params()
+
+
+def test_the_tracking_client_retries_an_absent_store_until_its_patience_and_passes_other_errors_at_once(monkeypatch):
+    """The retry rules, on a stand-in client: refused connections are waited out (each wait said), past the patience the
+    sweep stops in one line, an answer the store gave is raised at once, and a full disk under it stops the sweep."""
+    import requests
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
+
+    from orchestrator.sweep.runtime import tracking
+    from orchestrator.sweep.runtime.stops import DiskFull, TrackingUnavailable
+
+    monkeypatch.setattr(tracking, "retry_delays", lambda: iter([0.01] * 1000))
+    failures = {"left": 2}
+
+    class Store:
+        def set_tag(self, error):
+            if failures["left"]:
+                failures["left"] -= 1
+                raise error
+            return "set"
+
+    waits = []
+    client = tracking.RetryingClient(Store(), "http://mlflow:5000", None, patience_s=5.0, on_wait=waits.append)
+    assert client.set_tag(requests.ConnectionError("refused")) == "set" and len(waits) == 2
+    assert "tracking store at http://mlflow:5000 not answering (set_tag: refused); try 2 in 0.01 s" in waits[0]
+    failures["left"] = 10**6
+    client.patience_s = 0.05
+    with pytest.raises(TrackingUnavailable, match=r"the tracking store at http://mlflow:5000 did not answer for 0 s \("):
+        client.set_tag(MlflowException("API request failed", error_code=TEMPORARILY_UNAVAILABLE))
+    failures["left"] = 1
+    with pytest.raises(MlflowException, match="no such run"):
+        client.set_tag(MlflowException("no such run", error_code=RESOURCE_DOES_NOT_EXIST))
+    failures["left"] = 1
+    with pytest.raises(DiskFull, match="while writing to the tracking store \\(set_tag\\): .*database or disk is full"):
+        client.set_tag(MlflowException("(sqlite3.OperationalError) database or disk is full"))

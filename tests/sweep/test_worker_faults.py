@@ -71,18 +71,18 @@ def test_a_slow_but_working_engine_is_not_hung_but_stops_at_the_cell_time_limit(
 
 
 def test_a_slow_replica_start_is_waited_for_and_said_and_a_hung_one_fails_the_attempt_in_seconds(fake_engine_with):
-    """Under a start limit of 60 s and a stall limit of 2 s: the slow engine loads for 3 s with a line a second and its
-    cell is done, with the start time recorded; the hung one is ended 2 s after its last sign of life, retryable."""
-    limits = LIMITS.model_copy(update={"start_stall_s": 2.0})
-    fake_engine_with(start_s=3.0)
+    """Under a start limit of 60 s and a stall limit of 1.5 s: the slow engine loads for 2.5 s with a line a second and
+    its cell is done, with the start time recorded; the hung one is ended 1.5 s after its last sign of life, retryable."""
+    limits = LIMITS.model_copy(update={"start_stall_s": 1.5})
+    fake_engine_with(start_s=2.5)
     outcome = run_one(limits)
-    assert outcome.status is CellStatus.DONE and outcome.config.replica_start_s >= 3.0
+    assert outcome.status is CellStatus.DONE and outcome.config.replica_start_s >= 2.5
     fake_engine_with(start_hangs=True)
     started = time.monotonic()
     outcome = run_one(limits)
     assert outcome.status is CellStatus.FAILED and outcome.retryable
     assert outcome.reason.startswith("replica did not start: server hung while starting: no log output, CPU time or "
-                                     "I/O for 2 s")  # fmt: skip
+                                     "I/O for 1.5 s")  # fmt: skip
     assert "fake engine: loading" in outcome.server_log and time.monotonic() - started < 30
     assert wait_until_gone() == []
 

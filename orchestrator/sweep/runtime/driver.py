@@ -44,7 +44,7 @@ from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.preflight import preflight, preflight_frame, regime_table
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
-from orchestrator.sweep.runtime.ledger import CellLedger, is_done
+from orchestrator.sweep.runtime.ledger import CellLedger, awaiting_tracking, is_done
 from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState
 from orchestrator.sweep.runtime.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.runtime.results import SweepResults
@@ -514,6 +514,8 @@ def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool)
             state = f"pending: no {cell.gpu} in the cluster and none its autoscaler can launch"
         elif done and not rerun:
             state = "done (skipped)"
+        elif awaiting_tracking(runs, results, cell.key):
+            state = "done on disk, not in MLflow yet: the run logs it (not run again)"
         else:
             state = ("re-run" if done else "run") + (f", last attempt {runs[-1].status.value}" if runs else "")
             state += " in the simulator" if cell.engine is EngineKind.SIM else f" on a {cell.gpu} slot"

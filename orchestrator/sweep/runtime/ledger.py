@@ -44,14 +44,11 @@ class CellLedger:
         run again. The keys caught up."""
         caught_up = []
         for key in self.results.published_keys():
-            row = self.results.done_row(key)
-            runs = self._history.get(key, [])
-            run = next((run for run in runs if row is not None and run.run_id == row.run_id), None)
-            if run is None or run.status not in (CellStatus.RUNNING, CellStatus.INTERRUPTED):
-                continue  # done already, or a run the store does not know (the cell runs again)
-            directory = self.results.files.cell(key).directory
-            self._track_done(run, self.results.done_summary(key), attempt_tags(row), directory)
-            caught_up.append(key)
+            if run := awaiting_tracking(self._history.get(key, []), self.results, key):
+                row = self.results.done_row(key)
+                directory = self.results.files.cell(key).directory
+                self._track_done(run, self.results.done_summary(key), attempt_tags(row), directory)
+                caught_up.append(key)
         return caught_up
 
     def retire_stale_runs(self) -> None:
@@ -155,6 +152,14 @@ class CellLedger:
         """Record ``status`` for a tracked run in the in-memory history."""
         runs = self._history.setdefault(run.cell_key, [])
         runs[:] = sorted([r for r in runs if r.run_id != run.run_id] + [replace(run, status=status)], key=lambda r: r.attempt)
+
+
+def awaiting_tracking(runs: list[CellRun], results: SweepResults, cell_key: str) -> CellRun | None:
+    """The run whose attempt put the cell's directory in place but never heard ``done``, if that is so (not a run
+    the store does not know: that cell runs again)."""
+    row = results.done_row(cell_key)
+    run = next((run for run in runs if row is not None and run.run_id == row.run_id), None)
+    return run if run is not None and run.status in (CellStatus.RUNNING, CellStatus.INTERRUPTED) else None
 
 
 def is_done(runs: list[CellRun], results: SweepResults, cell_key: str) -> bool:
