@@ -57,12 +57,13 @@ def add_gpu_node(cluster, gpu: str = GPU, memory_gb: float = 2):
 
 
 def nodes_serving_a_cell(cluster) -> list:
-    """The worker nodes of ``cluster`` on which a fake engine runs now: a cell is mid-run there, or its replica waits
-    for the next cell of its configuration. A server inherits its worker's RAY_RAYLET_PID, which names the node."""
+    """The worker nodes of ``cluster`` on which a fake engine runs now, in the order their engines started: a cell is
+    mid-run there, or its replica waits for the next cell of its configuration. A server inherits its worker's
+    RAY_RAYLET_PID, which names the node."""
     by_raylet = {node.all_processes["raylet"][0].process.pid: node for node in cluster.worker_nodes
                  if getattr(node, "all_processes", None)}  # fmt: skip
     serving = []
-    for entry in Path("/proc").iterdir():
+    for entry in sorted((entry for entry in Path("/proc").iterdir() if entry.name.isdigit()), key=_started):
         try:
             if FAKE_ENGINE_MODULE not in (entry / "cmdline").read_bytes().decode(errors="replace"):
                 continue
@@ -73,6 +74,14 @@ def nodes_serving_a_cell(cluster) -> list:
         if node is not None and node not in serving:
             serving.append(node)
     return serving
+
+
+def _started(entry: Path) -> int:
+    """When a process started, in clock ticks since boot (0 for one that is gone)."""
+    try:
+        return int((entry / "stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def kill_node(cluster, node) -> None:

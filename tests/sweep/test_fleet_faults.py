@@ -56,12 +56,14 @@ def test_a_node_lost_under_a_running_cell_costs_no_attempt_its_cell_is_done_else
     def kill_the_node_under_a_cell(runs_started: int):
         _when(lambda: (tmp_path / "mlflow.db").exists() and _cell_runs(uri, "preempted") >= runs_started)
         _when(lambda: len(nodes_serving_a_cell(cluster)) == 3 - runs_started // 2)
-        time.sleep(0.3)  # its load has started; the other cell's runs on for seconds
+        time.sleep(0.3)  # its load has started
         killed.append(nodes_serving_a_cell(cluster)[0])
         kill_node(cluster, killed[-1])
 
     one_try = fake_spec("t").limits.model_copy(update={"max_attempts": 1})
-    workload = fake_spec("t").workload.model_copy(update={"duration_s": 3})  # the spared cell outlasts the loss
+    # The earlier-started cell's node is killed as soon as both run: the other runs on for seconds after the loss is
+    # seen (about 2 s), so the lost cell's retry is first in the queue when that node frees.
+    workload = fake_spec("t").workload.model_copy(update={"duration_s": 4})
     spec = fake_spec("preempted", gpus=("B200",), jps=(2, 3, 5), limits=one_try, workload=workload)
     # Runs 1 and 2 are the first two cells on both nodes; run 3 the retry, run 4 the third cell, on the last node.
     killer = _in_thread(lambda: (kill_the_node_under_a_cell(2), kill_the_node_under_a_cell(4)))
