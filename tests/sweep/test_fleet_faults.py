@@ -158,6 +158,7 @@ def test_a_tracking_outage_is_waited_out_and_past_its_patience_stops_the_sweep_w
     assert f"tracking store at {uri} not answering" in out and "done cpu fcfs jps=2 " in out
     assert code == EXIT_STOPPED and f"stopped: the tracking store at {uri} did not answer for " in line
     assert "2/2 cells are done and complete in" in line and line.endswith("not run again")
+    assert list(summary(tmp_path, "outage").status) == ["done", "done"]  # the disk's truth, MLflow not yet told
     on_disk = {key: files.cell(key).summary.read_text() for key in (first, second)}
     tracking_server.start()
     assert run_sweep(spec, options(tmp_path, tracking_uri=uri, report=False)) == 0

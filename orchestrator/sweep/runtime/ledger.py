@@ -133,8 +133,8 @@ class CellLedger:
         (``pending_reason`` says why a cell cannot run in this cluster, or None if it can: a cell that cannot
         is pending with that reason, whatever its earlier attempts ended as)."""
         rows, seen = [], set()
-        for key, runs in self._history.items():
-            if _has_done(runs) and (row := self.results.done_row(key)):
+        for key, runs in self._history.items():  # done on disk counts, if its tracking was cut short too
+            if (_has_done(runs) or awaiting_tracking(runs, self.results, key)) and (row := self.results.done_row(key)):
                 rows.append(row)
                 seen.add(key)
         for cell in cells:
