@@ -6,7 +6,7 @@
         [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--weights real|dummy]
         [--kv-blocks N]
         [--max-num-seqs N] [--max-model-len N] [--max-context N]
-        [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--client-actors N]
+        [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--start-stall-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
 
 Lists take commas or spaces. ``D`` is a number, a preset distribution's name or a distribution as JSON
@@ -101,6 +101,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, help=f"attempts per cell when a replica crashes; default: {spec.limits.max_attempts}")
     p.add_argument("--cell-timeout-s", type=float, help="whole-cell time limit")
     p.add_argument("--hang-timeout-s", type=float, help=f"no engine progress this long: hung; default: {spec.limits.hang_timeout_s:g}")
+    p.add_argument("--start-stall-s", type=float, help="a starting replica with no log output, CPU or I/O this long: "
+                   f"hung; default: {spec.limits.start_stall_s:g}")  # fmt: skip
     p.add_argument("--client-actors", type=int, help=f"load-generator actors per cell; default: {spec.limits.client_actors}")
     p.add_argument("--ray-address", help="Ray cluster address; default: RAY_ADDRESS, a running local cluster, or a new one")
     p.add_argument("--scale-up-timeout-s", type=float, default=SweepOptions.scale_up_timeout_s,
@@ -155,7 +157,8 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_model_len", "engine_options", "max_model_len"),
         ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
-        ("hang_timeout_s", "limits", "hang_timeout_s"), ("client_actors", "limits", "client_actors"),
+        ("hang_timeout_s", "limits", "hang_timeout_s"), ("start_stall_s", "limits", "start_stall_s"),
+        ("client_actors", "limits", "client_actors"),
     ):  # fmt: skip
         value = getattr(args, flag)
         if value is not None:

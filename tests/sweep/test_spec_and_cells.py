@@ -86,9 +86,10 @@ def test_bad_grids_are_one_line_naming_the_value_and_the_valid_ones(override, ex
 
 def test_flags_override_the_scripts_grid_and_take_commas_or_spaces():
     base = spec(dram_gb_by_gpu={"H100": (400,), "A100": (200,)})
-    args = parser(base).parse_args(["--jps", "1,6", "10", "--gpus", "A100", "--duration-s", "5", "--kv-blocks", "2000"])
+    args = parser(base).parse_args(["--jps", "1,6", "10", "--gpus", "A100", "--duration-s", "5", "--kv-blocks", "2000",
+                                    "--start-stall-s", "60"])  # fmt: skip
     changed = apply_flags(base, args)
-    assert changed.jps == (1, 6, 10) and changed.gpus == ("A100",)
+    assert changed.jps == (1, 6, 10) and changed.gpus == ("A100",) and changed.limits.start_stall_s == 60
     assert changed.dram_for("A100") == (200,)  # the script's per-GPU budget survives
     assert changed.workload.duration_s == 5 and changed.engine_options.num_kv_blocks == 2000
     flat = apply_flags(base, parser(base).parse_args(["--dram-gb", "100"]))
