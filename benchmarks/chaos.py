@@ -286,9 +286,14 @@ def main(argv: list[str] | None = None) -> int:
             driver = subprocess.Popen([sys.executable, __file__, "--driver", "--cells", str(args.cells),
                                        "--ray-address", cluster.address, "--tracking-uri", server.uri,
                                        "--results-dir", str(results_dir)], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-            while driver.poll() is None:
-                monkey.tick()
-                time.sleep(0.25)
+            try:
+                while driver.poll() is None:
+                    monkey.tick()
+                    time.sleep(0.25)
+            finally:
+                if driver.poll() is None:  # stopped early: the driver goes first, as a user's SIGTERM would take it
+                    driver.terminate()
+                    driver.wait()
         wall_s = time.monotonic() - started
         result = audit(results_dir, SWEEP, server.uri, [cell.key for cell in expand(chaos_spec(args.cells))])
     finally:
