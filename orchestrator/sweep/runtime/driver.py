@@ -139,9 +139,10 @@ class _Sweep:
         self.pool = WorkerPool(plan.inventory, options.scale_up_timeout_s)
         self.reporter = ProgressReporter(options.progress_interval_s, options.live)
         self.queues: dict[str, list[CellSpec]] = defaultdict(list)
-        # Attempts this driver charged each cell: a crashed cell is retried until it has had max_attempts here
-        # (the attempt numbers in the tracking store also count earlier runs, and attempts lost with a node).
-        self.charged_attempts: dict[str, int] = defaultdict(int)
+        # Attempts this driver made per cell, and those of them lost with their node: a crashed cell is retried until
+        # it has had max_attempts here, not counting the lost ones (the attempt numbers in the tracking store also
+        # count earlier runs of the sweep).
+        self.attempts_this_run: dict[str, int] = defaultdict(int)
         self.node_losses: dict[str, int] = defaultdict(int)
         self.replica_gib: dict[str, float] = {}  # per placement: the largest replica of its cells
         self.unavailable: dict[str, str] = {}  # placements given up on during the run, with the reason
@@ -267,7 +268,7 @@ class _Sweep:
                 del idle[: cell.gang_size]
 
     def _start(self, cell: CellSpec, workers: list[Worker]) -> None:
-        self.charged_attempts[cell.key] += 1
+        self.attempts_this_run[cell.key] += 1
         where = " ".join(worker.slot.name for worker in workers)
         started = self.ledger.start(cell, where, {"preflight": self.preflights[cell.key].note})
         if cell.gang_size:
@@ -320,11 +321,10 @@ class _Sweep:
         on the type's other workers, or on a node that joins or the autoscaler brings up."""
         self.pool.drop_node(node)
         attempt = self.pool.release(worker, restart=True)
-        key = attempt.cell.key
-        self.charged_attempts[key] -= 1
+        key, gpu = attempt.cell.key, attempt.cell.placement
         self.node_losses[key] += 1
-        gpu = attempt.cell.placement
-        where = (f"{self.pool.num_slots(gpu)} {gpu} slot(s) left" if self.pool.num_slots(gpu)
+        left = self.pool.num_slots(gpu)
+        where = (f"{left} {gpu} slot(s) left" if left
                  else f"no {gpu} node left: waiting up to {self.options.scale_up_timeout_s:g} s for one")  # fmt: skip
         self.reporter.event(f"{node.label} left the cluster ({where})")
         reason = f"{node.label} lost mid-cell: {first_line(error)}"
@@ -351,7 +351,8 @@ class _Sweep:
                 if row.jct_mean_s is not None else f"done {cell.label}: no job completed"
             )  # fmt: skip
         else:
-            retry = outcome.retryable and self.charged_attempts[cell.key] < self.spec.limits.max_attempts
+            charged = self.attempts_this_run[cell.key] - self.node_losses[cell.key]
+            retry = outcome.retryable and charged < self.spec.limits.max_attempts
             self.reporter.event(
                 f"{outcome.status.value} {cell.label} (attempt {attempt.started.number}): {outcome.reason}"
                 + ("; retrying" if retry else "")
@@ -514,7 +515,7 @@ def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool)
             state = f"pending: no {cell.gpu} in the cluster and none its autoscaler can launch"
         elif done and not rerun:
             state = "done (skipped)"
-        elif awaiting_tracking(runs, results, cell.key):
+        elif awaiting_tracking(runs, results.done_row(cell.key)):
             state = "done on disk, not in MLflow yet: the run logs it (not run again)"
         else:
             state = ("re-run" if done else "run") + (f", last attempt {runs[-1].status.value}" if runs else "")

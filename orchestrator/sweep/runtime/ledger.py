@@ -44,8 +44,8 @@ class CellLedger:
         run again. The keys caught up."""
         caught_up = []
         for key in self.results.published_keys():
-            if run := awaiting_tracking(self._history.get(key, []), self.results, key):
-                row = self.results.done_row(key)
+            row = self.results.done_row(key)
+            if run := awaiting_tracking(self._history.get(key, []), row):
                 directory = self.results.files.cell(key).directory
                 self._track_done(run, self.results.done_summary(key), attempt_tags(row), directory)
                 caught_up.append(key)
@@ -134,7 +134,7 @@ class CellLedger:
         is pending with that reason, whatever its earlier attempts ended as)."""
         rows, seen = [], set()
         for key, runs in self._history.items():  # done on disk counts, if its tracking was cut short too
-            if (_has_done(runs) or awaiting_tracking(runs, self.results, key)) and (row := self.results.done_row(key)):
+            if (row := self.results.done_row(key)) and (_has_done(runs) or awaiting_tracking(runs, row)):
                 rows.append(row)
                 seen.add(key)
         for cell in cells:
@@ -154,10 +154,9 @@ class CellLedger:
         runs[:] = sorted([r for r in runs if r.run_id != run.run_id] + [replace(run, status=status)], key=lambda r: r.attempt)
 
 
-def awaiting_tracking(runs: list[CellRun], results: SweepResults, cell_key: str) -> CellRun | None:
-    """The run whose attempt put the cell's directory in place but never heard ``done``, if that is so (not a run
-    the store does not know: that cell runs again)."""
-    row = results.done_row(cell_key)
+def awaiting_tracking(runs: list[CellRun], row: SummaryRow | None) -> CellRun | None:
+    """The run whose attempt put the cell's directory in place (its ``row``) but never heard ``done``, if that is
+    so (not a run the store does not know: that cell runs again)."""
     run = next((run for run in runs if row is not None and run.run_id == row.run_id), None)
     return run if run is not None and run.status in (CellStatus.RUNNING, CellStatus.INTERRUPTED) else None
 
