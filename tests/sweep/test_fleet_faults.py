@@ -124,9 +124,12 @@ def tracking_server(tmp_path):
 
 
 def _cell_runs(uri: str, sweep: str) -> int:
+    """The cell attempts whose start is wholly tracked (the run and its params): the driver writes no more to the
+    store until the attempt ends, so a fault injected now meets that attempt's end, not its start."""
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(sweep)
-    return len(client.search_runs([experiment.experiment_id], "tags.kind = 'cell'")) if experiment else 0
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'cell'") if experiment else []
+    return sum(bool(run.data.params) for run in runs)
 
 
 def test_a_tracking_outage_is_waited_out_and_past_its_patience_stops_the_sweep_with_every_finished_cell_on_disk(
@@ -173,12 +176,12 @@ def test_a_tracking_outage_is_waited_out_and_past_its_patience_stops_the_sweep_w
 @pytest.fixture
 def small_disk(tmp_path):
     """A 64 MiB tmpfs to hold a sweep's results and tracking store, and a way to fill it; mounting needs root (or
-    CAP_SYS_ADMIN), which this project's machines and CI have."""
+    CAP_SYS_ADMIN), which this project's machines and CI have: without it the test fails, saying so."""
     mount = tmp_path / "small-disk"
     mount.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True, text=True)
     if mounted.returncode:
-        pytest.skip(f"cannot mount a size-limited tmpfs here: {mounted.stderr.strip()}")
+        pytest.fail(f"cannot mount a size-limited tmpfs here (root or CAP_SYS_ADMIN needed): {mounted.stderr.strip()}")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
