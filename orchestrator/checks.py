@@ -179,6 +179,8 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
         return _lmcache_evidence(target, name, outcome)
     if policy.has_cpu_tier:
         counters = outcome.config.tier_counters
+        if counters.kv_offload_store_bytes is None:
+            return _simple_offload_evidence(target, name, outcome)
         stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
         return Check(target, name, stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB")
     later = [r for r in outcome.requests if r.turn and r.turn > 1 and r.best_cached_tokens]
@@ -200,6 +202,23 @@ def _lmcache_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
     detail = (f"LMCache stored {sum(stores):,} tokens in {len(stores)} stores (its log); its tier served "
               f"{hits:,.0f} of {queries:,.0f} tokens vLLM looked up there")  # fmt: skip
     return Check(target, name, sum(stores) > 0, detail)
+
+
+# vLLM 0.26's SimpleCPUOffloadConnector exports no counter (its manager's metrics are a TODO there): its stores are
+# debug lines, which its policy's logging configuration lets through (replica/vllm_logging.json).
+_SIMPLE_OFFLOAD_STORED = re.compile(r"Store event \d+ completed: cached (\d+) blocks to CPU")
+
+
+def _simple_offload_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
+    """A CPU tier whose connector exports no offload counters: its completed stores from its debug lines, its loads
+    from vLLM's external prefix-cache counters."""
+    blocks = sum(int(count) for count in _SIMPLE_OFFLOAD_STORED.findall(outcome.server_log))
+    counters, facts = outcome.config.tier_counters, outcome.config.engine_facts
+    tokens = f" ({blocks * facts.block_size:,} tokens)" if facts and facts.block_size else ""
+    hits, queries = counters.external_prefix_cache_hits or 0.0, counters.external_prefix_cache_queries or 0.0
+    detail = (f"CPU tier stored {blocks:,} blocks{tokens} (its debug log); it served {hits:,.0f} of {queries:,.0f} "
+              "tokens vLLM looked up there")  # fmt: skip
+    return Check(target, name, blocks > 0, detail)
 
 
 def kv_pool_check(target: str, cell: CellSpec, outcome: CellOutcome) -> Check | None:

@@ -38,7 +38,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from orchestrator.checks import Check, checked_cell, format_table, node_checks
-from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
+from orchestrator.evidence.budget import DOCTOR_S, FIRST_START_S, PROFILE_S, Budget
 from orchestrator.evidence.pack import EvidenceHeader, StageResult, pack, stage_table
 from orchestrator.evidence.startup import start_split
 from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
@@ -92,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source-duration-s", type=float,
                    help="the source-study cells' arrival window; default: the study's 45 s on a GPU, 5 on cpu")
     p.add_argument("--dram-gb", type=float, default=8.0, help="the CPU tier of lmcache and native-offload (GiB)")
+    p.add_argument("--first-start-s", type=float, help="the first server start's estimate before one is measured "
+                   f"(default: {FIRST_START_S['gpu']:g} on a GPU, {FIRST_START_S['cpu']:g} on cpu); a previous "
+                   "call's measured start is a closer one")
     p.add_argument("--kv-blocks", help="fix the KV pool in blocks, or auto (run_cell's default per device)")
     return p
 
@@ -122,6 +125,8 @@ def plan_from(args: argparse.Namespace) -> Plan:
         raise ValueError(f"unknown --gpu {args.gpu!r}; valid: {', '.join(known_device_names())}")
     if args.budget_s <= 0:
         raise ValueError(f"--budget-s {args.budget_s:g} is not positive; valid: the seconds the run may take")
+    if args.first_start_s is not None and args.first_start_s <= 0:
+        raise ValueError(f"--first-start-s {args.first_start_s:g} is not positive; valid: a start's seconds")
     stages = _names(args.stages, STAGES, "--stages")
     policies = _names(args.policies, tuple(POLICIES), "--policies")
     on_cpu = args.gpu == CPU
@@ -424,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="kvsweep-evidence-"))
     work.mkdir(parents=True, exist_ok=True)
-    budget = Budget(args.budget_s, "cpu" if plan.target == CPU else "gpu")
+    budget = Budget(args.budget_s, "cpu" if plan.target == CPU else "gpu", args.first_start_s)
     command = shlex.join(["python", "-m", "orchestrator.gpu_evidence", *(argv if argv is not None else sys.argv[1:])])
     print(f"evidence for {plan.target} in at most {args.budget_s:.0f} s: stages {', '.join(plan.stages)}; "
           f"files in {work}, packed into {args.out}", flush=True)  # fmt: skip

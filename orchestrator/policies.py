@@ -48,6 +48,7 @@ class Policy:
     cpu_tier: TierKind | None = None  # the CPU tier its connector gives the engine
     cpu_tier_gb: float | None = None  # the tier's size where it is not the DRAM budget
     connector: Callable[[float], tuple[tuple[str, ...], dict[str, str]]] | None = field(default=None, repr=False)
+    connector_debug_log: bool = False  # its connector records what it did only in debug lines
 
     @property
     def has_cpu_tier(self) -> bool:
@@ -89,6 +90,7 @@ class Policy:
                 "scheduling_policy": "priority" if self.job_priority else "fcfs",
                 "extra_args": base.extra_args + args,
                 "extra_env": base.extra_env + tuple(sorted(env.items())),
+                "connector_debug_log": self.connector_debug_log,
             }
         )
 
@@ -141,7 +143,8 @@ POLICIES: dict[str, Policy] = {
         Policy("native-offload", "vLLM's OffloadingConnector: eager async copy to a CPU tier of the DRAM budget",
                needs_cuda=True, cpu_tier=TierKind.NATIVE, connector=_native_offload(simple=False)),
         Policy("simple-offload", "vLLM's SimpleCPUOffloadConnector with a CPU tier of the DRAM budget",
-               needs_cuda=True, cpu_tier=TierKind.NATIVE, connector=_native_offload(simple=True)),
+               needs_cuda=True, cpu_tier=TierKind.NATIVE, connector=_native_offload(simple=True),
+               connector_debug_log=True),
     )
 }  # fmt: skip
 

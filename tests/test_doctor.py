@@ -3,9 +3,9 @@ offline bundle (tests/test_bundle.py)."""
 
 from types import SimpleNamespace
 
-from orchestrator.checks import _driver_check, _lmcache_evidence, _stack_check, format_table
+from orchestrator.checks import _driver_check, _lmcache_evidence, _simple_offload_evidence, _stack_check, format_table
 from orchestrator.doctor import doctor_cells, not_checked_here
-from orchestrator.records.cell import NodeStack, TierCounters
+from orchestrator.records.cell import EngineFacts, NodeStack, TierCounters
 
 
 def stack(cuda, driver):
@@ -68,6 +68,27 @@ def test_lmcache_is_seen_storing_in_its_own_log_lines_where_vllm_counts_no_offlo
     assert idle.ok is False and idle.detail.startswith("LMCache stored 0 tokens in 0 stores")
 
 
-def outcome_with(server_log: str, counters: TierCounters) -> SimpleNamespace:
-    """The two fields of a cell's outcome the evidence reads."""
-    return SimpleNamespace(server_log=server_log, config=SimpleNamespace(tier_counters=counters))
+# vLLM 0.26's SimpleCPUOffloadConnector's debug lines, as its manager formats them (simple_kv_offload/manager.py).
+SIMPLE_OFFLOAD_STORES = (
+    "(EngineCore pid=1233) DEBUG 11-26 18:22:41 [manager.py:654] Request cmpl-9a-0: Scheduling store of 3 blocks to "
+    "CPU (1 groups)\n"
+    "(EngineCore pid=1233) DEBUG 11-26 18:22:41 [manager.py:705] Store event 7 completed: cached 3 blocks to CPU\n"
+    "(EngineCore pid=1233) DEBUG 11-26 18:22:42 [manager.py:705] Store event 8 completed: cached 40 blocks to CPU\n"
+)
+
+
+def test_a_cpu_tier_without_offload_counters_is_seen_storing_in_its_connectors_debug_lines():
+    """On the H200 vLLM 0.26's SimpleCPUOffloadConnector exported no kv_offload_* counters at all."""
+    counters = TierCounters(external_prefix_cache_queries=187084.0, external_prefix_cache_hits=0.0)
+    facts = EngineFacts("0.26.0", 16, 52478, 839648, "NVIDIA H200")
+    stored = _simple_offload_evidence("H200", "simple-offload did its job",
+                                      outcome_with(SIMPLE_OFFLOAD_STORES, counters, facts))  # fmt: skip
+    assert stored.ok and stored.detail == ("CPU tier stored 43 blocks (688 tokens) (its debug log); it served 0 of "
+                                           "187,084 tokens vLLM looked up there")  # fmt: skip
+    idle = _simple_offload_evidence("H200", "simple-offload did its job", outcome_with("INFO: nothing\n", counters))
+    assert idle.ok is False and idle.detail.startswith("CPU tier stored 0 blocks (its debug log)")
+
+
+def outcome_with(server_log: str, counters: TierCounters, facts: EngineFacts | None = None) -> SimpleNamespace:
+    """The fields of a cell's outcome the evidence reads."""
+    return SimpleNamespace(server_log=server_log, config=SimpleNamespace(tier_counters=counters, engine_facts=facts))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,12 @@ def test_native_offload_sizes_the_cpu_tier_from_the_dram_budget(name, simple):
     args = _vllm_parse(command.argv)
     assert args.kv_offloading_size == 64 and args.kv_offloading_backend == "native"
     assert (command.env.get("VLLM_USE_SIMPLE_KV_OFFLOAD") == "1") is simple
+    # The simple connector's stores are only in its manager's debug lines, so its server lets those through.
+    logging_config = command.env.get("VLLM_LOGGING_CONFIG_PATH")
+    assert (logging_config is not None) is simple
+    if simple:
+        loggers = json.loads(Path(logging_config).read_text())["loggers"]
+        assert loggers["vllm.v1.simple_kv_offload.manager"]["level"] == "DEBUG" and loggers["vllm"]["level"] == "INFO"
 
 
 @pytest.mark.parametrize("name", ["lmcache", "lmcache-nocache", "native-offload", "simple-offload"])

@@ -31,6 +31,7 @@ class Budget:
 
     total_s: float
     device: str  # "gpu" or "cpu": which first-start estimate applies
+    first_start_s: float | None = None  # the first start's estimate where a caller knows better than FIRST_START_S
     clock: Callable[[], float] = time.monotonic
     started: float = field(init=False)
     latest_start_s: float | None = field(init=False, default=None)
@@ -53,7 +54,7 @@ class Budget:
 
     def start_estimate_s(self) -> float:
         if self.latest_start_s is None:
-            return FIRST_START_S[self.device]
+            return self.first_start_s if self.first_start_s is not None else FIRST_START_S[self.device]
         return self.latest_start_s * START_SLACK
 
     def cell_estimate_s(self, workload: WorkloadSpec, needs_start: bool) -> float:

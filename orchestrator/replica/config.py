@@ -32,6 +32,8 @@ class VllmEngineConfig(BaseModel):
     scheduler_cls: str | None = None
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
+    connector_debug_log: bool = Field(False, description="Let the KV connector's debug lines through: vLLM's "
+                                      "SimpleCPUOffloadConnector records its stores nowhere else.")  # fmt: skip
 
 
 class FakeEngineConfig(BaseModel):

@@ -19,6 +19,11 @@ TRACE_ENV = "KVSWEEP_SCHEDULER_TRACE"
 # client, never the server, closes an idle connection.
 HTTP_KEEP_ALIVE_S = 120
 
+# vLLM's own logging configuration with one logger let through at DEBUG: the SimpleCPUOffloadConnector's
+# manager, whose "Store event N completed: cached M blocks to CPU" lines are its only record of its stores
+# (vLLM 0.26 exports no counter for it). Everything else logs as vLLM's default would.
+CONNECTOR_DEBUG_LOGGING = Path(__file__).with_name("vllm_logging.json")
+
 
 def vllm_server_command(
     config: VllmEngineConfig, port: int, host: str = "127.0.0.1", trace_path: Path | None = None
@@ -72,6 +77,8 @@ def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str,
     }
     if trace_path is not None:
         env[TRACE_ENV] = str(trace_path)
+    if config.connector_debug_log:
+        env["VLLM_LOGGING_CONFIG_PATH"] = str(CONNECTOR_DEBUG_LOGGING)
     env.update(dict(config.extra_env))
     return env
 

@@ -49,7 +49,7 @@ class Clock:
 
 def test_a_stage_starts_only_when_its_estimate_fits_and_each_start_is_estimated_from_the_latest():
     clock = Clock()
-    budget = Budget(300.0, "gpu", clock)
+    budget = Budget(300.0, "gpu", clock=clock)
     workload = WorkloadSpec(jps=1, duration_s=10)  # 8 turns with 0.5 s tool calls
     assert budget.cell_estimate_s(workload, needs_start=True) == 240 + 10 + 8 * 1.5 + 10
     assert budget.refusal(272.0) is None
@@ -61,6 +61,8 @@ def test_a_stage_starts_only_when_its_estimate_fits_and_each_start_is_estimated_
     assert budget.cell_estimate_s(workload, needs_start=False) == 32
     clock.now += 500
     assert budget.refusal(1.0) == "needs about 1 s, 0 s of the 300 s budget left"
+    told = Budget(300.0, "gpu", first_start_s=95.0, clock=clock)  # a previous call measured the machine's start
+    assert told.cell_estimate_s(workload, needs_start=True) == 95 + 32
 
 
 def test_the_pack_is_three_whole_files_holding_every_stage_file(tmp_path):
