@@ -41,6 +41,7 @@ PURE_MODULES = (
     "orchestrator.workload.distributions",
     "orchestrator.workload.traces.schema",
     "orchestrator.sizing.kv",
+    "orchestrator.sizing.parallel",
     "orchestrator.replica.schedulers.continuum_rules",
     "orchestrator.replica.schedulers.pins",
 )

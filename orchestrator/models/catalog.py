@@ -13,10 +13,13 @@ from pathlib import Path
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"  # the source study's model, every GPU sweep's default
-# The Hugging Face names the sweeps use, for the shipped configs they stand for.
+# The Hugging Face names the sweeps use (and a short one), for the shipped configs they stand for.
 ALIASES = {
     LLAMA_8B: "llama-3.1-8b-instruct",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b-instruct",
+    "llama-3.1-70b": "llama-3.1-70b-instruct",
     "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
     "Qwen/Qwen3.6-35B-A3B": "qwen3.6-35b-a3b",
 }
 

@@ -1,6 +1,7 @@
 """Command line: KV sizing of a model on a GPU type, and the utilization window of a workload.
 
     python -m orchestrator.sizing --model llama-3.1-8b-instruct --gpu H100 --utilization 0.85
+    python -m orchestrator.sizing --model llama-3.1-70b --gpu H100 --tp 4 --utilization 0.85 --cpu-gib 400
     python -m orchestrator.sizing --model qwen3.6-35b-a3b --gpu H100 --tp 2 --utilization 0.9 --overhead-gib 4 \\
         --concurrency 8 --isl 32000 --osl 2000 --sessions 200 --session-tokens 34800 --json
 """
@@ -14,8 +15,9 @@ from dataclasses import asdict
 
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.models.catalog import shipped_names
-from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, size
+from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, Sizing, size
 from orchestrator.sizing.models import load_model
+from orchestrator.sizing.parallel import tp_problem
 from orchestrator.units import GIB
 
 
@@ -49,19 +51,28 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if (problem := tp_problem(arch, args.tp)) is not None:
+        print(f"error: --tp {args.tp} for {arch.name}: {problem}", file=sys.stderr)
+        return 2
     live = args.concurrency * (args.isl + args.osl) if args.concurrency is not None else None
     corpus = args.sessions * args.session_tokens if args.sessions is not None else None
     result = size(arch, args.gpu, GPU_TYPES[args.gpu].memory_gib, tp=args.tp, utilization=args.utilization,
                   overhead_gib=args.overhead_gib, kv_dtype_bytes=KV_DTYPE_BYTES[args.kv_dtype],
                   block_size=args.block_size, live_tokens=live, corpus_tokens=corpus, cpu_gib=args.cpu_gib)  # fmt: skip
     if args.json:
-        print(json.dumps({key: getattr(value, "value", value) for key, value in asdict(result).items()}))
+        fields = {key: getattr(value, "value", value) for key, value in asdict(result).items()}
+        print(json.dumps({**fields, "per_rank": _per_rank(result)}))
         return 0
     print(f"{arch.name} on {args.tp} x {args.gpu} at U={args.utilization:g}: {result.kv_bytes_per_token / KIB:g} KiB of KV "
           f"per token ({arch.num_kv_layers} of {arch.num_layers} layers cache), weights {result.weight_bytes / 1e9:.1f} GB, "
           f"KV {result.gpu_kv_bytes / GIB:.1f} GiB = {result.gpu_kv_tokens:,} tokens")  # fmt: skip
     if result.cpu_kv_tokens is not None:
         print(f"CPU tier: {result.cpu_kv_tokens:,} tokens")
+    if result.tp > 1:
+        cpu = f", CPU tier {result.rank_cpu_kv_bytes / GIB:.1f} GiB" if result.rank_cpu_kv_bytes is not None else ""
+        print(f"each of the {result.tp} ranks: weights {result.rank_weight_bytes / 1e9:.1f} GB, KV "
+              f"{result.rank_kv_bytes / GIB:.1f} GiB ({result.rank_kv_bytes_per_token / KIB:g} KiB per token: its share "
+              f"of the heads of all {result.rank_kv_tokens:,} tokens){cpu}")  # fmt: skip
     if result.u_live is not None:
         print(f"live set {live:,} tokens needs U >= {result.u_live:.3f}")
     if result.u_corpus is not None:
@@ -70,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         window = f"[{result.window[0]:.3f}, {result.window[1]:.3f}]" if result.window else "none (the live set never fits)"
         print(f"offload window {window}; at U={args.utilization:g}: {result.regime.meaning}")
     return 0
+
+
+def _per_rank(result: Sizing) -> dict[str, float | int | None]:
+    return {"weight_bytes": result.rank_weight_bytes, "kv_bytes": result.rank_kv_bytes,
+            "kv_bytes_per_token": result.rank_kv_bytes_per_token, "kv_tokens": result.rank_kv_tokens,
+            "cpu_kv_bytes": result.rank_cpu_kv_bytes}  # fmt: skip
 
 
 def _check(args) -> str | None:

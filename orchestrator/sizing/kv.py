@@ -89,7 +89,8 @@ def retention_time_s(tier_bytes: float, write_bytes_per_s: float) -> float:
 
 @dataclass(frozen=True)
 class Sizing:
-    """Everything the CLI reports for one model on one GPU type."""
+    """Everything the CLI reports for one model on one GPU type. The byte and token figures are the replica's; the
+    ``rank_`` properties are what each of its ``tp`` GPUs holds."""
 
     model: str
     gpu: str
@@ -107,6 +108,31 @@ class Sizing:
     window: tuple[float, float] | None = None  # None: no utilization holds the live set
     regime: Regime | None = None
     disk_tier_active: bool | None = None
+    cpu_kv_bytes: float | None = None  # the CPU tier's DRAM budget, the whole replica's
+
+    # Tensor parallelism splits the weight matrices and the embeddings over the ranks (what each rank keeps whole,
+    # norms, an MoE's router, KV projections copied past their head count, is tens of MB at most), and each rank
+    # caches its share of the heads of every token: the replica's block count at 1/tp of the bytes per token. vLLM's
+    # CPU offload takes the replica's byte budget (``cpu_bytes_to_use``) and gives each rank's worker its own pages.
+    @property
+    def rank_weight_bytes(self) -> float:
+        return self.weight_bytes / self.tp
+
+    @property
+    def rank_kv_bytes(self) -> float:
+        return self.gpu_kv_bytes / self.tp
+
+    @property
+    def rank_kv_bytes_per_token(self) -> float:
+        return self.kv_bytes_per_token / self.tp
+
+    @property
+    def rank_kv_tokens(self) -> int:
+        return self.gpu_kv_tokens
+
+    @property
+    def rank_cpu_kv_bytes(self) -> float | None:
+        return None if self.cpu_kv_bytes is None else self.cpu_kv_bytes / self.tp
 
 
 def size(arch: ModelArch, gpu: str, gpu_gib: float, *, tp: int = 1, utilization: float = 0.9,
@@ -117,7 +143,8 @@ def size(arch: ModelArch, gpu: str, gpu_gib: float, *, tp: int = 1, utilization:
     weights = weight_bytes(arch)
     kv_bytes = replica_kv_bytes(gpu_gib, utilization, overhead_gib, weights, tp)
     gpu_tokens = kv_tokens(kv_bytes, per_token, block_size)
-    cpu_tokens = int(cpu_gib * GIB / per_token) if cpu_gib is not None else None
+    cpu_bytes = cpu_gib * GIB if cpu_gib is not None else None
+    cpu_tokens = int(cpu_bytes / per_token) if cpu_bytes is not None else None
     u_live = u_corpus = window = fit = disk = None
     if live_tokens is not None:
         u_live = utilization_for(live_tokens, per_token, weights, gpu_gib, overhead_gib, tp)
@@ -128,4 +155,4 @@ def size(arch: ModelArch, gpu: str, gpu_gib: float, *, tp: int = 1, utilization:
         window = (u_live, min(u_corpus, PRACTICAL_MAX_UTILIZATION)) if u_live <= PRACTICAL_MAX_UTILIZATION else None
         fit = regime(gpu_tokens, live_tokens, corpus_tokens)
     return Sizing(arch.name, gpu, tp, utilization, per_token, weights, kv_bytes, gpu_tokens, cpu_tokens, live_tokens,
-                  corpus_tokens, u_live, u_corpus, window, fit, disk)  # fmt: skip
+                  corpus_tokens, u_live, u_corpus, window, fit, disk, cpu_bytes)  # fmt: skip

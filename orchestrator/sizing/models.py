@@ -27,6 +27,7 @@ class ModelArch:
     weight_dtype_bytes: float
     num_attention_heads: int = 0  # query heads: the attention FLOPs of a token
     active_parameters: float = 0.0  # what one token's forward pass multiplies by (routed experts only)
+    hidden_size: int = 0  # width of the activations a tensor-parallel layer all-reduces; 0 where not known
 
 
 def load_model(name_or_path: str) -> ModelArch:
@@ -64,6 +65,7 @@ def arch_from_config(config: dict, name: str = "model") -> ModelArch:
         weight_dtype_bytes={"float32": 4, "float16": 2, "bfloat16": 2}.get(config.get("torch_dtype", "bfloat16"), 2),
         num_attention_heads=heads,
         active_parameters=_active_parameters(config),
+        hidden_size=config.get("hidden_size", 0),
     )
 
 

@@ -14,11 +14,12 @@ from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.models.tokenizer import answer_token_ids, special_token_ids, vocabulary
 from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import load_model
+from orchestrator.sizing.parallel import tp_problem
 from orchestrator.workload.text import TOOL_SEPARATOR, WORD_POOL, tool_output_header
 from tests.hf import auto_tokenizer
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-8b-instruct", "qwen3-8b"])
+@pytest.mark.parametrize("name", ["llama-3.1-8b-instruct", "qwen3-8b", "llama-3.1-70b-instruct", "qwen3-30b-a3b"])
 def test_a_dummy_directory_is_the_shipped_config_with_the_tokenizers_ids_and_is_built_once(tmp_path, name):
     directory = ensure_dummy_model(name, tmp_path)
     config = json.loads((directory / "config.json").read_text())
@@ -70,6 +71,23 @@ def test_vllm_builds_each_servable_shipped_config_and_caches_what_the_sizing_say
         assert model.architectures == shipped_config(name)["architectures"]
         per_token = 2 * model.hf_config.num_hidden_layers * model.get_total_num_kv_heads() * model.get_head_size() * 2
         assert per_token == kv_bytes_per_token(load_model(name), 2), name
+
+
+def test_vllm_refuses_exactly_the_degrees_the_sizing_says_split_the_attention_heads_unevenly(tmp_path):
+    """vLLM's own parallel check (``ModelConfig.verify_with_parallel_config``) on every servable shipped config. Its
+    KV-head rule lives in the sharded layers, which need a process group, so the sizing's tests cover that one."""
+    from vllm.config import ModelConfig, ParallelConfig
+
+    for name in servable_names():
+        model = ModelConfig(model=str(ensure_dummy_model(name, tmp_path)), max_model_len=4096)
+        for tp in (1, 2, 3, 4, 6, 8, 16, 64):
+            try:
+                model.verify_with_parallel_config(ParallelConfig(tensor_parallel_size=tp))
+                refused = None
+            except ValueError as error:
+                refused = str(error)
+            problem = tp_problem(load_model(name), tp)
+            assert (refused is None) == (problem is None or "attention heads" not in problem), (name, tp, refused)
 
 
 def test_a_sizing_only_or_unknown_model_is_refused_in_one_line():

@@ -43,6 +43,18 @@ def test_the_dense_parameter_estimate_matches_llama_8b():
     assert estimate_parameters(shipped_config("qwen3-8b")) == pytest.approx(8.19e9, rel=0.005)  # the card's 8.2B
 
 
+def test_the_shipped_counts_of_the_70b_and_the_moe_are_their_shapes():
+    """The checkpoints' own counts (safetensors), which the estimate from the shapes reaches within its omissions
+    (the final norm; an MoE's router and QK norms: 13M of Qwen3-30B-A3B's active 3.353B)."""
+    llama = shipped_config("llama-3.1-70b-instruct")
+    assert llama["num_parameters"] == 70_553_706_496 == estimate_parameters(llama) + llama["hidden_size"]
+    moe = shipped_config("qwen3-30b-a3b")
+    assert moe["num_parameters"] == 30_532_122_624 and estimate_parameters(moe) == pytest.approx(30.53e9, rel=0.001)
+    arch = load_model("Qwen/Qwen3-30B-A3B")
+    assert arch.num_parameters == 30_532_122_624 and arch.active_parameters == pytest.approx(3.353e9, rel=0.005)
+    assert kv_bytes_per_token(arch, 2) == 96 * KIB and kv_bytes_per_token(load_model("llama-3.1-70b"), 2) == 320 * KIB
+
+
 def test_two_h100_at_0_9_hold_about_3_8m_qwen_tokens():
     sizing = size(QWEN, "H100", GPU_TYPES["H100"].memory_gib, tp=2, utilization=0.9, overhead_gib=4)
     assert sizing.gpu_kv_tokens == pytest.approx(3.8e6, rel=0.05)
