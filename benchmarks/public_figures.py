@@ -1,13 +1,14 @@
-"""The simulator against published measurements of Llama-3.1-8B served on one GPU of each type.
+"""The simulator against published measurements of Llama-3.1-8B served on one GPU of each type, and of larger models
+served by a tensor-parallel replica of several.
 
 Each figure of ``orchestrator/sim/measured/public_figures.toml`` (a decode rate, a prefill time, a batch's latency, an
-MLPerf throughput) is simulated under the settings it was measured with (precision, batch limits, lengths, load) and
-printed beside the published value with its source. The simulator's constants are the H200 calibration, the
-microbenchmarks of ``orchestrator/sim/gpu_rates.toml`` and one constant a figure sets (``derives``: the per-request
-cost of a step, which only a batch of hundreds shows); every other figure is a check, held to 20%. A figure beyond it
-must say why (``known_gap``), or the run fails. Then per GPU type the RMS relative error over all its figures, which
-``--write-errors`` stores as the ``public_figures`` table of ``orchestrator/sim/sim_error.toml``: the part of a
-simulated verdict's band that comes from the GPU.
+MLPerf throughput) is simulated under the settings it was measured with (model, GPUs per replica, precision, batch
+limits, lengths, load) and printed beside the published value with its source. The simulator's constants are the H200
+calibration, the microbenchmarks of ``orchestrator/sim/gpu_rates.toml`` and one constant a figure sets (``derives``:
+the per-request cost of a step, which only a batch of hundreds shows); every other figure is a check, held to 20%. A
+figure beyond it must say why (``known_gap``), or the run fails. Then per GPU type the RMS relative error over all its
+figures, which ``--write-errors`` stores as the ``public_figures`` table of ``orchestrator/sim/sim_error.toml``: the
+part of a simulated verdict's band that comes from the GPU.
 
     python benchmarks/public_figures.py [--only ID ...] [--write-errors] [--figures FILE]
     python benchmarks/public_figures.py --derive    # solve for the derived constant, rewrite calibration.toml
@@ -36,6 +37,7 @@ from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_gpu_errors
 from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device, Precision
 from orchestrator.sim.loop import simulate
+from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import JobShape, Schedule, TurnShape, job_id_for, poisson_arrivals
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -56,6 +58,8 @@ class Figure(BaseModel):
     engine: str
     metric: Literal["tpot_ms", "ttft_ms", "batch_latency_ms", "offline_tokens_s", "server_tokens_s"]
     published: float = Field(gt=0)
+    model: str = MODEL  # a shipped config or its Hugging Face name
+    tp: int = Field(1, ge=1)  # GPUs of the replica (tensor parallelism)
     input_tokens: int = Field(ge=1)
     output_tokens: int = Field(ge=2)
     requests: int | None = Field(None, ge=1)
@@ -76,6 +80,7 @@ class Figure(BaseModel):
     def _settings_of_its_metric(self) -> Figure:
         if self.gpu not in GPU_TYPES:
             raise ValueError(f"gpu {self.gpu!r} is not a GPU type; valid: {', '.join(GPU_TYPES)}")
+        load_model(self.model)  # a ValueError naming the shipped configs when it is none of them
         needed = {"offline_tokens_s": ("requests",), "batch_latency_ms": ("batch",),
                   "server_tokens_s": ("ttft_limit_ms", "tpot_limit_ms")}.get(self.metric, ())  # fmt: skip
         missing = [name for name in needed if getattr(self, name) is None]
@@ -171,17 +176,18 @@ def derived_value(figure: Figure, calibration: Calibration) -> float:
 
 
 def _run(figure: Figure, arrivals: list[float], calibration: Calibration | None = None) -> list[RequestRecord]:
-    """One-turn requests of the figure's lengths at ``arrivals`` (no prefix shared between them), on the figure's GPU
-    at its precision and batch limits; the request records in arrival order."""
+    """One-turn requests of the figure's lengths at ``arrivals`` (no prefix shared between them), for the figure's model
+    on a replica of its GPUs at its precision and batch limits; the request records in arrival order."""
     turn = TurnShape(1, figure.input_tokens, figure.output_tokens, None, 0.0, True, 0)
     jobs = tuple(JobShape(job_id_for(42, index), index, at, (turn,)) for index, at in enumerate(arrivals))
     horizon = (max(arrivals) if arrivals else 0.0) + 3600.0
     workload = WorkloadSpec(jps=1.0, duration_s=horizon, system_prompt_tokens=1, num_turns=1, tool_tokens=(),
                             request_timeout_s=horizon, job_timeout_s=horizon)  # fmt: skip
-    engine = sim_engine(Device.gpu(figure.gpu), MODEL, "fcfs", 0.0, workload, calibration=calibration,
+    engine = sim_engine(Device.gpu(figure.gpu), figure.model, "fcfs", 0.0, workload, calibration=calibration,
                         gpu_memory_utilization=figure.gpu_memory_utilization,
                         max_num_batched_tokens=figure.max_num_batched_tokens, max_num_seqs=figure.max_num_seqs,
-                        precision=Precision(weights=figure.weights, kv_cache=figure.kv_cache))  # fmt: skip
+                        precision=Precision(weights=figure.weights, kv_cache=figure.kv_cache),
+                        tp=figure.tp)  # fmt: skip
     result = simulate(workload, engine, Schedule("parametric", 0, jobs))
     return sorted(result.requests, key=lambda record: record.job_index)
 
@@ -215,7 +221,8 @@ def table(rows: list[tuple[Figure, float]], excluded: list[Excluded]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for figure, value in rows:
         role = f"sets {figure.derives}" if figure.derives else "check"
-        lines.append(f"| {figure.id} | {figure.gpu} | {figure.engine} | {figure.metric} | {role} | "
+        gpus = figure.gpu if figure.tp == 1 else f"{figure.tp} x {figure.gpu}"
+        lines.append(f"| {figure.id} | {gpus} | {figure.engine} | {figure.metric} | {role} | "
                      f"{figure.published:.6g} | {value:.4g} | {(value - figure.published) / figure.published:+.0%} | "
                      f"{'NO' if beyond(figure, value) else 'yes'} |")  # fmt: skip
     lines += ["", "Sources and what was assumed:"]

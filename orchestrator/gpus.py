@@ -5,7 +5,9 @@ for ``H100`` is placed with the resource ``accelerator_type:H100``. ``cpu`` is n
 CPU build of vLLM serving the generated tiny model on any node.
 
 The figures live in ``data/gpus.toml`` (datasheet HBM capacity and bandwidth, dense BF16 and FP8 throughput, PCIe
-generation and its effective bandwidth per direction, which is what a CPU KV tier moves blocks over).
+generation and its effective bandwidth per direction, which is what a CPU KV tier moves blocks over, and the link
+the GPUs of a tensor-parallel replica all-reduce over: its datasheet bandwidth and what an all-reduce was measured to
+reach).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ class GpuType:
     bf16_tflops: float  # dense
     pcie_gen: int
     pcie_gb_s: float  # effective host <-> device, one direction
+    interconnect: str  # what a tensor-parallel replica's GPUs all-reduce over (NVLink generation, or PCIe)
+    interconnect_gb_s: float  # its datasheet bandwidth per GPU, one direction
+    allreduce_bus_gb_s: float  # achieved all-reduce bus bandwidth (nccl-tests' busbw)
+    allreduce_latency_us: float  # the fixed cost of one all-reduce
     fp8_tflops: float = 0.0  # dense; 0 where the part has no FP8 tensor cores
 
     # vLLM's serving defaults by device (``EngineArgs``): the largest parts get a 16K token budget, 70 GiB

@@ -1,8 +1,8 @@
 """From a cell's description (device, model, policy, DRAM budget, engine options) to a simulated engine.
 
-The same numbers the real engine would get: KV blocks from the sizing code at the cell's utilization and
-precision (or ``num_kv_blocks`` when the options fix the pool), vLLM's batch defaults for the GPU, the policy's
-ordering, pins and CPU tier, and the tier's size in tokens from the DRAM budget.
+The same numbers the real engine would get: KV blocks from the sizing code at the cell's utilization,
+precision and tensor parallelism (or ``num_kv_blocks`` when the options fix the pool), vLLM's batch defaults for the
+GPU, the policy's ordering, pins and CPU tier, and the tier's size in tokens from the DRAM budget.
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ def sim_engine(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     precision: Precision = Precision(),
+    tp: int = 1,
 ) -> SimEngine:
+    """One replica of ``tp`` GPUs of ``device`` (tensor parallelism: one engine, its KV pool summed over the ranks)."""
     arch = model if isinstance(model, ModelArch) else load_model(model)
     chosen = get_policy(policy)
     if num_kv_blocks is None:
-        num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size, precision)
+        num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size, precision, tp)
     scheduler = SchedulerConfig(
         num_blocks=num_kv_blocks,
         num_shared_blocks=workload.held_prefix_tokens() // block_size,
@@ -61,7 +63,8 @@ def sim_engine(
         job_priority=chosen.job_priority,
         pins=chosen.pins,
         tier=chosen.cpu_tier,
-        # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says.
-        tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, precision.kv_dtype_bytes)),
+        # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says; the budget is the replica's, its
+        # ranks' shares of every token together.
+        tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, precision.kv_dtype_bytes, tp)),
     )
-    return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load(), precision))
+    return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load(), precision, tp))

@@ -2,23 +2,29 @@
 
 A forward pass over a batch computes ``N`` new tokens, each attending to its request's context. Its two
 kinds of kernels run one after the other, and each is bound by whichever is slower for it, arithmetic
-or memory traffic:
+or memory traffic. A replica of ``T`` GPUs (tensor parallelism) splits both over its ranks, which run in step, and
+every layer then sums its ranks' partial outputs twice (after attention and after the MLP):
 
-    linear    = max(2 * P_active * N / F_gemm,  weights / B_eff)          GEMMs: the weights once per step
-    attention = max(4 * L_attn * H_q * d_head * sum_i n_i * (c_i + (n_i + 1) / 2) / F_eff,
-                    b_kv * sum_i (c_i + n_i) / B_eff)                     every request reads its KV context
-    t_step    = linear + attention + o_step + o_seq * batch
+    linear    = max(2 * P_active * N / (T * F_gemm),  weights / (T * B_eff))      GEMMs: each rank's weights once
+    attention = max(4 * L_attn * H_q * d_head * sum_i n_i * (c_i + (n_i + 1) / 2) / (T * F_eff),
+                    b_kv(T) / T * sum_i (c_i + n_i) / B_eff)                      every request reads its KV context
+    allreduce = 2 * L * (a_lat + 2 * (T - 1) / T * N * d_model * 2 bytes / B_bus)  none when T = 1
+    t_step    = linear + attention + allreduce + o_step + o_seq * batch
 
 with ``F_eff = F * e_compute * r_bf16`` and ``B_eff = B_hbm * e_hbm * r_mem``. So a prefill chunk is compute-bound, a
 large decode batch over long contexts is bound by reading its KV, and a mixed batch pays both. ``F_gemm`` is ``F_eff``,
 or with FP8 weights on a part with FP8 tensor cores ``F_fp8 * e_compute * r_fp8`` (attention stays BF16); FP8 weights
-and an FP8 KV cache halve ``weights`` and ``b_kv`` (``Precision``).
+and an FP8 KV cache halve ``weights`` and ``b_kv`` (``Precision``). ``b_kv(T)`` is the replica's KV bytes per token
+(``sizing.kv``: KV heads are replicated past ``T`` = their count), of which each rank holds ``1/T``. The all-reduce is
+a ring's: ``a_lat`` and ``B_bus`` are the part's measured all-reduce latency and bus bandwidth over its interconnect
+(NVLink or PCIe), activations in BF16 whatever the weights.
 
-``F``, ``F_fp8`` and ``B_hbm`` are datasheet figures (``orchestrator/data/gpus.toml``); ``e_compute``, ``e_hbm``,
-``o_step`` and ``o_seq`` are the calibration (``calibration.toml``), fitted on the H200: they describe the software
-stack (kernels, scheduler, sampler). The ``r`` are the part's measured shares of its datasheet rates against the
-H200's (``rates.py``, 1 where nothing was measured). A CPU tier adds copies at the GPU's measured host-link rate, and
-LMCache adds its per-step save stall (``lmcache_save_*``).
+``F``, ``F_fp8`` and ``B_hbm`` are datasheet figures and ``a_lat`` and ``B_bus`` published measurements, all in
+``orchestrator/data/gpus.toml``; ``e_compute``, ``e_hbm``, ``o_step`` and ``o_seq`` are the calibration
+(``calibration.toml``), fitted on the H200 at ``T = 1``: they describe the software stack (kernels, scheduler,
+sampler). The ``r`` are the part's measured shares of its datasheet rates against the H200's (``rates.py``, 1 where
+nothing was measured). A CPU tier adds copies at the GPU's measured host-link rate, each rank over its own link
+(``T`` links in parallel), and LMCache adds its per-step save stall (``lmcache_save_*``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, kv_bytes_per_token,
 from orchestrator.sizing.models import ModelArch
 
 CALIBRATION_FILE = Path(__file__).parent / "calibration.toml"
+ACTIVATION_BYTES = 2  # BF16: what a layer all-reduces, FP8 weights or not
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,8 @@ class Calibration:
 @dataclass(frozen=True)
 class Device:
     """Peak figures of what runs the forward pass (a GPU from the catalogue, or a measured CPU), its measured shares of
-    them against the calibration's GPU (``rates.RelativeRates``) and its host link."""
+    them against the calibration's GPU (``rates.RelativeRates``), its host link and what an all-reduce over its
+    interconnect was measured to cost (none for a CPU: it runs on one device only)."""
 
     name: str
     peak_flops: float  # dense BF16
@@ -74,12 +82,15 @@ class Device:
     default_max_num_seqs: int
     fp8_peak_flops: float = 0.0  # dense FP8; 0 without FP8 tensor cores, where FP8 weights run in BF16 GEMMs
     relative: RelativeRates = RelativeRates()
+    allreduce_latency_s: float = 0.0  # one all-reduce's fixed cost
+    allreduce_bus_bytes_s: float = 0.0  # its bus bandwidth (nccl-tests' busbw); 0: no interconnect
 
     @classmethod
     def from_gpu(cls, gpu: GpuType) -> Device:
         return cls(gpu.name, gpu.bf16_tflops * 1e12, gpu.hbm_gb_s * 1e9, GPU_RATES.host_link_gb_s(gpu.name) * 1e9,
                    gpu.default_max_num_batched_tokens, gpu.default_max_num_seqs, gpu.fp8_tflops * 1e12,
-                   GPU_RATES.relative(gpu.name))  # fmt: skip
+                   GPU_RATES.relative(gpu.name), gpu.allreduce_latency_us * 1e-6,
+                   gpu.allreduce_bus_gb_s * 1e9)  # fmt: skip
 
     @classmethod
     def gpu(cls, name: str) -> Device:
@@ -107,40 +118,70 @@ class Precision:
 
 
 def gpu_kv_blocks(arch: ModelArch, gpu: str, utilization: float, block_size: int = 16,
-                  precision: Precision = Precision()) -> int:  # fmt: skip
-    """KV blocks vLLM allocates for ``arch`` on one ``gpu``: the preflight's sizing."""
-    sizing = size(precision.stored(arch), gpu, GPU_TYPES[gpu].memory_gib, utilization=utilization,
+                  precision: Precision = Precision(), tp: int = 1) -> int:  # fmt: skip
+    """KV blocks vLLM allocates for ``arch`` on a replica of ``tp`` GPUs of type ``gpu``: the preflight's sizing (the
+    pool of every rank together, each holding its share of every block's heads)."""
+    sizing = size(precision.stored(arch), gpu, GPU_TYPES[gpu].memory_gib, tp=tp, utilization=utilization,
                   overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, kv_dtype_bytes=precision.kv_dtype_bytes,
                   block_size=block_size)  # fmt: skip
     return sizing.gpu_kv_tokens // block_size
 
 
-class StepCost:
-    """The roofline of one model on one device under one calibration, at one precision."""
+def allreduce_s(device: Device, tp: int, num_bytes: float) -> float:
+    """One ring all-reduce of ``num_bytes`` over ``tp`` GPUs of ``device``: its latency, then each rank sends and
+    receives ``2 (tp - 1) / tp`` of the bytes at the bus bandwidth. Nothing to reduce on one GPU."""
+    if tp == 1:
+        return 0.0
+    return device.allreduce_latency_s + 2 * (tp - 1) / tp * num_bytes / device.allreduce_bus_bytes_s
 
-    def __init__(self, arch: ModelArch, device: Device, calibration: Calibration, precision: Precision = Precision()):
+
+class StepCost:
+    """The roofline of one model on a replica of ``tp`` GPUs of one device under one calibration, at one precision."""
+
+    def __init__(self, arch: ModelArch, device: Device, calibration: Calibration, precision: Precision = Precision(),
+                 tp: int = 1):  # fmt: skip
+        if tp < 1:
+            raise ValueError(f"tensor parallelism must be at least 1, not {tp}")
+        if tp > 1 and not device.allreduce_bus_bytes_s:
+            raise ValueError(f"tensor parallelism of {tp} all-reduces over an interconnect; {device.name} has none")
+        if tp > 1 and not arch.hidden_size:
+            raise ValueError(f"tensor parallelism of {tp} all-reduces activations of the hidden size, which the config "
+                             f"of {arch.name} does not give")  # fmt: skip
         self.calibration = calibration
-        self.kv_bytes_per_token = kv_bytes_per_token(arch, precision.kv_dtype_bytes)
-        self._flops_per_token = 2 * (arch.active_parameters or arch.num_parameters)
-        self._flops_per_pair = 4 * arch.num_kv_layers * arch.num_attention_heads * arch.head_dim
-        self._weight_bytes = weight_bytes(precision.stored(arch))
+        self.tp = tp
+        self.device = device
+        self.kv_bytes_per_token = kv_bytes_per_token(arch, precision.kv_dtype_bytes, tp)  # the replica's, all ranks
+        # Each rank's share: the ranks run in step, so a step takes what one rank's share takes. The K/V projections a
+        # rank replicates past the model's KV heads are not counted (a few percent of a Llama layer's weights).
+        self._flops_per_token = 2 * (arch.active_parameters or arch.num_parameters) / tp
+        self._flops_per_pair = 4 * arch.num_kv_layers * arch.num_attention_heads * arch.head_dim / tp
+        self._weight_bytes = weight_bytes(precision.stored(arch)) / tp
+        self._kv_bytes_per_rank = self.kv_bytes_per_token / tp
+        self._allreduces_per_step = 2 * arch.num_layers  # after each layer's attention and after its MLP
+        self._activation_bytes_per_token = arch.hidden_size * ACTIVATION_BYTES
         relative = device.relative
         self._flops_s = device.peak_flops * calibration.compute_efficiency * relative.matmul_bf16
         self._gemm_flops_s = self._flops_s
         if precision.weights == "fp8" and device.fp8_peak_flops:
             self._gemm_flops_s = device.fp8_peak_flops * calibration.compute_efficiency * relative.matmul_fp8
         self._bytes_s = device.memory_bytes_s * calibration.hbm_efficiency * relative.memory
-        self._link_bytes_s = device.host_link_bytes_s
+        self._link_bytes_s = device.host_link_bytes_s * tp  # each rank copies its share over its own PCIe link
 
     def forward_s(self, num_tokens: int, attention_pairs: float, context_tokens: int, num_seqs: int) -> float:
         """One step: ``num_tokens`` computed, ``attention_pairs`` (query, key) products, ``context_tokens``
         of KV read, ``num_seqs`` requests."""
         linear = max(self._flops_per_token * num_tokens / self._gemm_flops_s, self._weight_bytes / self._bytes_s)
         attention = max(self._flops_per_pair * attention_pairs / self._flops_s,
-                        self.kv_bytes_per_token * context_tokens / self._bytes_s)  # fmt: skip
+                        self._kv_bytes_per_rank * context_tokens / self._bytes_s)  # fmt: skip
         calibration = self.calibration
-        return linear + attention + calibration.step_overhead_s + calibration.seq_overhead_s * num_seqs
+        return (linear + attention + self.allreduces_s(num_tokens) + calibration.step_overhead_s
+                + calibration.seq_overhead_s * num_seqs)  # fmt: skip
+
+    def allreduces_s(self, num_tokens: int) -> float:
+        """The all-reduces of a step of ``num_tokens``: two per layer of the step's activations."""
+        step_bytes = num_tokens * self._activation_bytes_per_token
+        return self._allreduces_per_step * allreduce_s(self.device, self.tp, step_bytes)
 
     def copy_s(self, num_tokens: int) -> float:
-        """Time on the host link to move ``num_tokens`` of KV one way."""
+        """Time on the host links to move ``num_tokens`` of KV one way."""
         return num_tokens * self.kv_bytes_per_token / self._link_bytes_s
