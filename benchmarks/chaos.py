@@ -49,11 +49,11 @@ GB = 10**9
 # -- the faults ------------------------------------------------------------------------------------------------
 
 
-def add_gpu_node(cluster, gpu: str = GPU, memory_gb: float = 2):
-    """A node of one declared ``gpu`` joining ``cluster`` (a ``ray.cluster_utils.Cluster``), with an agent port of its
-    own (two agents on one port leave one without its HTTP service)."""
-    return cluster.add_node(num_cpus=1, num_gpus=1, memory=int(memory_gb * GB), resources={f"accelerator_type:{gpu}": 1},
-                            dashboard_agent_listen_port=free_port())  # fmt: skip
+def add_gpu_node(cluster, gpu: str = GPU, memory_gb: float = 2, num_gpus: int = 1):
+    """A node of ``num_gpus`` declared GPUs of type ``gpu`` joining ``cluster`` (a ``ray.cluster_utils.Cluster``), with
+    an agent port of its own (two agents on one port leave one without its HTTP service)."""
+    return cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=int(memory_gb * GB),
+                            resources={f"accelerator_type:{gpu}": 1}, dashboard_agent_listen_port=free_port())  # fmt: skip
 
 
 def nodes_serving_a_cell(cluster) -> list:

@@ -70,6 +70,12 @@ class Policy:
             return 0.0
         return self.cpu_tier_gb if self.cpu_tier_gb is not None else dram_gb
 
+    def connector_gb(self, dram_gb: float, tp: int) -> float:
+        """The size its connector is given for a replica's DRAM budget of ``dram_gb`` GiB over ``tp`` ranks. vLLM's
+        offload size is the replica's, which vLLM splits over the ranks (its ``kv_offloading_size``); LMCache's
+        connector builds an engine with its own CPU tier in every rank's worker, so each is given its share."""
+        return dram_gb / tp if self.uses_lmcache else dram_gb
+
     def engine_config(self, base: VllmEngineConfig, dram_gb: float) -> VllmEngineConfig:
         """``base`` configured for this policy with a CPU tier of ``dram_gb`` where the policy has one."""
         if self.needs_cuda and base.device != "gpu":
@@ -82,7 +88,7 @@ class Policy:
             scheduler = ASYNC_CONTINUUM if on_gpu else CONTINUUM
         else:
             scheduler = ASYNC_TRACING if on_gpu else TRACING
-        args, env = self.connector(dram_gb) if self.connector else ((), {})
+        args, env = self.connector(self.connector_gb(dram_gb, base.tensor_parallel_size)) if self.connector else ((), {})
         env = {**env, **(self.pins.to_env() if self.pins else {})}
         return base.model_copy(
             update={

@@ -180,6 +180,7 @@ class CellConfig:
     cell: CellSpec
     node_id: str
     host: str | None = None
+    gpu_ids: tuple[str, ...] = ()  # the GPUs Ray gave the worker that ran the replica (its CUDA_VISIBLE_DEVICES)
     engine: EngineConfig | SimEngineConfig | None = None
     engine_facts: EngineFacts | None = None
     tier_counters: TierCounters = field(default_factory=TierCounters)
@@ -223,6 +224,7 @@ class CellConfig:
                 values[name] = read(values[name])
         values["tier_counters"] = TierCounters(**(values.get("tier_counters") or {}))
         values["server_argv"] = tuple(values.get("server_argv") or ())
+        values["gpu_ids"] = tuple(values.get("gpu_ids") or ())
         return cls(**values | _read_requested(values["cell"], values.get("engine")))
 
 

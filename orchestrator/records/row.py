@@ -64,6 +64,7 @@ class SummaryRow:
     n_jobs_dropped: int | None = None  # ... this many, in the done attempt's schedule
     replicas: int | None = None  # behind a router, when more than one
     router: str | None = None
+    tp: int = 1  # tensor-parallel degree: the GPUs of one replica
     n_errors: int | None = None
     t_last_over_t1: float | None = None
     jct_censored_mean_s: float | None = None
@@ -89,6 +90,7 @@ class SummaryRow:
     device_name: str | None = None
     vllm_version: str | None = None
     node_id: str | None = None
+    gpu_ids: str | None = None  # the GPUs Ray gave the replica's worker, comma-separated (a routed cell's: None)
     started_unix: float | None = None
     finished_unix: float | None = None
     wall_s: float | None = None
@@ -121,7 +123,7 @@ class SummaryRow:
             duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
             workload_source=workload.source, load_multiplier=workload.load_multiplier(), reason=reason,
             max_context=workload.max_context,
-            replicas=cell.replicas, router=cell.router.value if cell.router else None,
+            replicas=cell.replicas, router=cell.router.value if cell.router else None, tp=cell.tp,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
         )  # fmt: skip
 
@@ -145,7 +147,7 @@ def attempt_tags(row: SummaryRow) -> dict[str, str]:
     return {name: str(value) for name, value in row.to_json().items() if name in names and value is not None}
 
 
-_ATTEMPT_FACTS = ("attempt", "device_name", "vllm_version", "node_id", "started_unix", "finished_unix", "wall_s",
+_ATTEMPT_FACTS = ("attempt", "device_name", "vllm_version", "node_id", "gpu_ids", "started_unix", "finished_unix", "wall_s",
                   "replica_reused", "replica_replaced", "replica_start_s", "schedule_fingerprint", "n_jobs_dropped",
                   "n_preemptions", "n_evicted_blocks")  # fmt: skip
 
@@ -161,6 +163,7 @@ def attempt_columns(attempt: Attempt) -> dict:
         "device_name": facts.device_name if facts else None,
         "vllm_version": facts.vllm_version if facts else None,
         "node_id": config.node_id,
+        "gpu_ids": ",".join(config.gpu_ids) or None,
         "started_unix": attempt.started_unix,
         "finished_unix": attempt.finished_unix,
         "wall_s": attempt.finished_unix - attempt.started_unix,

@@ -30,6 +30,7 @@ class VllmEngineConfig(BaseModel):
     enforce_eager: bool = Field(True, description="Skips torch.compile: a 25 s shorter start on 2 CPU cores.")
     scheduling_policy: str = Field("fcfs", pattern="^(fcfs|priority)$")
     scheduler_cls: str | None = None
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs (CPU: processes) one replica shards the model over.")
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
     connector_debug_log: bool = Field(False, description="Let the KV connector's debug lines through: vLLM's "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -62,8 +63,23 @@ def vllm_server_command(
             argv += [flag, str(value)]
     if config.enforce_eager:
         argv.append("--enforce-eager")
+    if config.tensor_parallel_size > 1:
+        # Processes on this node, on the GPUs Ray gave the worker (CUDA_VISIBLE_DEVICES): vLLM would pick its Ray
+        # executor where it finds Ray, and place the ranks itself.
+        argv += ["--tensor-parallel-size", str(config.tensor_parallel_size), "--distributed-executor-backend", "mp"]
     argv += config.extra_args
     return ServerCommand(argv=tuple(argv), env=_environment(config, trace_path), host=host, port=port)
+
+
+def rank_cores(cores: list[int], tp: int) -> str:
+    """vLLM's CPU binding of ``tp`` ranks to ``cores`` in equal runs, ``"0-3|4-7"``: its automatic binding gives each
+    rank a NUMA node and refuses more ranks than nodes (one here), so the ranks share this node's cores."""
+    if len(cores) < tp:
+        raise ValueError(f"the CPU engine's --tp {tp} needs a core per rank; this node allows {len(cores)}: "
+                         f"valid: --tp up to {len(cores)}")  # fmt: skip
+    share = len(cores) // tp
+    runs = [cores[rank * share:(rank + 1) * share] for rank in range(tp)]
+    return "|".join(",".join(map(str, run)) for run in runs)
 
 
 def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str, str]:
@@ -79,6 +95,8 @@ def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str,
         env[TRACE_ENV] = str(trace_path)
     if config.connector_debug_log:
         env["VLLM_LOGGING_CONFIG_PATH"] = str(CONNECTOR_DEBUG_LOGGING)
+    if config.device == "cpu" and config.tensor_parallel_size > 1:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = rank_cores(sorted(os.sched_getaffinity(0)), config.tensor_parallel_size)
     env.update(dict(config.extra_env))
     return env
 

@@ -63,7 +63,10 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GiB (2^30 bytes, as LMCache and vLLM read them), "
                    "for every GPU type (replaces per-GPU defaults)")
     p.add_argument("--replicas", nargs="+", help="replicas per cell, behind a router past one, as a Ray Serve application "
-                   f"(on GPUs, one GPU of the cell's type each); default: {','.join(map(str, spec.replicas))}")  # fmt: skip
+                   f"(on GPUs, --tp GPUs of the cell's type each); default: {','.join(map(str, spec.replicas))}")  # fmt: skip
+    p.add_argument("--tp", nargs="+", help="tensor-parallel degrees of a replica (1, 2, 4, 8: its GPUs, on one node); "
+                   "default: " + (",".join(map(str, spec.tp)) if spec.tp else "per GPU type, the smallest whose KV pool "
+                   "holds the longest request (the sizing library)"))  # fmt: skip
     p.add_argument("--routers", nargs="+", help=f"routers of cells with several replicas: {', '.join(RouterKind)}; "
                    f"default: {','.join(spec.routers)}")  # fmt: skip
     p.add_argument("--serve-overhead", action="store_true", default=None,
@@ -127,7 +130,7 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
     data = spec.model_dump()
     for flag, field, convert in (
         ("gpus", "gpus", str), ("policies", "policies", str), ("jps", "jps", float), ("seeds", "seeds", int),
-        ("replicas", "replicas", int), ("routers", "routers", str),
+        ("replicas", "replicas", int), ("routers", "routers", str), ("tp", "tp", int),
     ):  # fmt: skip
         if getattr(args, flag) is not None:
             data[field] = parse_list(getattr(args, flag), convert, flag)

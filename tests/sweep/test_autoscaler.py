@@ -1,11 +1,17 @@
-"""Reading launchable GPU node types from the autoscaler's configuration, and the scale-up rules."""
+"""Reading launchable GPU node types from the autoscaler's configuration, the scale-up rules, and how a gang of
+idle workers is picked."""
 
 import yaml
 
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.sweep.cluster.autoscaler import node_types_from_cluster_config, node_types_from_launcher_config
-from orchestrator.sweep.cluster.inventory import NodeType
+from orchestrator.sweep.cluster.autoscaler import (
+    node_bundles,
+    node_types_from_cluster_config,
+    node_types_from_launcher_config,
+)
+from orchestrator.sweep.cluster.inventory import NodeType, Slot
 from orchestrator.sweep.planning.scaling import ScaleUp, gpus_to_ask
+from orchestrator.sweep.runtime.pool import Worker, gang_of
 
 
 def test_the_projects_cluster_yaml_offers_every_gpu_type_of_the_source_study_at_zero_minimum():
@@ -61,3 +67,23 @@ def test_scale_up_asks_only_on_change_and_times_out_types_with_no_node_up():
     scale.withdraw()
     scale.withdraw()
     assert asks == [{"H100": 8}, {"H100": 8, "H200": 8}, {}]
+
+
+def test_the_autoscaler_is_asked_for_whole_nodes_so_a_tensor_parallel_replica_finds_its_gpus_on_one():
+    bundles = node_bundles({"H100": 16, "L4": 2}, {"H100": 8, "L4": 1})
+    assert [bundle["GPU"] for bundle in bundles] == [8, 8, 1, 1]
+    assert all(bundle[f"accelerator_type:{gpu}"] > 0 for bundle, gpu in zip(bundles, ["H100", "H100", "L4", "L4"]))
+
+
+def test_a_gang_takes_each_group_from_one_node_best_fit_and_nothing_until_it_is_whole():
+    def idle(counts: dict[str, int]) -> list[Worker]:
+        return [Worker(Slot("H100", node, index, 0.0)) for node, count in counts.items() for index in range(count)]
+
+    workers = idle({"a": 3, "b": 8, "c": 4})
+    gang = gang_of(workers, (4,))
+    assert {worker.slot.node_id for worker in gang} == {"c"}  # the fullest fit, leaving b whole for a TP-8 cell
+    pair = gang_of(workers, (4, 4))
+    assert [worker.slot.node_id for worker in pair].count("c") == 4 and len({w.slot.node_id for w in pair}) == 2
+    assert gang_of(workers, (8, 8)) is None  # two groups of eight: one node has 8, none other
+    assert gang_of(idle({"a": 3, "b": 3}), (4,)) is None  # six idle GPUs, but no four on one node
+    assert len(gang_of(idle({"a": 3, "b": 3}), (1, 1, 1, 1))) == 4  # a routed cell of 4 one-GPU replicas spreads

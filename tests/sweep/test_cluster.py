@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from orchestrator.sweep.cluster.inventory import NodeType, inventory_from_nodes
@@ -62,3 +64,22 @@ def test_launchable_types_count_for_the_memory_check_when_their_configuration_st
         INVENTORY.check_replica_memory("H200", 1990, 2006)
     unknown = inventory_from_nodes([node("head")], node_id("head"), (NodeType("x", "L4", 1, 1, None),))
     unknown.check_replica_memory("L4", 10**6, 10**6 + 16)  # checked when its nodes come up
+
+
+def test_a_tensor_parallel_replica_larger_than_any_node_of_its_type_is_refused_naming_the_largest_degree():
+    INVENTORY.check_gang("H100", (8,), 100)  # h1: 8 GPUs and 1000 GiB of Ray memory
+    with pytest.raises(InputError, match=r"a tensor-parallel replica of 8 H100 GPUs needs them on one node, and no "
+                                         r"H100 node up or launchable gives more than 4 slot\(s\); valid: --tp up to 4"):
+        INVENTORY.check_gang("H100", (8,), 416)  # by memory h1 gives 2 slots, h2 4
+    INVENTORY.check_gang("H200", (8, 8), 200)  # two launchable nodes of 8
+    with pytest.raises(InputError, match=r"a cell of 3 replicas of 8 GPUs needs 24 H200 GPUs at once; the cluster has 0 "
+                                         r"H200 slot\(s\) up and can launch 16 more; valid: --replicas up to 2"):
+        INVENTORY.check_gang("H200", (8, 8, 8), 200)
+
+
+def test_a_tensor_parallel_worker_asks_ray_for_all_its_gpus_on_its_node_and_a_routed_coordinator_for_none():
+    slot = INVENTORY.slots("H100", 0)[0]
+    holder = replace(slot, gang_size=4, num_gpus=4, memory_gib=80).actor_options()
+    assert holder["num_gpus"] == 4 and holder["accelerator_type"] == "H100" and holder["memory"] == 80 * GIB
+    coordinator = replace(slot, gang_size=4, num_gpus=0, memory_gib=0).actor_options()
+    assert "num_gpus" not in coordinator and coordinator["num_cpus"] == 0

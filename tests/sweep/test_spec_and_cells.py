@@ -155,3 +155,50 @@ def test_the_tracking_client_retries_an_absent_store_until_its_patience_and_pass
     failures["left"] = 1
     with pytest.raises(DiskFull, match="while writing to the tracking store \\(set_tag\\): .*database or disk is full"):
         client.set_tag(MlflowException("(sqlite3.OperationalError) database or disk is full"))
+
+
+LLAMA_70B = "llama-3.1-70b"
+
+
+def test_tensor_parallel_cells_name_their_degree_and_only_a_degree_past_one_enters_the_key():
+    one, four = expand(spec(gpus=("H100",), policies=("fcfs",), jps=(1,), tp=(1, 4), model=LLAMA_70B,
+                            engine=EngineKind.FAKE))  # fmt: skip
+    plain = expand(spec(gpus=("H100",), policies=("fcfs",), jps=(1,), model=LLAMA_70B, engine=EngineKind.FAKE))[0]
+    assert (one.tp, four.tp) == (1, 4) and one.key != four.key
+    assert one.key == expand(spec(gpus=("H100",), policies=("fcfs",), jps=(1,), model=LLAMA_70B,
+                                  engine=EngineKind.FAKE, tp=(1,)))[0].key  # fmt: skip
+    assert "tp=4" in four.label and "tp=" not in one.label and four.params()["tp"] == "4"
+    assert (one.gang_groups, four.gang_groups) == ((), (4,)) and four.server_group != one.server_group
+    # A replica's host memory is per rank; each of its four slots reserves a quarter of it.
+    vllm = four.model_copy(update={"engine": EngineKind.VLLM, "policy": "native-offload"})
+    assert vllm.replica_host_gib == 64 + 4 * 16 and vllm.slot_host_gib == (64 + 4 * 16) / 4
+    routed = four.model_copy(update={"replicas": 2, "router": "round-robin"})
+    assert routed.gang_groups == (4, 4) and routed.gang_size == 8
+    assert plain.tp == 4  # the sizing's default for the 70B on an 80 GB H100: see tests/sizing/test_parallel.py
+
+
+def test_the_default_degree_leaves_every_8b_sweep_at_one_gpu_per_replica_and_its_keys_as_they_were():
+    cells = expand(spec(gpus=("H100", "A100", "L40S", "L4", "H200", "B200"), model="llama-3.1-8b-instruct"))
+    assert {cell.tp for cell in cells} == {1} and all("tp" not in cell.model_dump(exclude_defaults=True) for cell in cells)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"tp": (3,)}, "tensor-parallel degree 3 is not one of 1, 2, 4, 8"),
+        ({"tp": (1,), "model": LLAMA_70B, "engine": EngineKind.SIM},
+         "--tp 1: llama-3.1-70b on 1 H100 GPU(s) at utilization 0.85 leaves too small a KV pool for one "
+         "16384-token sequence; valid on H100: --tp 4,8"),
+        ({"tp": (4,), "gpus": ("cpu",)}, "--tp 4 for tiny: vLLM splits the 2 attention heads evenly over the ranks"),
+    ],
+)
+def test_a_degree_the_model_or_the_gpu_cannot_take_is_one_line_naming_the_valid_ones(override, expected):
+    with pytest.raises(ValidationError) as caught:
+        spec(**override)
+    line = one_line(caught.value)
+    assert expected in line and "\n" not in line
+
+
+def test_the_tp_flag_sets_the_degrees():
+    base = spec(model=LLAMA_70B, engine=EngineKind.FAKE)
+    assert apply_flags(base, parser(base).parse_args(["--tp", "1,4"])).tp == (1, 4)

@@ -8,9 +8,9 @@ Where the launchable node types come from, first found wins:
    ``ray job submit`` runs the driver on a ``ray up`` cluster (its head starts the monitor with
    ``~/ray_bootstrap_config.yaml``).
 
-Asking is Ray's own mechanism, ``ray.autoscaler.sdk.request_resources``: one bundle per GPU wanted,
-``{"GPU": 1, "accelerator_type:<T>": 0.001}``, which the autoscaler packs onto nodes of a type that has
-both. Each call replaces the previous request; an empty one withdraws it, so idle GPU nodes can go.
+Asking is Ray's own mechanism, ``ray.autoscaler.sdk.request_resources``: one bundle per whole node wanted,
+``{"GPU": <the type's GPUs per node>, "accelerator_type:<T>": 0.001}``, which only a node of a type that has both
+holds. Each call replaces the previous request; an empty one withdraws it, so idle GPU nodes can go.
 """
 
 from __future__ import annotations
@@ -76,14 +76,20 @@ def read_launchable_types(config_path: Path | None = None) -> tuple[NodeType, ..
     return ()
 
 
-def request_gpus(demand: Mapping[str, int]) -> None:
-    """Ask the autoscaler for ``demand[T]`` GPUs of each accelerator type ``T`` (replacing any earlier ask)."""
+def node_bundles(demand: Mapping[str, int], gpus_per_node: Mapping[str, int]) -> list[dict[str, float]]:
+    """The bundles that ask for ``demand[T]`` GPUs of each type ``T`` as whole nodes of ``gpus_per_node[T]``: a
+    tensor-parallel replica needs its GPUs on one node, which bundles of one GPU each would let the autoscaler
+    spread over nodes it packs with other work."""
+    return [{"GPU": gpus_per_node[gpu], f"{ACCELERATOR_PREFIX}{gpu}": ACCELERATOR_SHARE}
+            for gpu, count in sorted(demand.items()) for _ in range(count // gpus_per_node[gpu])]  # fmt: skip
+
+
+def request_gpus(demand: Mapping[str, int], gpus_per_node: Mapping[str, int]) -> None:
+    """Ask the autoscaler for ``demand[T]`` GPUs of each accelerator type ``T``, whole nodes of ``gpus_per_node[T]``
+    (replacing any earlier ask)."""
     from ray.autoscaler.sdk import request_resources
 
-    bundles = [
-        {"GPU": 1, f"{ACCELERATOR_PREFIX}{gpu}": ACCELERATOR_SHARE} for gpu, count in sorted(demand.items()) for _ in range(count)
-    ]  # fmt: skip
-    request_resources(bundles=bundles)
+    request_resources(bundles=node_bundles(demand, gpus_per_node))
 
 
 def _load_yaml(path: Path) -> dict:

@@ -58,14 +58,16 @@ class NodeType:
 @dataclass(frozen=True)
 class Slot:
     """One place a cell worker runs: a GPU of ``gpu`` type on ``node_id`` (or the CPU engine's place, or
-    a CPU for simulated cells). A gang's slot is where a routed cell's coordinator runs: it holds nothing itself,
-    the cell's ``gang_size`` replicas hold the GPUs (Ray Serve places them)."""
+    a CPU for simulated cells). A gang's slot stands for the ``gang_size`` slots whose workers stepped aside for one
+    cell: a routed cell's coordinator holds nothing itself (Ray Serve places the replicas on those GPUs), a
+    tensor-parallel replica's worker holds all of them (``num_gpus``), on one node."""
 
     gpu: str
     node_id: str
     index: int
     memory_gib: float  # reserved host memory: the replica's CPU KV tier and the replica itself
     gang_size: int = 0
+    num_gpus: int = 1  # GPUs its actor holds (on a GPU type): 0 for a routed cell's coordinator
 
     @property
     def name(self) -> str:
@@ -78,10 +80,10 @@ class Slot:
         options: dict = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.node_id, soft=False)}
         if self.gpu in (CPU, SIM):
             options["num_cpus"] = 1
-        elif self.gang_size:
+        elif not self.num_gpus:
             options["num_cpus"] = 0
         else:
-            options.update(num_cpus=0, num_gpus=1, accelerator_type=self.gpu)
+            options.update(num_cpus=0, num_gpus=self.num_gpus, accelerator_type=self.gpu)
         if self.memory_gib > 0:
             options["memory"] = int(self.memory_gib * GIB)
         return options
@@ -135,17 +137,36 @@ class Inventory:
             f"({where}) has {largest:.0f} GiB of Ray memory; valid: at most {max(0, math.floor(largest - overhead))}"
         )
 
-    def check_gang(self, gpu: str, gang_size: int, replica_gib: float) -> None:
-        """Raises ``InputError`` if the cluster can never give a routed cell its ``gang_size`` GPUs of ``gpu`` at
-        once: the slots of the nodes up and of the most nodes the autoscaler may launch, for replicas of
-        ``replica_gib`` host memory."""
-        up = len(self.slots(gpu, replica_gib))
-        launchable = self.max_slots_launchable(gpu, replica_gib)
-        if gang_size > up + launchable:
+    def check_gang(self, gpu: str, groups: tuple[int, ...], slot_gib: float) -> None:
+        """Raises ``InputError`` if the cluster can never give a cell its ``groups`` of GPUs of ``gpu`` at once, each
+        group on one node (a tensor-parallel replica's GPUs): the slots of the nodes up and of the most nodes the
+        autoscaler may launch, for slots of ``slot_gib`` host memory."""
+        tp, gang_size = max(groups), sum(groups)
+        largest = self.largest_node_slots(gpu, slot_gib)
+        if tp > largest:
             raise InputError(
-                f"a cell of {gang_size} replicas needs {gang_size} {gpu} GPUs at once; the cluster has {up} {gpu} "
-                f"slot(s) up and can launch {launchable} more; valid: --replicas up to {up + launchable}"
+                f"a tensor-parallel replica of {tp} {gpu} GPUs needs them on one node, and no {gpu} node up or "
+                f"launchable gives more than {largest} slot(s); valid: --tp up to {largest}"
             )
+        up = len(self.slots(gpu, slot_gib))
+        launchable = self.max_slots_launchable(gpu, slot_gib)
+        if gang_size > up + launchable:
+            replicas = f"{len(groups)} replicas" + (f" of {tp} GPUs" if tp > 1 else "")
+            raise InputError(
+                f"a cell of {replicas} needs {gang_size} {gpu} GPUs at once; the cluster has "
+                f"{up} {gpu} slot(s) up and can launch {launchable} more; valid: --replicas up to "
+                f"{(up + launchable) // tp}"
+            )
+
+    def largest_node_slots(self, gpu: str, slot_gib: float) -> int:
+        """The most slots one node of ``gpu`` gives, up or launchable: the largest tensor-parallel replica it holds."""
+        up = [self._node_slots(node, slot_gib) for node in self.nodes_of(gpu)]
+        launchable = [node_type.slots_per_node(slot_gib) for node_type in self.node_types_of(gpu)]
+        return max(up + launchable, default=0)
+
+    @staticmethod
+    def _node_slots(node: NodeInfo, slot_gib: float) -> int:
+        return node.num_gpus if slot_gib <= 0 else min(node.num_gpus, int(node.memory_gib // slot_gib))
 
     def slots(self, gpu: str, replica_gib: float) -> list[Slot]:
         """Worker slots on the nodes that are up, for cells of ``gpu`` whose replicas need ``replica_gib``."""
@@ -156,8 +177,7 @@ class Inventory:
             return [Slot(SIM, self.driver_node_id, index, 0) for index in range(max(1, driver.num_cpus))]
         slots = []
         for node in self.nodes_of(gpu):
-            fit = node.num_gpus if replica_gib <= 0 else min(node.num_gpus, int(node.memory_gib // replica_gib))
-            slots += [Slot(gpu, node.node_id, len(slots) + i, replica_gib) for i in range(fit)]
+            slots += [Slot(gpu, node.node_id, len(slots) + i, replica_gib) for i in range(self._node_slots(node, replica_gib))]
         return slots
 
     def max_slots_launchable(self, gpu: str, replica_gib: float) -> int:

@@ -27,9 +27,9 @@ from orchestrator.workload.spec import WorkloadSpec
 # Bump when the meaning of a field changes, so old results are not mistaken for new ones.
 KEY_VERSION = 1
 
-# Host memory a vLLM replica takes besides its CPU KV tier: the API server and engine-core processes with
-# torch and the CUDA runtime, the tokenizer, LMCache's staging buffers. An estimate (no GPU has run here);
-# the doctor prints each replica's measured resident memory beside it. The CPU engine's figure covers the
+# Host memory a vLLM replica takes besides its CPU KV tier, per rank: the API server and engine-core processes with
+# torch and the CUDA runtime, the tokenizer, LMCache's staging buffers, and a tensor-parallel replica's worker process
+# per rank beside them. An upper-leaning estimate; the doctor prints each replica's measured resident memory beside it. The CPU engine's figure covers the
 # tiny model and its KV pool, which live in host memory there.
 REPLICA_HOST_GIB = {"gpu": 16.0, "cpu": 4.0}
 
@@ -48,6 +48,7 @@ class CellSpec(BaseModel):
     weights: Weights = Weights.REAL
     replicas: int = Field(1, ge=1)
     router: RouterKind | None = None  # in front of the replicas; None: one replica, talked to directly
+    tp: int = Field(1, ge=1)  # tensor-parallel degree: the GPUs of one replica, all on one node
 
     @model_validator(mode="after")
     def _routed_past_one(self) -> CellSpec:
@@ -76,6 +77,8 @@ class CellSpec(BaseModel):
             exclude["weights"] = True
         if self.router is None:  # one replica, talked to directly
             exclude |= {"replicas": True, "router": True}
+        if self.tp == 1:
+            exclude["tp"] = True
         fields = self.model_dump(mode="json", exclude=exclude)
         canonical = json.dumps({"v": KEY_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -85,7 +88,8 @@ class CellSpec(BaseModel):
         simulated = " (sim)" if self.engine is EngineKind.SIM else ""
         dummy = " weights=dummy" if self.weights is Weights.DUMMY else ""
         routed = f" x{self.replicas} {self.router.value}" if self.router is not None else ""
-        return (f"{self.gpu}{simulated} {self.policy}{routed} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}"
+        parallel = f" tp={self.tp}" if self.tp > 1 else ""
+        return (f"{self.gpu}{simulated}{parallel} {self.policy}{routed} jps={self.jps:g} dram={self.dram_gb:g} seed={self.seed}"
                 f"{dummy}")  # fmt: skip
 
     @property
@@ -94,18 +98,30 @@ class CellSpec(BaseModel):
         return SIM if self.engine is EngineKind.SIM else self.gpu
 
     @property
+    def on_gpus(self) -> bool:
+        """Its replicas hold GPUs of its type (not the CPU engine, not the simulator)."""
+        return self.placement not in (CPU, SIM)
+
+    @property
+    def gang_groups(self) -> tuple[int, ...]:
+        """The GPUs of its type this cell holds at once, as groups that must each be on one node: one group of ``tp``
+        per replica when it is routed on GPUs (Ray Serve places each replica on its group), one group of ``tp`` for a
+        tensor-parallel replica talked to directly; () when one worker's own slot runs it (one GPU, the CPU engine's
+        replicas beside their worker, the simulator)."""
+        if not self.on_gpus or (self.router is None and self.tp == 1):
+            return ()
+        return (self.tp,) * (self.replicas if self.router is not None else 1)
+
+    @property
     def gang_size(self) -> int:
-        """GPUs of its type this cell holds at once through Ray Serve: its replica count when it is routed on a GPU
-        type (the workers of as many slots step aside for its replicas), else 0: one worker's own slot runs it
-        (one replica talked to directly, the CPU engine's replicas beside their worker, the simulator)."""
-        routed_on_gpus = self.router is not None and self.placement not in (CPU, SIM)
-        return self.replicas if routed_on_gpus else 0
+        """The slots (GPUs) of its type whose workers step aside for it at once; 0: one worker's own slot runs it."""
+        return sum(self.gang_groups)
 
     @property
     def server_group(self) -> tuple:
         """Cells with equal groups can share one replica (the load and seed are only the client's)."""
         return (self.engine, self.gpu, self.policy, self.dram_gb, self.model, self.weights, self.engine_options,
-                self.replicas, self.router)  # fmt: skip
+                self.replicas, self.router, self.tp)  # fmt: skip
 
     @property
     def device(self) -> str:
@@ -114,13 +130,19 @@ class CellSpec(BaseModel):
     @property
     def replica_host_gib(self) -> float:
         """Host memory one replica of this cell takes: the CPU tier its policy allocates from the DRAM
-        budget, plus the replica itself. The fake engine stands in for a replica with that tier alone;
-        a simulated cell takes nothing."""
+        budget (the replica's, which its ranks split), plus the replica itself, a process per rank. The fake engine
+        stands in for a replica with that tier alone; a simulated cell takes nothing."""
         if self.engine is EngineKind.SIM:
             return 0.0
         if self.engine is EngineKind.FAKE:
             return self.dram_gb
-        return get_policy(self.policy).tier_gib(self.dram_gb) + REPLICA_HOST_GIB[self.device]
+        return get_policy(self.policy).tier_gib(self.dram_gb) + REPLICA_HOST_GIB[self.device] * self.tp
+
+    @property
+    def slot_host_gib(self) -> float:
+        """Host memory each of its GPU slots reserves: a ``tp``-th of a replica's, so that the slots a tensor-parallel
+        replica takes on one node hold it whole."""
+        return self.replica_host_gib / (self.tp if self.on_gpus else 1)
 
     def params(self) -> dict[str, str]:
         """Every axis and option as flat string parameters (for the tracking store)."""
@@ -137,6 +159,7 @@ class CellSpec(BaseModel):
         }
         if self.router is not None:
             flat |= {"replicas": str(self.replicas), "router": self.router.value}
+        flat["tp"] = str(self.tp)
         for prefix, section in (("workload", self.workload), ("engine_options", self.engine_options)):
             for name, value in section.model_dump(mode="json").items():
                 flat[f"{prefix}.{name}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
@@ -157,8 +180,8 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
         engine = spec.engine
         if engine is EngineKind.AUTO:
             engine = EngineKind.VLLM if has_gpu is None or has_gpu(gpu) else EngineKind.SIM
-        grid = itertools.product(spec.dram_for(gpu), spec.replica_setups(), spec.jps, spec.cell_seeds())
-        for dram_gb, (replicas, router), jps, seed in grid:
+        grid = itertools.product(spec.tp_for(gpu), spec.dram_for(gpu), spec.replica_setups(), spec.jps, spec.cell_seeds())
+        for tp, dram_gb, (replicas, router), jps, seed in grid:
             cells.append(
                 CellSpec(
                     engine=engine,
@@ -172,6 +195,7 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
                     weights=spec.weights,
                     replicas=replicas,
                     router=router,
+                    tp=tp,
                 )
             )
     return cells

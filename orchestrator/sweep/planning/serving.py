@@ -47,6 +47,7 @@ def served_cell(cell: CellSpec, model: ServedModel) -> ServedCell:
         max_num_seqs=options.max_num_seqs,
         max_num_batched_tokens=options.max_num_batched_tokens,
         enforce_eager=options.enforce_eager if options.enforce_eager is not None else on_cpu,
+        tensor_parallel_size=cell.tp,
     )
     engine = policy.engine_config(base, cell.dram_gb)
     return ServedCell(engine, served_name, policy.job_priority, model.answer_token_ids)

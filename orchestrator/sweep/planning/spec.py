@@ -20,6 +20,8 @@ from orchestrator.policies import POLICIES
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import check_simulable
 from orchestrator.sim.profile import CpuProfile
+from orchestrator.sizing.models import load_model
+from orchestrator.sizing.parallel import TP_DEGREES, default_tp, pool_holds, tp_problem
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
 
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
@@ -120,6 +122,8 @@ class SweepSpec(BaseModel):
                                             description="the routers of cells with several replicas")  # fmt: skip
     serve_overhead: bool = Field(False, description="also run each one-replica cell through Ray Serve (round-robin), "
                                  "to measure what Serve adds against the direct path")  # fmt: skip
+    tp: tuple[int, ...] | None = Field(None, description="tensor-parallel degrees of a replica (its GPUs, on one node); "
+                                       "None: per GPU type, the smallest whose KV pool holds the longest request")  # fmt: skip
 
     @field_validator("gpus")
     @classmethod
@@ -153,6 +157,16 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"a cell has at least 1 replica, got {count}")
         return _unique(counts)
 
+    @field_validator("tp")
+    @classmethod
+    def _known_degrees(cls, degrees: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if degrees is None:
+            return None
+        for degree in degrees:
+            if degree not in TP_DEGREES:
+                raise ValueError(f"tensor-parallel degree {degree} is not one of {', '.join(map(str, TP_DEGREES))}")
+        return _unique(degrees)
+
     @field_validator("routers")
     @classmethod
     def _unique_routers(cls, routers: tuple[RouterKind, ...]) -> tuple[RouterKind, ...]:
@@ -185,7 +199,47 @@ class SweepSpec(BaseModel):
             for gpu in self.gpus:
                 self.engine_options.check_pool_holds_a_sequence(gpu)
         self._check_tier_budgets()
+        if self.tp is not None:
+            self._check_degrees()
         return self
+
+    def tp_for(self, gpu: str) -> tuple[int, ...]:
+        """The tensor-parallel degrees of ``gpu``'s cells: the sweep's, else the sizing's smallest that holds the
+        longest request (1 on the CPU engine, and for a model this machine cannot size)."""
+        if self.tp is not None:
+            return self.tp
+        if gpu == CPU:
+            return (1,)
+        try:
+            arch = load_model(self.model)
+        except ValueError:
+            return (1,)
+        options = self.engine_options  # a model no degree of the type holds: default_tp says so in one line
+        return (default_tp(arch, gpu, options.gpu_memory_utilization, options.max_model_len),)
+
+    def _check_degrees(self) -> None:
+        """A degree vLLM refuses for the model's heads, or whose KV pool cannot hold one ``max_model_len`` sequence
+        (with the sizing's margin, ``sizing.parallel.pool_holds``) on a GPU type a real or simulated replica would run on, is one line now rather than a failed start."""
+        try:
+            arch = load_model(self.model)
+        except ValueError:
+            return  # a model only its nodes can read: vLLM says so there
+        for degree in self.tp:
+            if (problem := tp_problem(arch, degree)) is not None:
+                raise ValueError(f"--tp {degree} for {self.model}: {problem}")
+        if self.engine is EngineKind.FAKE:
+            return  # no model is served: any degree places
+        options = self.engine_options
+        for gpu in (gpu for gpu in self.gpus if gpu != CPU):
+            for degree in self.tp:
+                if not pool_holds(arch, gpu, degree, options.gpu_memory_utilization, options.max_model_len):
+                    fitting = [d for d in TP_DEGREES if tp_problem(arch, d) is None and
+                               pool_holds(arch, gpu, d, options.gpu_memory_utilization, options.max_model_len)]  # fmt: skip
+                    raise ValueError(
+                        f"--tp {degree}: {self.model} on {degree} {gpu} GPU(s) at utilization "
+                        f"{options.gpu_memory_utilization:g} leaves too small a KV pool for one {options.max_model_len}-token "
+                        f"sequence; valid on {gpu}: --tp {','.join(map(str, fitting)) or '(none)'}"
+                    )
 
     def replica_setups(self) -> tuple[tuple[int, RouterKind | None], ...]:
         """Each (replicas, router) of the grid: one replica has no router (and, with ``serve_overhead``, also

@@ -45,7 +45,7 @@ from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.preflight import preflight, preflight_frame, regime_table
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.ledger import CellLedger, awaiting_tracking, is_done
-from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState
+from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState, gang_of
 from orchestrator.sweep.runtime.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.runtime.results import SweepResults
 from orchestrator.sweep.runtime.stops import SweepStopped
@@ -96,12 +96,12 @@ def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
     replica that no node of its type can hold or a GPU type the simulator cannot run."""
     inventory = read_inventory(read_launchable_types(options.autoscaler_config))
     cells = expand(spec, inventory.has)
-    largest_replica_gib = _largest_replica_gib(cells)
+    slot_gib = _slot_gib(cells)
     for cell in cells:
         if cell.engine is not EngineKind.SIM and inventory.has(cell.gpu):
             inventory.check_replica_memory(cell.gpu, cell.dram_gb, cell.replica_host_gib)
             if cell.gang_size:
-                inventory.check_gang(cell.gpu, cell.gang_size, largest_replica_gib[cell.placement])
+                inventory.check_gang(cell.gpu, cell.gang_groups, slot_gib[cell.placement])
     simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
     if simulated:
         try:
@@ -144,7 +144,7 @@ class _Sweep:
         # count earlier runs of the sweep).
         self.attempts_this_run: dict[str, int] = defaultdict(int)
         self.node_losses: dict[str, int] = defaultdict(int)
-        self.replica_gib: dict[str, float] = {}  # per placement: the largest replica of its cells
+        self.slot_gib: dict[str, float] = {}  # per placement: the host memory each of its slots reserves
         self.unavailable: dict[str, str] = {}  # placements given up on during the run, with the reason
         self.wall_times: list[float] = []
         self.stop_signal: int | None = None
@@ -180,7 +180,7 @@ class _Sweep:
     def _loop(self) -> None:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self.pool.add_workers({placement: self.replica_gib[placement] for placement, queue in self.queues.items() if queue})
+            self.pool.add_workers({placement: self.slot_gib[placement] for placement, queue in self.queues.items() if queue})
             while not self.stop_signal and (any(self.queues.values()) or self.pool.in_flight()):
                 self._scale()
                 self._assign()
@@ -202,7 +202,7 @@ class _Sweep:
         # does not hold idle GPUs while others queue behind it.
         for cell in sorted(to_run, key=lambda cell: cell.gang_size > 0):
             self.queues[cell.placement].append(cell)
-        self.replica_gib = dict(_largest_replica_gib(to_run))
+        self.slot_gib = dict(_slot_gib(to_run))
         self.reporter.event(
             f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, {len(present) - len(to_run)} already "
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in "
@@ -219,8 +219,8 @@ class _Sweep:
     def _scale(self) -> None:
         waiting = {gpu: sum(max(1, cell.gang_size) for cell in self.queues[gpu])
                         + sum(w.num_slots for w in self.pool.in_flight() if w.slot.gpu == gpu)
-                   for gpu in self.replica_gib if gpu not in self.unavailable}  # fmt: skip
-        for gpu, reason in self.pool.scale(waiting, self.replica_gib).items():
+                   for gpu in self.slot_gib if gpu not in self.unavailable}  # fmt: skip
+        for gpu, reason in self.pool.scale(waiting, self.slot_gib).items():
             self._give_up(gpu, reason)
 
     def _give_up(self, placement: str, reason: str) -> None:
@@ -253,7 +253,9 @@ class _Sweep:
 
     def _start_queued(self, queue: list[CellSpec], idle: list[Worker]) -> None:
         """Give each idle worker the first queued cell that reuses its replica, else the first cell of one worker;
-        then start, in queue order, each routed cell whose gang of idle workers is complete."""
+        then start, in queue order, each cell of a gang (a routed cell on GPUs, a tensor-parallel replica) whose idle
+        workers are complete, each group of them on one node. A gang takes workers only once it has all of them, so
+        no cell holds GPUs while it waits for more: the queue cannot deadlock however cells of each size mix."""
         for worker in list(idle):
             singles = [index for index, cell in enumerate(queue) if not cell.gang_size]
             if not singles:
@@ -262,10 +264,11 @@ class _Sweep:
             self._start(queue.pop(index), [worker])
             idle.remove(worker)
         for cell in [cell for cell in queue if cell.gang_size]:
-            if cell.gang_size <= len(idle):
+            if (gang := gang_of(idle, cell.gang_groups)) is not None:
                 queue.remove(cell)
-                self._start(cell, idle[: cell.gang_size])
-                del idle[: cell.gang_size]
+                self._start(cell, gang)
+                for worker in gang:
+                    idle.remove(worker)
 
     def _start(self, cell: CellSpec, workers: list[Worker]) -> None:
         self.attempts_this_run[cell.key] += 1
@@ -448,11 +451,12 @@ class _Sweep:
         return 1 if not_done else 0
 
 
-def _largest_replica_gib(cells: list[CellSpec]) -> dict[str, float]:
-    """Per placement, the host memory of its cells' largest replica: every slot of the placement reserves it."""
+def _slot_gib(cells: list[CellSpec]) -> dict[str, float]:
+    """Per placement, the host memory every slot reserves: the largest share of a replica its cells put on one slot
+    (a whole replica, or a tensor-parallel replica's share per GPU)."""
     largest: dict[str, float] = defaultdict(float)
     for cell in cells:
-        largest[cell.placement] = max(largest[cell.placement], cell.replica_host_gib)
+        largest[cell.placement] = max(largest[cell.placement], cell.slot_host_gib)
     return largest
 
 
@@ -499,7 +503,7 @@ def _package_versions() -> dict[str, str]:
 def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool) -> None:
     spec, cells, inventory, results = plan.spec, plan.cells, plan.inventory, plan.results
     print(f"sweep {spec.name}: {len(cells)} cells (engine {spec.engine.value}); results {results.sweep_dir}")
-    for placement, largest in _largest_replica_gib(cells).items():
+    for placement, largest in _slot_gib(cells).items():
         slots = inventory.slots(placement, largest) if inventory.is_up(placement) else []
         where = inventory.availability(placement) if placement != "sim" else "simulated on the driver's node"
         if slots:

@@ -12,9 +12,11 @@ attempts end with the node named, and no worker is made there again; the driver 
 type's other workers, on nodes that join (the inventory is read again every few seconds), or on nodes the
 autoscaler brings up, and gives up on a type whose nodes are all gone after ``--scale-up-timeout-s``.
 
-A routed cell on GPUs runs on a gang: as many idle workers of its type as it has replicas step aside (their
-actors end, freeing each GPU and its host memory), Ray Serve places the cell's replicas on those GPUs, and a
-coordinator that holds no GPU runs the cell; when it ends, the workers come back.
+A cell of several GPUs runs on a gang: that many idle workers of its type step aside (their actors end, freeing
+each GPU and its host memory), each group of them on one node (``gang_of``). A routed cell's replicas are placed
+on those GPUs by Ray Serve, one group per replica, and a coordinator that holds no GPU runs the cell; a
+tensor-parallel replica talked to directly is run by a worker that holds its whole group. When the cell ends, the
+workers come back.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class WorkerPool:
         self.inventory = inventory
         self.workers: list[Worker] = []
         self._scale_up_timeout_s = scale_up_timeout_s
-        self._scale = ScaleUp(scale_up_timeout_s, request_gpus)
+        self._scale = ScaleUp(scale_up_timeout_s, self._ask)
         self._slotted_nodes: set[tuple[str, str]] = set()  # (placement, node id) pairs that have had workers
         self.lost_nodes: dict[str, NodeInfo] = {}  # by node id: nodes that left the cluster during the sweep
         self._seen = {node.node_id: node for node in inventory.nodes}  # every node the sweep has seen up
@@ -185,6 +187,10 @@ class WorkerPool:
             _kill_quietly(worker)
             self.workers.remove(worker)
 
+    def _ask(self, demand: Mapping[str, int]) -> None:
+        """Ask the autoscaler for ``demand`` GPUs per type as whole nodes of the type it launches."""
+        request_gpus(demand, {gpu: self.inventory.node_types_of(gpu)[0].num_gpus for gpu in demand})
+
     def withdraw(self) -> None:
         """Drop the request to the autoscaler, so that nodes the sweep no longer needs can go."""
         self._scale.withdraw()
@@ -219,13 +225,16 @@ class WorkerPool:
         worker.group = started.cell.server_group
 
     def run_gang(self, workers: list[Worker], started: StartedAttempt, limits: RunLimits) -> Worker:
-        """Start ``started``'s routed cell on a gang of ``workers`` (up and idle, of the cell's type, one per replica):
-        they step aside, and a coordinator on the first one's node runs the cell; returns the coordinator."""
+        """Start ``started``'s cell on a gang of ``workers`` (up and idle, of the cell's type, from ``gang_of``): they
+        step aside, and on the first one's node a coordinator runs a routed cell (holding nothing: Serve places the
+        replicas), or a worker holding all their GPUs runs a tensor-parallel replica; returns that worker."""
         _end_actors(workers, STOP_GRACE_S)
         for worker in workers:
             self.workers.remove(worker)
-        first = workers[0].slot
-        coordinator = Worker(replace(first, memory_gib=0.0, gang_size=len(workers)), lent=tuple(workers))
+        first, cell = workers[0].slot, started.cell
+        holds = (0, 0.0) if cell.router is not None else (cell.tp, cell.replica_host_gib)
+        slot = replace(first, memory_gib=holds[1], gang_size=len(workers), num_gpus=holds[0])
+        coordinator = Worker(slot, lent=tuple(workers))
         coordinator.create()
         self.workers.append(coordinator)
         self.run(coordinator, started, limits)
@@ -291,6 +300,24 @@ class WorkerPool:
         _end_actors(self.workers, grace_s)
         for worker in self.workers:
             _stop_routed_replicas(worker)
+
+
+def gang_of(idle: list[Worker], groups: tuple[int, ...]) -> list[Worker] | None:
+    """Idle workers for a gang of ``groups`` (GPUs that must share a node, per group), or None until there are
+    enough: each group, largest first, from the node with the fewest idle workers that still holds it (best fit,
+    so a node left whole stays free for a larger group)."""
+    by_node: dict[str, list[Worker]] = {}
+    for worker in idle:
+        by_node.setdefault(worker.slot.node_id, []).append(worker)
+    gang: list[Worker] = []
+    for size in sorted(groups, reverse=True):
+        fitting = [workers for workers in by_node.values() if len(workers) >= size]
+        if not fitting:
+            return None
+        workers = min(fitting, key=len)
+        gang += workers[:size]
+        del workers[:size]
+    return gang
 
 
 def _end_actors(workers: list[Worker], grace_s: float) -> None:

@@ -240,8 +240,8 @@ class CellWorker:
             retryable=retryable,
             requests=schedule.with_best_cached(load.requests) if load else (),
             jobs=load.jobs if load else (),
-            config=CellConfig(cell_key=cell.key, cell=cell, node_id=self._node_id,
-                              host=platform.node(), **_schedule_facts(schedule), **config),  # fmt: skip
+            config=CellConfig(cell_key=cell.key, cell=cell, node_id=self._node_id, host=platform.node(),
+                              gpu_ids=_gpu_ids(), **_schedule_facts(schedule), **config),  # fmt: skip
             server_log=server_log,
             scheduler_trace=trace,
             started_unix=started,
@@ -260,7 +260,7 @@ class CellWorker:
                 Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb, workload,
                 block_size=options.block_size_on(cell.gpu), num_kv_blocks=options.num_kv_blocks,
                 gpu_memory_utilization=options.gpu_memory_utilization,
-                max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs,
+                max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs, tp=cell.tp,
             )  # fmt: skip
         result = simulate(workload, engine, schedule, Replicas(cell.replicas, cell.router, seed=cell.seed))
         scheduler = engine.scheduler
@@ -380,12 +380,12 @@ def _start_limits(limits: RunLimits) -> StartLimits:
 
 
 def _replica_options(cell: CellSpec) -> dict:
-    """Where Serve places each replica of a routed cell: on a GPU of the cell's type with the host memory of one
-    replica (those of the gang that stepped aside for it), or (the CPU engine) anywhere, taking no CPU of Ray's
+    """Where Serve places each replica of a routed cell: on its ``tp`` GPUs of the cell's type (one node's) with the
+    host memory of one replica (those of the gang that stepped aside for it), or (the CPU engine) anywhere, taking no CPU of Ray's
     count, as the cell worker that runs it holds the one it needs."""
     if cell.device == "cpu":
         return {"num_cpus": 0}
-    options = {"num_cpus": 0, "num_gpus": 1, "accelerator_type": cell.gpu}
+    options = {"num_cpus": 0, "num_gpus": cell.tp, "accelerator_type": cell.gpu}
     return options | ({"memory": int(cell.replica_host_gib * GIB)} if cell.replica_host_gib > 0 else {})
 
 
@@ -398,6 +398,16 @@ def _counted(counter: str, before: Sequence[dict[str, float]], after: Sequence[d
     """How much ``counter`` grew during the cell over all its replicas; None where the engine does not export it."""
     grown = [int(ends[counter] - starts.get(counter, 0.0)) for starts, ends in zip(before, after) if counter in ends]
     return sum(grown) if grown else None
+
+
+def _gpu_ids() -> tuple[str, ...]:
+    """The GPUs Ray assigned this worker (a tensor-parallel replica's all of them); () outside Ray or without any."""
+    try:
+        import ray
+
+        return tuple(str(gpu) for gpu in ray.get_gpu_ids()) if ray.is_initialized() else ()
+    except ImportError:
+        return ()
 
 
 def _current_node_id() -> str:
