@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.verdicts import CellRecords, censored_job_times, routed_arms
+from analysis.verdicts import CellRecords, censored_job_times, replica_shapes, routed_arms
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 
@@ -70,7 +70,7 @@ def load_sweep(directory: Path) -> SweepData:
     path = files.summary
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {directory} a sweep's results directory (DIR/<sweep>)?")
-    summary = routed_arms(_measured_over_simulated(pd.read_parquet(path)))
+    summary = replica_shapes(routed_arms(_measured_over_simulated(pd.read_parquet(path))))
     turns = []
     for key in summary[summary.status == CellStatus.DONE.value].cell_key:
         try:
@@ -97,7 +97,7 @@ def cell_records(files: SweepFiles) -> Callable[[str], CellRecords]:
 def _measured_over_simulated(summary: pd.DataFrame) -> pd.DataFrame:
     """An ``auto`` sweep simulates a GPU type until the cluster has one and then measures it: where a cell
     is done both ways, the report shows the measurement (the simulated cell stays in the results)."""
-    axes = [column for column in ("gpu", "policy", "jps", "dram_gb", "seed") if column in summary]
+    axes = [column for column in ("gpu", "tp", "policy", "jps", "dram_gb", "seed") if column in summary]
     if "engine" not in summary or not len(summary):
         return summary
     measured = summary[(summary.engine == "vllm") & (summary.status == CellStatus.DONE.value)][axes].drop_duplicates()

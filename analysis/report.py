@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import json
 import re
 import sys
 import time
@@ -26,7 +27,7 @@ from analysis import plots, tables
 from analysis.load import SweepData, cell_records, load_sweep
 from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.records.verdict import VerdictKind, verdict_frame
@@ -122,6 +123,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     progress(f"verdicts over {done} done cells")
     per_policy = _verdicts(report, data)
     _routing(report, data)
+    _ranks(report, data)
     _serve_cost(report, data)
     _overview(report, data)
     for number, gpu in enumerate(data.gpus, 1):
@@ -194,6 +196,20 @@ def _routing(report: ReportBuilder, data: SweepData) -> None:
     report.table("policy_router", "Per KV policy and router: mean job time (s), prefix kept (%), turns moved (%)",
                  routed, data.provenance(data.done))  # fmt: skip
     report.figure("Mean job time per KV policy and router", plots.policy_router(routed, "policy x router"))
+
+
+def _ranks(report: ReportBuilder, data: SweepData) -> None:
+    """What each rank of a tensor-parallel replica held, where the sweep has such cells."""
+    if not (data.summary.tp > 1).any() or not len(data.done):
+        return
+    shapes = data.done.drop_duplicates(["gpu_type", "tp", "dram_gb"])
+    cells = [CellConfig.from_json(json.loads(data.files.cell(key).config.read_text())).cell for key in shapes.cell_key]
+    report.heading("What each rank holds")
+    report.paragraph("A replica of tp GPUs splits the weights and every token's KV heads over its ranks; the DRAM "
+                     "budget is the replica's, which vLLM's offload and LMCache split per rank. The sizing library's "
+                     "figures; each real cell's cell.json has the pool vLLM sized.")  # fmt: skip
+    report.table("ranks", "Per GPU type, degree and DRAM budget: weights (GB) and KV pool (GiB) per rank, the pool's "
+                 "tokens, the CPU tier (GiB) per rank", tables.rank_holdings(cells), "the sizing library")  # fmt: skip
 
 
 def _serve_cost(report: ReportBuilder, data: SweepData) -> None:

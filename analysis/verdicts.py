@@ -67,6 +67,18 @@ def routed_arms(summary: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
+def replica_shapes(summary: pd.DataFrame) -> pd.DataFrame:
+    """A tensor-parallel cell compares with the cells of its own degree: its GPU reads "H100 TP4", so every table,
+    figure and verdict of the report is per degree (a simulated verdict on such a shape carries the largest GPU error
+    band, as for a GPU type the public figures do not check). ``gpu_type`` keeps the type alone."""
+    gpu_type = summary.gpu_type if "gpu_type" in summary else summary.gpu
+    summary = summary.assign(gpu_type=gpu_type, tp=summary.get("tp", 1))
+    summary["tp"] = summary.tp.fillna(1).astype(int)
+    parallel = summary.tp > 1
+    summary.loc[parallel, "gpu"] = gpu_type[parallel] + " TP" + summary.tp[parallel].astype(str)
+    return summary
+
+
 def censored_job_times(jobs: pd.DataFrame) -> pd.DataFrame:
     """Per job (by ``job_index``): its time in seconds, completed or censored where it was cut
     (``records.intervals.censored_times``), and whether it completed."""
@@ -193,7 +205,7 @@ def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
              sim_error: SimErrors) -> tuple[list[Verdict], pd.DataFrame]:  # fmt: skip
     """One verdict per comparison, and per policy of each comparison the statistics behind it with its tails,
     timeouts, errors and preemptions, from the done rows of ``summary``."""
-    done = routed_arms(summary[summary.status == CellStatus.DONE.value])
+    done = replica_shapes(routed_arms(summary[summary.status == CellStatus.DONE.value]))
     # A policy behind a router keeps its policy's error band: the simulator's routing is not yet checked on its own.
     policies = sim_error.policies
     sim_error = replace(sim_error, policies=dict(policies) | {

@@ -69,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if result.cpu_kv_tokens is not None:
         print(f"CPU tier: {result.cpu_kv_tokens:,} tokens")
     if result.tp > 1:
-        cpu = f", CPU tier {result.rank_cpu_kv_bytes / GIB:.1f} GiB" if result.rank_cpu_kv_bytes is not None else ""
-        print(f"each of the {result.tp} ranks: weights {result.rank_weight_bytes / 1e9:.1f} GB, KV "
-              f"{result.rank_kv_bytes / GIB:.1f} GiB ({result.rank_kv_bytes_per_token / KIB:g} KiB per token: its share "
-              f"of the heads of all {result.rank_kv_tokens:,} tokens){cpu}")  # fmt: skip
+        print(result.rank_phrase())
     if result.u_live is not None:
         print(f"live set {live:,} tokens needs U >= {result.u_live:.3f}")
     if result.u_corpus is not None:

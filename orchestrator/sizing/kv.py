@@ -134,6 +134,13 @@ class Sizing:
     def rank_cpu_kv_bytes(self) -> float | None:
         return None if self.cpu_kv_bytes is None else self.cpu_kv_bytes / self.tp
 
+    def rank_phrase(self) -> str:
+        """What each rank holds, in words: the sizing CLI's line and the preflight's note of a tensor-parallel cell."""
+        cpu = f", CPU tier {self.rank_cpu_kv_bytes / GIB:.1f} GiB" if self.rank_cpu_kv_bytes is not None else ""
+        return (f"each of the {self.tp} ranks: weights {self.rank_weight_bytes / 1e9:.1f} GB, KV "
+                f"{self.rank_kv_bytes / GIB:.1f} GiB ({self.rank_kv_bytes_per_token / KIB:g} KiB per token: its share "
+                f"of the heads of all {self.rank_kv_tokens:,} tokens){cpu}")  # fmt: skip
+
 
 def size(arch: ModelArch, gpu: str, gpu_gib: float, *, tp: int = 1, utilization: float = 0.9,
          overhead_gib: float = 2.0, kv_dtype_bytes: float = 2, block_size: int = 16, live_tokens: float | None = None,

@@ -63,3 +63,11 @@ def test_dry_run_of_large_dram_shows_every_cells_regime(ray_cluster, tmp_path):
     counted = {line.split()[0]: int(line.split()[1]) for line in table}
     assert counted == {regime: regimes.count(regime) for regime in set(regimes)}
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
+def test_a_tensor_parallel_cell_is_sized_as_its_ranks_together_and_says_what_each_holds():
+    cell = cells("lmcache", "H100")[3].model_copy(update={"model": "llama-3.1-70b", "tp": 4})
+    note = preflight(cell).note
+    assert "each of the 4 ranks: weights 35.3 GB, KV 32.8 GiB (80 KiB per token: its share of the heads of all " in note
+    assert note.endswith(", CPU tier 100.0 GiB")  # the replica's 400 GiB budget over its four ranks
+    assert "ranks" not in preflight(cells("lmcache", "H100")[3]).note

@@ -1,20 +1,26 @@
 """Tensor-parallel cells on 8-GPU nodes of two types, joined to the shared cluster for this module and taken out
 after it (the other modules expect those types absent or their own): TP-1 and TP-4 cells of one sweep packed onto
-the nodes at once, each TP-4 replica on four GPUs of one node that no cell beside it held."""
+one node at once, each TP-4 replica on four GPUs that no cell beside it held; a routed cell of two TP-4 replicas
+filling the other node through Ray Serve; and a replica larger than any node of its type refused before anything
+starts."""
 
 from __future__ import annotations
 
 import time
 
+import pandas as pd
 import pytest
 import ray
 
 from benchmarks.chaos import add_gpu_node
 from orchestrator.models.served import Weights
+from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.validation import InputError
 from tests.sweep.conftest import fake_spec, options, summary
 
 TYPES = ("H200", "B200")
+MODEL = "llama-3.1-70b"
 GPUS_PER_NODE = 8
 
 
@@ -32,23 +38,39 @@ def eight_gpu_nodes(ray_cluster):
         time.sleep(0.5)
 
 
-def test_tp_1_and_tp_4_cells_pack_onto_8_gpu_nodes_never_holding_more_gpus_than_a_node_has(eight_gpu_nodes, tmp_path):
-    """Per type three TP-1 and three TP-4 cells on one node of 8: the queue runs them all, each on its type's node;
-    every TP-4 replica's worker held four distinct GPUs, and cells that overlapped in time never shared a GPU nor held
-    more than 8 at once."""
+def test_tp_1_and_tp_4_cells_pack_onto_an_8_gpu_node_never_holding_more_gpus_than_it_has(eight_gpu_nodes, tmp_path):
+    """Three TP-1 and three TP-4 cells on one node of 8: the queue runs them all there; every TP-4 replica's worker
+    held four distinct GPUs, and cells that overlapped in time never shared a GPU nor held more than 8 at once."""
     workload = fake_spec("t").workload.model_copy(update={"duration_s": 3})
-    spec = fake_spec("packed", gpus=TYPES, tp=(1, 4), jps=(2, 3, 5), model="llama-3.1-70b", weights=Weights.DUMMY,
+    spec = fake_spec("packed", gpus=("H200",), tp=(1, 4), jps=(2, 3, 5), model=MODEL, weights=Weights.DUMMY,
                      workload=workload)  # fmt: skip
     assert run_sweep(spec, options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "packed")
-    assert len(rows) == 12 and set(rows.status) == {"done"} and (rows.n_completed == rows.n_jobs).all()
+    assert len(rows) == 6 and set(rows.status) == {"done"} and (rows.n_completed == rows.n_jobs).all()
+    assert set(rows.node_id) == {eight_gpu_nodes["H200"]}
     for row in rows.itertuples():
-        assert row.node_id == eight_gpu_nodes[row.gpu], f"a {row.gpu} cell ran on another node"
         gpus = row.gpu_ids.split(",")
         assert len(set(gpus)) == len(gpus) == row.tp, f"a TP-{row.tp} cell held GPUs {row.gpu_ids}"
-    for gpu in TYPES:
-        cells = rows[rows.gpu == gpu]
-        for moment in cells.started_unix:
-            running = cells[(cells.started_unix <= moment) & (cells.finished_unix > moment)]
-            held = [g for ids in running.gpu_ids for g in ids.split(",")]
-            assert len(held) == len(set(held)) <= GPUS_PER_NODE, f"{gpu} at {moment}: {list(running.gpu_ids)}"
+    for moment in rows.started_unix:
+        running = rows[(rows.started_unix <= moment) & (rows.finished_unix > moment)]
+        held = [gpu for ids in running.gpu_ids for gpu in ids.split(",")]
+        assert len(held) == len(set(held)) <= GPUS_PER_NODE, f"at {moment}: {list(running.gpu_ids)}"
+
+
+def test_a_routed_cell_of_two_tp_4_replicas_fills_a_node_through_serve(eight_gpu_nodes, tmp_path):
+    """All eight of the node's workers step aside, and Serve places each replica on four of the GPUs they freed."""
+    spec = fake_spec("routed-tp", gpus=("B200",), tp=(4,), replicas=(2,), routers=("round-robin",), model=MODEL,
+                     weights=Weights.DUMMY)  # fmt: skip
+    assert run_sweep(spec, options(tmp_path, report=False)) == 0
+    row = summary(tmp_path, "routed-tp").iloc[0]
+    assert row.status == "done" and row.n_completed == row.n_jobs and (row.tp, row.replicas) == (4, 2)
+    requests = pd.read_parquet(SweepFiles(tmp_path / "routed-tp").cell(row.cell_key).requests)
+    assert set(requests.replica) == {0, 1}
+
+
+def test_a_replica_larger_than_any_node_of_its_type_is_refused_before_anything_starts(fake_gpu_nodes, tmp_path):
+    spec = fake_spec("too-wide", gpus=("L4",), tp=(4,), model=MODEL, weights=Weights.DUMMY)  # the L4 node has 2
+    with pytest.raises(InputError, match=r"^a tensor-parallel replica of 4 L4 GPUs needs them on one node, and no L4 "
+                                         r"node up or launchable gives more than 2 slot\(s\); valid: --tp up to 2$"):
+        run_sweep(spec, options(tmp_path, report=False))
+    assert not (tmp_path / "too-wide").exists() or not any((tmp_path / "too-wide").rglob("cell.json"))

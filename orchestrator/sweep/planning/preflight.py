@@ -4,7 +4,8 @@ A sweep prints one table of its cells by regime (``regime_table``), the reasons 
 ``DIR/<sweep>/preflight.csv`` and ``--dry-run``, and each cell's MLflow run is tagged with its own. The table
 counts the cells to look at: a policy with a CPU tier that cannot matter (everything fits on the GPU), and the
 cells whose live set will not fit (queueing). Never a refusal: a queueing cell is a legitimate measurement, as long
-as it is known to be one. A cell of several replicas is sized per replica, with its share of the jobs.
+as it is known to be one. A cell of several replicas is sized per replica, with its share of the jobs; a
+tensor-parallel replica as its ranks together, with what each rank holds said beside.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import pandas as pd
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.policies import get_policy
 from orchestrator.sizing.agent import agent_working_sets
-from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, kv_bytes_per_token, regime, size
+from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, regime, size
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.units import GIB
 
 
 @dataclass(frozen=True)
@@ -42,20 +42,19 @@ def preflight(cell: CellSpec) -> Preflight:
     options = cell.engine_options
     sets = agent_working_sets(cell.workload, arch, gpu, cell.replicas)
     block = options.block_size_on(cell.gpu)
-    if options.num_kv_blocks is not None:
-        gpu_tokens = options.num_kv_blocks * block
-    else:
-        sizing = size(arch, cell.gpu, gpu.memory_gib, utilization=options.gpu_memory_utilization,
-                      overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=block)  # fmt: skip
-        gpu_tokens = sizing.gpu_kv_tokens
-    fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
     has_cpu_tier = get_policy(cell.policy).has_cpu_tier
+    sizing = size(arch, cell.gpu, gpu.memory_gib, tp=cell.tp, utilization=options.gpu_memory_utilization,
+                  overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=block,
+                  cpu_gib=cell.dram_gb if has_cpu_tier and cell.dram_gb > 0 else None)  # fmt: skip
+    gpu_tokens = options.num_kv_blocks * block if options.num_kv_blocks is not None else sizing.gpu_kv_tokens
+    fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
     each = " per replica" if cell.replicas > 1 else ""
     note = (f"{fit.value}: live {sets.live_tokens / 1e3:,.0f}K, corpus {sets.corpus_tokens / 1e3:,.0f}K tokens "
             f"vs GPU KV {gpu_tokens / 1e3:,.0f}K{each}; offered load {sets.offered_load:.2f}{each}")  # fmt: skip
-    if has_cpu_tier and cell.dram_gb > 0:
-        cpu_tokens = cell.dram_gb * GIB / kv_bytes_per_token(arch, 2)
-        note += f"; CPU tier {cpu_tokens / 1e3:,.0f}K tokens"
+    if sizing.cpu_kv_tokens is not None:
+        note += f"; CPU tier {sizing.cpu_kv_tokens / 1e3:,.0f}K tokens"
+    if cell.tp > 1:
+        note += f"; {sizing.rank_phrase()}"
     warn = (fit is Regime.FITS_ON_GPU and has_cpu_tier) or fit is Regime.QUEUEING
     return Preflight(fit, note, warn)
 
