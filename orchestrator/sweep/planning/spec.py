@@ -201,6 +201,8 @@ class SweepSpec(BaseModel):
         self._check_tier_budgets()
         if self.tp is not None:
             self._check_degrees()
+        for gpu in self.gpus:
+            self.tp_for(gpu)  # a model no degree holds on a type is one line here, not an error mid-plan
         return self
 
     def tp_for(self, gpu: str) -> tuple[int, ...]:
@@ -214,7 +216,7 @@ class SweepSpec(BaseModel):
             arch = load_model(self.model)
         except ValueError:
             return (1,)
-        options = self.engine_options  # a model no degree of the type holds: default_tp says so in one line
+        options = self.engine_options
         return (default_tp(arch, gpu, options.gpu_memory_utilization, options.max_model_len),)
 
     def _check_degrees(self) -> None:
