@@ -5,7 +5,7 @@
         [--duration-s F] [--scale F] [--workload source-study|parametric|trace] [--trace PATH] [--load M,...]
         [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--weights real|dummy]
         [--kv-blocks N]
-        [--max-num-seqs N] [--max-model-len N] [--max-context N]
+        [--max-num-seqs N] [--max-model-len N] [--max-context N] [--gpu-memory-utilization F] [--tp 1,4]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--start-stall-s F] [--client-actors N]
         [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
 
@@ -101,6 +101,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-model-len", type=int, help="the longest prompt and answer vLLM takes; default: "
                    f"{spec.engine_options.max_model_len}")
+    p.add_argument("--gpu-memory-utilization", type=float, help="the share of each GPU's memory vLLM takes for the "
+                   f"weights and KV pool; default: {spec.engine_options.gpu_memory_utilization:g}")
     p.add_argument("--max-attempts", type=int, help=f"attempts per cell when a replica crashes; default: {spec.limits.max_attempts}")
     p.add_argument("--cell-timeout-s", type=float, help="whole-cell time limit")
     p.add_argument("--hang-timeout-s", type=float, help=f"no engine progress this long: hung; default: {spec.limits.hang_timeout_s:g}")
@@ -159,6 +161,7 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
         ("max_context", "workload", "max_context"),
         ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
         ("max_model_len", "engine_options", "max_model_len"),
+        ("gpu_memory_utilization", "engine_options", "gpu_memory_utilization"),
         ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
         ("hang_timeout_s", "limits", "hang_timeout_s"), ("start_stall_s", "limits", "start_stall_s"),
         ("client_actors", "limits", "client_actors"),
