@@ -10,12 +10,13 @@ import requests
 from orchestrator.gpus import CPU
 from orchestrator.records.schema import RequestStatus
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.spec import WorkloadSpec
-from tests.integration.conftest import LIMITS, TINY_FCFS_GROUP, TINY_FCFS_OPTIONS
 
-pytestmark = [pytest.mark.engine, TINY_FCFS_GROUP]
+pytestmark = pytest.mark.engine
+
+LIMITS = RunLimits(health_timeout_s=300, hang_timeout_s=120, client_actors=0)
 # Each turn's prompt carries the answers before it, so a differing answer shows in every later prompt's length.
 WORKLOAD = WorkloadSpec(jps=1, duration_s=2, scale=0.1, tool_time_s=0.1, seed=7)
 PROMPTS = ("The quick brown fox jumps over the lazy dog and then", "harbor glacier orbit " * 60, "1 2 3 4 5 6 7 8 9")
@@ -23,18 +24,18 @@ PROMPTS = ("The quick brown fox jumps over the lazy dog and then", "harbor glaci
 
 def cell(tp: int) -> CellSpec:
     return CellSpec(engine=EngineKind.VLLM, gpu=CPU, policy="fcfs", dram_gb=0, model="tiny", workload=WORKLOAD,
-                    engine_options=TINY_FCFS_OPTIONS, tp=tp)  # fmt: skip
+                    engine_options=EngineOptions(num_kv_blocks=1200), tp=tp)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def outcomes(tiny_fcfs_worker):
-    """The cell on one process (the group's shared replica) and on two, each replica kept up by its worker for the
-    greedy prompts."""
-    two = CellWorker()
+def outcomes():
+    """The cell on one process and on two, each replica kept up by its worker for the greedy prompts."""
+    workers = [CellWorker(), CellWorker()]
     try:
-        yield [tiny_fcfs_worker.run(cell(1), LIMITS), two.run(cell(2), LIMITS)]
+        yield [worker.run(cell(tp), LIMITS) for worker, tp in zip(workers, (1, 2))]
     finally:
-        two.shutdown()
+        for worker in workers:
+            worker.shutdown()
 
 
 def test_a_tp_2_cell_on_the_cpu_engine_records_what_the_tp_1_cell_does(outcomes):

@@ -14,30 +14,34 @@ from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import simulate
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits
+from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces.generate import SHIPPED
 from orchestrator.workload.traces.schema import TraceJob, TraceRef, TraceTurn, dump_trace, load_trace
-from tests.integration.conftest import LIMITS, NUM_BLOCKS, TINY_FCFS_GROUP, TINY_FCFS_OPTIONS
 
-pytestmark = [pytest.mark.engine, TINY_FCFS_GROUP]
+pytestmark = pytest.mark.engine
 
 BLOCK = 32  # the CPU engine's block: the trace's 64-token blocks at scale 0.5
 
 
+NUM_BLOCKS = 1200
+LIMITS = RunLimits(health_timeout_s=300, hang_timeout_s=120, client_actors=0)
+
 
 @pytest.fixture(scope="module")
-def worker(tiny_fcfs_worker):
-    """The module's cells share the engine configuration, so they share its replica (with the TP-1 cell of
-    test_tensor_parallel_cpu.py, in the same group)."""
-    return tiny_fcfs_worker
+def worker():
+    """One worker for the module's cells: they share the engine configuration, so they share its replica."""
+    worker = CellWorker()
+    yield worker
+    worker.shutdown()
 
 
 def replay_cell(trace: TraceRef, jps: float) -> CellSpec:
     workload = WorkloadSpec(jps=jps, duration_s=1000, scale=0.5, trace=trace, request_timeout_s=300, job_timeout_s=600)
     return CellSpec(engine=EngineKind.VLLM, gpu=CPU, policy="fcfs", dram_gb=0, model="tiny", workload=workload,
-                    engine_options=TINY_FCFS_OPTIONS)  # fmt: skip
+                    engine_options=EngineOptions(num_kv_blocks=NUM_BLOCKS))  # fmt: skip
 
 
 @pytest.fixture(scope="module")

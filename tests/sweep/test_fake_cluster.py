@@ -12,7 +12,6 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.records.cell import CellStatus
-from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.validation import InputError
@@ -137,25 +136,6 @@ def test_a_worker_that_cannot_start_costs_no_cell_an_attempt_and_its_slot_is_giv
     assert rows.loc["H100", "status"] == "done"
     assert rows.loc["L40S", "status"] == "pending" and rows.loc["L40S", "reason"].startswith("no L40S worker could start")
     assert set(runs_by_key(tmp_path, "phantom")) == {rows.loc["H100", "cell_key"]}  # no attempt for the L40S cell
-
-
-def test_a_routed_cell_runs_on_a_gang_of_its_types_gpus_that_come_back_after_it(fake_gpu_nodes, tmp_path):
-    """Two L4 slots, each a worker holding its GPU: the cell through Serve with one replica takes a gang of one
-    (its worker steps aside for the replica), the cell of two replicas a gang of both once the others are done
-    and their workers are back; Serve could place no replica on a GPU a worker still held."""
-    grid = dict(gpus=("L4",), jps=(2,), dram_gb=(1,), replicas=(1, 2), routers=("round-robin",),
-                serve_overhead=True)  # fmt: skip
-    assert run_sweep(fake_spec("gang", **grid), options(tmp_path, report=False)) == 0
-    rows = summary(tmp_path, "gang")
-    assert list(rows.status) == ["done"] * 3 and (rows.n_completed == rows.n_jobs).all()
-    assert set(rows.node_id) == {fake_gpu_nodes["L4"]}
-    pair = rows[rows.replicas == 2].iloc[0]
-    assert pair.started_unix >= rows[rows.replicas == 1].finished_unix.max()
-    requests = pd.read_parquet(SweepFiles(tmp_path / "gang").cell(pair.cell_key).requests)
-    assert set(requests.replica) == {0, 1}
-    with pytest.raises(InputError, match="a cell of 3 replicas needs 3 L4 GPUs at once; the cluster has 2 L4 "
-                                         "slot\\(s\\) up and can launch 0 more; valid: --replicas up to 2"):  # fmt: skip
-        run_sweep(fake_spec("gang-too-large", **(grid | {"replicas": (3,)})), options(tmp_path, report=False))
 
 
 def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights_run_it(fake_gpu_nodes, tmp_path):

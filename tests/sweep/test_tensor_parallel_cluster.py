@@ -1,8 +1,8 @@
 """Tensor-parallel cells on 8-GPU nodes of two types, joined to the shared cluster for this module and taken out
 after it (the other modules expect those types absent or their own): TP-1 and TP-4 cells of one sweep packed onto
-one node at once, each TP-4 replica on four GPUs that no cell beside it held; a routed cell of two TP-4 replicas
-filling the other node through Ray Serve; and a replica larger than any node of its type refused before anything
-starts."""
+one node at once, each TP-4 replica on four GPUs that no cell beside it held; on the other node the gangs of a TP-4
+replica talked to directly, through Ray Serve, and routed over two replicas; and cells wider than any node of their
+type refused before anything starts."""
 
 from __future__ import annotations
 
@@ -57,20 +57,33 @@ def test_tp_1_and_tp_4_cells_pack_onto_an_8_gpu_node_never_holding_more_gpus_tha
         assert len(held) == len(set(held)) <= GPUS_PER_NODE, f"at {moment}: {list(running.gpu_ids)}"
 
 
-def test_a_routed_cell_of_two_tp_4_replicas_fills_a_node_through_serve(eight_gpu_nodes, tmp_path):
-    """All eight of the node's workers step aside, and Serve places each replica on four of the GPUs they freed."""
-    spec = fake_spec("routed-tp", gpus=("B200",), tp=(4,), replicas=(2,), routers=("round-robin",), model=MODEL,
-                     weights=Weights.DUMMY)  # fmt: skip
+def test_gangs_of_four_and_eight_take_a_node_and_give_its_workers_back(eight_gpu_nodes, tmp_path):
+    """On one node of 8, three TP-4 cells: talked to directly (a worker holds four GPUs), through Serve with one
+    replica (four workers step aside for it), and routed over two replicas, which takes all eight workers: it starts
+    only once both others are done and their workers are back. Serve could place no replica on a GPU a worker still
+    held."""
+    spec = fake_spec("gangs", gpus=("B200",), tp=(4,), replicas=(1, 2), routers=("round-robin",), serve_overhead=True,
+                     model=MODEL, weights=Weights.DUMMY)  # fmt: skip
     assert run_sweep(spec, options(tmp_path, report=False)) == 0
-    row = summary(tmp_path, "routed-tp").iloc[0]
-    assert row.status == "done" and row.n_completed == row.n_jobs and (row.tp, row.replicas) == (4, 2)
-    requests = pd.read_parquet(SweepFiles(tmp_path / "routed-tp").cell(row.cell_key).requests)
+    rows = summary(tmp_path, "gangs")
+    assert list(rows.status) == ["done"] * 3 and (rows.n_completed == rows.n_jobs).all() and set(rows.tp) == {4}
+    assert set(rows.node_id) == {eight_gpu_nodes["B200"]}
+    direct = rows[rows.router.isna()].iloc[0]
+    assert len(set(direct.gpu_ids.split(","))) == 4  # a routed cell's coordinator holds none: its replicas do
+    pair = rows[rows.replicas == 2].iloc[0]
+    assert pair.started_unix >= rows[rows.replicas == 1].finished_unix.max()
+    requests = pd.read_parquet(SweepFiles(tmp_path / "gangs").cell(pair.cell_key).requests)
     assert set(requests.replica) == {0, 1}
 
 
-def test_a_replica_larger_than_any_node_of_its_type_is_refused_before_anything_starts(fake_gpu_nodes, tmp_path):
-    spec = fake_spec("too-wide", gpus=("L4",), tp=(4,), model=MODEL, weights=Weights.DUMMY)  # the L4 node has 2
+def test_a_cell_wider_than_its_types_nodes_is_refused_before_anything_starts(fake_gpu_nodes, tmp_path):
+    """The L4 node has 2 GPUs: a replica of 4 cannot be placed, nor 3 replicas of one GPU at once."""
+    spec = fake_spec("too-wide", gpus=("L4",), tp=(4,), model=MODEL, weights=Weights.DUMMY)
     with pytest.raises(InputError, match=r"^a tensor-parallel replica of 4 L4 GPUs needs them on one node, and no L4 "
                                          r"node up or launchable gives more than 2 slot\(s\); valid: --tp up to 2$"):
+        run_sweep(spec, options(tmp_path, report=False))
+    spec = fake_spec("too-many", gpus=("L4",), replicas=(3,), routers=("round-robin",))
+    with pytest.raises(InputError, match="a cell of 3 replicas needs 3 L4 GPUs at once; the cluster has 2 L4 "
+                                         "slot\\(s\\) up and can launch 0 more; valid: --replicas up to 2"):  # fmt: skip
         run_sweep(spec, options(tmp_path, report=False))
     assert not (tmp_path / "too-wide").exists() or not any((tmp_path / "too-wide").rglob("cell.json"))
