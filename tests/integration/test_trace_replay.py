@@ -1,11 +1,15 @@
-"""The shipped agent trace replayed on the real CPU engine (issue 16's acceptance): every prompt's token count
-and every scheduled time exactly as planned, and the prefix cache hitting the trace's declared shared blocks
-and nothing else. Then, on the same replica, a trace whose shared document other jobs' blocks push out of the
-pool: the engine evicts it, and the simulator's shared cache does the same."""
+"""The real CPU engine's tiny fcfs replica, started once for this module. The shipped agent trace replayed on it
+(issue 16's acceptance): every prompt's token count and every scheduled time exactly as planned, and the prefix
+cache hitting the trace's declared shared blocks and nothing else. Then a trace whose shared document other jobs'
+blocks push out of the pool: the engine evicts it, and the simulator's shared cache does the same. Last, the
+same replica is the reference of a tensor-parallel one: the tiny model sharded over two processes, each bound to
+one of this machine's cores, records a cell as this replica does and answers greedy prompts token for token as it
+does."""
 
 from __future__ import annotations
 
 import pytest
+import requests
 
 from orchestrator.gpus import CPU
 from orchestrator.records.schema import RequestStatus
@@ -128,3 +132,49 @@ def test_a_shared_document_pushed_out_of_the_pool_is_evicted_by_the_engine_and_b
     simulated = simulate(cell.workload, engine, schedule_for(cell.workload))
     assert {record.job_id: record.cached_tokens for record in simulated.requests} == expected
     assert simulated.stats.evicted_blocks >= 8
+
+
+# Each turn's prompt carries the answers before it, so a differing answer shows in every later prompt's length.
+TP_WORKLOAD = WorkloadSpec(jps=1, duration_s=2, scale=0.1, tool_time_s=0.1, seed=7)
+PROMPTS = ("The quick brown fox jumps over the lazy dog and then", "harbor glacier orbit " * 60, "1 2 3 4 5 6 7 8 9")
+
+
+def generated_cell(tp: int) -> CellSpec:
+    return CellSpec(engine=EngineKind.VLLM, gpu=CPU, policy="fcfs", dram_gb=0, model="tiny", workload=TP_WORKLOAD,
+                    engine_options=EngineOptions(num_kv_blocks=NUM_BLOCKS), tp=tp)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_and_two_processes(worker):
+    """The same cell on this module's replica and on a TP-2 one, each replica kept up for the greedy prompts."""
+    two = CellWorker()
+    try:
+        yield [worker.run(generated_cell(1), LIMITS), two.run(generated_cell(2), LIMITS)]
+    finally:
+        two.shutdown()
+
+
+def test_a_tp_2_cell_on_the_cpu_engine_records_what_the_tp_1_cell_does(one_and_two_processes):
+    one, two = one_and_two_processes
+    assert one.status.is_done and two.status.is_done, (one.reason, two.reason)
+    argv = list(two.config.server_argv)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and two.config.server_env["VLLM_CPU_OMP_THREADS_BIND"]
+    shape = {(r.job_id, r.turn): (r.prompt_tokens, r.completion_tokens) for r in one.requests}
+    assert {(r.job_id, r.turn): (r.prompt_tokens, r.completion_tokens) for r in two.requests} == shape
+    assert len(shape) > 8 and all(r.status is RequestStatus.OK for r in (*one.requests, *two.requests))
+
+
+def test_a_tp_2_replica_answers_greedy_prompts_token_for_token_as_one_process_does(one_and_two_processes):
+    answers = [[_greedy_tokens(outcome.config.server_argv, prompt) for prompt in PROMPTS]
+               for outcome in one_and_two_processes]  # fmt: skip
+    assert answers[0] == answers[1] and all(len(tokens) == 24 for tokens in answers[0])
+
+
+def _greedy_tokens(server_argv: tuple[str, ...], prompt: str) -> list[int]:
+    argv = list(server_argv)
+    url = f"http://{argv[argv.index('--host') + 1]}:{argv[argv.index('--port') + 1]}/v1/completions"
+    body = {"model": argv[argv.index("--served-model-name") + 1], "prompt": prompt, "max_tokens": 24,
+            "min_tokens": 24, "ignore_eos": True, "temperature": 0.0, "return_token_ids": True}  # fmt: skip
+    answer = requests.post(url, json=body, timeout=60)
+    answer.raise_for_status()
+    return answer.json()["choices"][0]["token_ids"]
