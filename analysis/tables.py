@@ -12,9 +12,10 @@ import pandas as pd
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.schema import RequestStatus
-from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, retention_time_s, size
+from orchestrator.sizing.kv import retention_time_s
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.preflight import replica_sizing
 from orchestrator.units import GIB
 
 
@@ -310,10 +311,7 @@ def rank_holdings(cells: list[CellSpec]) -> pd.DataFrame:
             arch = load_model(cell.model)
         except ValueError:
             continue
-        options = cell.engine_options
-        sizing = size(arch, cell.gpu, GPU_TYPES[cell.gpu].memory_gib, tp=cell.tp,
-                      utilization=options.gpu_memory_utilization, overhead_gib=VLLM_NON_KV_OVERHEAD_GIB,
-                      block_size=options.block_size_on(cell.gpu), cpu_gib=cell.dram_gb)  # fmt: skip
+        sizing = replica_sizing(cell, arch, cpu_gib=cell.dram_gb)
         rows[shape] = {"gpu": cell.gpu, "tp": cell.tp, "dram_gb": cell.dram_gb,
                        "weights_gb_per_rank": sizing.rank_weight_bytes / 1e9,
                        "kv_gib_per_rank": sizing.rank_kv_bytes / GIB, "kv_tokens": sizing.gpu_kv_tokens,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies import TierKind, get_policy
-from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
+from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof, TierCounters
 from orchestrator.records.trace import Unpin, UnpinReason
 from orchestrator.records.trace_file import trace_events
 from orchestrator.replica.stack import read_node_stack
@@ -197,10 +197,8 @@ def _lmcache_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
     """LMCache's stores from its log lines in the cell's share of the server log, its loads from vLLM's external
     prefix-cache counters (tokens found in LMCache's tier)."""
     stores = [int(tokens) for tokens in _LMCACHE_STORED.findall(outcome.server_log)]
-    counters = outcome.config.tier_counters
-    hits, queries = counters.external_prefix_cache_hits or 0.0, counters.external_prefix_cache_queries or 0.0
-    detail = (f"LMCache stored {sum(stores):,} tokens in {len(stores)} stores (its log); its tier served "
-              f"{hits:,.0f} of {queries:,.0f} tokens vLLM looked up there")  # fmt: skip
+    detail = (f"LMCache stored {sum(stores):,} tokens in {len(stores)} stores (its log); its tier "
+              f"{_served(outcome.config.tier_counters)}")  # fmt: skip
     return Check(target, name, sum(stores) > 0, detail)
 
 
@@ -213,12 +211,16 @@ def _simple_offload_evidence(target: str, name: str, outcome: CellOutcome) -> Ch
     """A CPU tier whose connector exports no offload counters: its completed stores from its debug lines, its loads
     from vLLM's external prefix-cache counters."""
     blocks = sum(int(count) for count in _SIMPLE_OFFLOAD_STORED.findall(outcome.server_log))
-    counters, facts = outcome.config.tier_counters, outcome.config.engine_facts
+    facts = outcome.config.engine_facts
     tokens = f" ({blocks * facts.block_size:,} tokens)" if facts and facts.block_size else ""
-    hits, queries = counters.external_prefix_cache_hits or 0.0, counters.external_prefix_cache_queries or 0.0
-    detail = (f"CPU tier stored {blocks:,} blocks{tokens} (its debug log); it served {hits:,.0f} of {queries:,.0f} "
-              "tokens vLLM looked up there")  # fmt: skip
+    detail = f"CPU tier stored {blocks:,} blocks{tokens} (its debug log); it {_served(outcome.config.tier_counters)}"
     return Check(target, name, blocks > 0, detail)
+
+
+def _served(counters: TierCounters) -> str:
+    """What a connector's tier gave back, from vLLM's external prefix-cache counters (tokens looked up there)."""
+    hits, queries = counters.external_prefix_cache_hits or 0.0, counters.external_prefix_cache_queries or 0.0
+    return f"served {hits:,.0f} of {queries:,.0f} tokens vLLM looked up there"
 
 
 def kv_pool_check(target: str, cell: CellSpec, outcome: CellOutcome) -> Check | None:

@@ -58,14 +58,20 @@ def pool_holds(arch: ModelArch, gpu: str, tp: int, utilization: float, max_model
     return _pool_tokens(arch, gpu, tp, utilization, kv_dtype_bytes, block_size) * (1 - POOL_MARGIN) >= max_model_len
 
 
+def holding_degrees(arch: ModelArch, gpu: str, utilization: float, max_model_len: int, *, kv_dtype_bytes: float = 2,
+                    block_size: int = 16) -> list[int]:  # fmt: skip
+    """The degrees of ``TP_DEGREES`` vLLM accepts for ``arch`` whose pool holds the longest request (``pool_holds``),
+    smallest first."""
+    return [tp for tp in TP_DEGREES if _refusal(arch, tp) is None and
+            pool_holds(arch, gpu, tp, utilization, max_model_len, kv_dtype_bytes=kv_dtype_bytes, block_size=block_size)]
+
+
 def default_tp(arch: ModelArch, gpu: str, utilization: float, max_model_len: int, *, kv_dtype_bytes: float = 2,
                block_size: int = 16) -> int:  # fmt: skip
-    """The smallest degree of ``TP_DEGREES`` vLLM accepts for ``arch`` whose pool holds the longest request
-    (``pool_holds``). Raises ``ValueError`` (one line) when none does."""
-    for tp in TP_DEGREES:
-        if _refusal(arch, tp) is None and pool_holds(arch, gpu, tp, utilization, max_model_len,
-                                                     kv_dtype_bytes=kv_dtype_bytes, block_size=block_size):  # fmt: skip
-            return tp
+    """The smallest of the ``holding_degrees``. Raises ``ValueError`` (one line) when none holds it."""
+    holding = holding_degrees(arch, gpu, utilization, max_model_len, kv_dtype_bytes=kv_dtype_bytes, block_size=block_size)
+    if holding:
+        return holding[0]
     largest = max(tp for tp in TP_DEGREES if _refusal(arch, tp) is None)
     tokens = _pool_tokens(arch, gpu, largest, utilization, kv_dtype_bytes, block_size)
     raise ValueError(f"{arch.name} on {gpu} at utilization {utilization:g}: no tensor-parallel degree of "

@@ -9,8 +9,11 @@ from analysis.tables import (
     kv_lifecycle,
     missing_cells,
     per_replica,
+    rank_holdings,
     serve_cost,
 )
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.units import GIB
 
 
@@ -126,3 +129,12 @@ def test_per_replica_counts_what_each_replica_served_and_the_turns_that_moved_to
     assert math.isclose(rows.prefix_kept_pct[1], 100 * 110 / 300)
     assert list(rows.pins) == [1, 1] and list(rows.pins_expired) == [1, 0]
     assert per_replica(requests.assign(replica=0), trace).empty
+
+
+def test_what_each_rank_holds_is_one_row_per_gpu_degree_and_budget():
+    spec = SweepSpec(name="t", engine=EngineKind.SIM, gpus=("H100", "H200"), policies=("fcfs", "lmcache"), jps=(1, 3),
+                     dram_gb=(400,), model="llama-3.1-70b", tp=(4,))  # fmt: skip
+    table = rank_holdings(expand(spec)).set_index("gpu")
+    assert list(table.index) == ["H100", "H200"] and (table.tp == 4).all()
+    assert table.weights_gb_per_rank.round(1).tolist() == [35.3, 35.3] and (table.cpu_tier_gib_per_rank == 100).all()
+    assert table.loc["H100", "kv_tokens"] == 429_984 and round(table.loc["H100", "kv_gib_per_rank"], 1) == 32.8

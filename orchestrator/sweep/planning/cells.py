@@ -29,8 +29,8 @@ KEY_VERSION = 1
 
 # Host memory a vLLM replica takes besides its CPU KV tier, per rank: the API server and engine-core processes with
 # torch and the CUDA runtime, the tokenizer, LMCache's staging buffers, and a tensor-parallel replica's worker process
-# per rank beside them. An upper-leaning estimate; the doctor prints each replica's measured resident memory beside it. The CPU engine's figure covers the
-# tiny model and its KV pool, which live in host memory there.
+# per rank beside them. An upper-leaning estimate; the doctor prints each replica's measured resident memory beside
+# it. The CPU engine's figure covers the tiny model and its KV pool, which live in host memory there.
 REPLICA_HOST_GIB = {"gpu": 16.0, "cpu": 4.0}
 
 

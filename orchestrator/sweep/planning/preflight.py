@@ -19,8 +19,8 @@ import pandas as pd
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.policies import get_policy
 from orchestrator.sizing.agent import agent_working_sets
-from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, regime, size
-from orchestrator.sizing.models import load_model
+from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, Sizing, regime, size
+from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.sweep.planning.cells import CellSpec
 
 
@@ -43,9 +43,7 @@ def preflight(cell: CellSpec) -> Preflight:
     sets = agent_working_sets(cell.workload, arch, gpu, cell.replicas)
     block = options.block_size_on(cell.gpu)
     has_cpu_tier = get_policy(cell.policy).has_cpu_tier
-    sizing = size(arch, cell.gpu, gpu.memory_gib, tp=cell.tp, utilization=options.gpu_memory_utilization,
-                  overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=block,
-                  cpu_gib=cell.dram_gb if has_cpu_tier and cell.dram_gb > 0 else None)  # fmt: skip
+    sizing = replica_sizing(cell, arch, cpu_gib=cell.dram_gb if has_cpu_tier and cell.dram_gb > 0 else None)
     gpu_tokens = options.num_kv_blocks * block if options.num_kv_blocks is not None else sizing.gpu_kv_tokens
     fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
     each = " per replica" if cell.replicas > 1 else ""
@@ -57,6 +55,14 @@ def preflight(cell: CellSpec) -> Preflight:
         note += f"; {sizing.rank_phrase()}"
     warn = (fit is Regime.FITS_ON_GPU and has_cpu_tier) or fit is Regime.QUEUEING
     return Preflight(fit, note, warn)
+
+
+def replica_sizing(cell: CellSpec, arch: ModelArch, cpu_gib: float | None = None) -> Sizing:
+    """The sizing library's replica of ``cell`` (of ``arch``, on a GPU type of the catalogue): its degree, utilization
+    and block size with the overhead the simulator sizes with, and a CPU tier of ``cpu_gib`` where given."""
+    options = cell.engine_options
+    return size(arch, cell.gpu, GPU_TYPES[cell.gpu].memory_gib, tp=cell.tp, utilization=options.gpu_memory_utilization,
+                overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=options.block_size_on(cell.gpu), cpu_gib=cpu_gib)
 
 
 NO_ESTIMATE = "no estimate"

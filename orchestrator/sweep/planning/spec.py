@@ -21,7 +21,7 @@ from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import check_simulable
 from orchestrator.sim.profile import CpuProfile
 from orchestrator.sizing.models import load_model
-from orchestrator.sizing.parallel import TP_DEGREES, default_tp, pool_holds, tp_problem
+from orchestrator.sizing.parallel import TP_DEGREES, default_tp, holding_degrees, tp_problem
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
 
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
@@ -221,7 +221,8 @@ class SweepSpec(BaseModel):
 
     def _check_degrees(self) -> None:
         """A degree vLLM refuses for the model's heads, or whose KV pool cannot hold one ``max_model_len`` sequence
-        (with the sizing's margin, ``sizing.parallel.pool_holds``) on a GPU type a real or simulated replica would run on, is one line now rather than a failed start."""
+        (with the sizing's margin, ``sizing.parallel.holding_degrees``) on a GPU type a real or simulated replica
+        would run on, is one line now rather than a failed start."""
         try:
             arch = load_model(self.model)
         except ValueError:
@@ -233,14 +234,14 @@ class SweepSpec(BaseModel):
             return  # no model is served: any degree places
         options = self.engine_options
         for gpu in (gpu for gpu in self.gpus if gpu != CPU):
+            holding = holding_degrees(arch, gpu, options.gpu_memory_utilization, options.max_model_len)
             for degree in self.tp:
-                if not pool_holds(arch, gpu, degree, options.gpu_memory_utilization, options.max_model_len):
-                    fitting = [d for d in TP_DEGREES if tp_problem(arch, d) is None and
-                               pool_holds(arch, gpu, d, options.gpu_memory_utilization, options.max_model_len)]  # fmt: skip
+                if degree not in holding:
                     raise ValueError(
                         f"--tp {degree}: {self.model} on {degree} {gpu} GPU(s) at utilization "
-                        f"{options.gpu_memory_utilization:g} leaves too small a KV pool for one {options.max_model_len}-token "
-                        f"sequence; valid on {gpu}: --tp {','.join(map(str, fitting)) or '(none)'}"
+                        f"{options.gpu_memory_utilization:g} leaves too small a KV pool for one "
+                        f"{options.max_model_len}-token sequence; valid on {gpu}: "
+                        f"--tp {','.join(map(str, holding)) or '(none)'}"
                     )
 
     def replica_setups(self) -> tuple[tuple[int, RouterKind | None], ...]:

@@ -231,9 +231,9 @@ class WorkerPool:
         _end_actors(workers, STOP_GRACE_S)
         for worker in workers:
             self.workers.remove(worker)
-        first, cell = workers[0].slot, started.cell
-        holds = (0, 0.0) if cell.router is not None else (cell.tp, cell.replica_host_gib)
-        slot = replace(first, memory_gib=holds[1], gang_size=len(workers), num_gpus=holds[0])
+        cell, routed = started.cell, started.cell.router is not None
+        slot = replace(workers[0].slot, gang_size=len(workers), num_gpus=0 if routed else cell.tp,
+                       memory_gib=0.0 if routed else cell.replica_host_gib)  # fmt: skip
         coordinator = Worker(slot, lent=tuple(workers))
         coordinator.create()
         self.workers.append(coordinator)
