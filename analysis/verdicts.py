@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records.cell import CellStatus
-from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
+from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct, mean_time
 from orchestrator.records.schema import JobStatus
 from orchestrator.records.verdict import Verdict, VerdictKind
 from orchestrator.sim.error_bands import SimErrors
@@ -85,11 +85,6 @@ def censored_job_times(jobs: pd.DataFrame) -> pd.DataFrame:
     spans = censored_times(jobs.arrival_at.to_numpy(), jobs.finished_at.to_numpy(dtype=float))
     completed = jobs.status == JobStatus.COMPLETED.value
     return pd.DataFrame({"job_index": jobs.job_index, "time_s": spans, "completed": completed}).set_index("job_index")
-
-
-def margin_pct(leader: np.ndarray, rival: np.ndarray) -> np.ndarray:
-    """How much lower the leader's mean job time is than the rival's, in percent of the rival's."""
-    return (rival.mean(axis=-1) - leader.mean(axis=-1)) / rival.mean(axis=-1) * 100
 
 
 def completion_gap_pct(leader: np.ndarray, rival: np.ndarray) -> np.ndarray:

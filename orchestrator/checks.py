@@ -5,13 +5,13 @@ GPU box, the doctor inside a Ray task on each node type.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from orchestrator.evidence.tier import lmcache_stores, simple_offload_stores
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies import TierKind, get_policy
@@ -61,7 +61,7 @@ def node_checks(target: str, model: str, weights: Weights, needs_lmcache: bool) 
         stack = pool.submit(read_node_stack)
         server = pool.submit(_server_imports, target)
         sees_gpu = pool.submit(_torch_sees_gpu, target) if target != CPU else None
-        checks = [_stack_check(target, stack.result(), needs_lmcache)]
+        checks = [stack_check(target, stack.result(), needs_lmcache)]
         if sees_gpu is not None:
             checks += [_driver_check(target, stack.result()), sees_gpu.result()]
         if needs_lmcache:
@@ -71,7 +71,7 @@ def node_checks(target: str, model: str, weights: Weights, needs_lmcache: bool) 
     return checks
 
 
-def _stack_check(target: str, stack: NodeStack, needs_lmcache: bool) -> Check:
+def stack_check(target: str, stack: NodeStack, needs_lmcache: bool) -> Check:
     tested = stack_of(stack, needs_lmcache)
     runtime = f"CUDA {stack.cuda}, driver {stack.driver}"
     if tested is None:
@@ -182,35 +182,26 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
         if counters.kv_offload_store_bytes is None:
             return _simple_offload_evidence(target, name, outcome)
         stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
-        return Check(target, name, stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB")
+        return Check(target, name, stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB; "
+                     f"it {_served(counters)}")  # fmt: skip
     later = [r for r in outcome.requests if r.turn and r.turn > 1 and r.best_cached_tokens]
     hit = sum(r.cached_tokens or 0 for r in later) / max(1, sum(r.best_cached_tokens for r in later))
     return Check(target, name, hit > 0.5, f"turns 2+ hit {hit:.0%} of their best prefix-cache share")
 
 
-# LMCache logs each store; vLLM exports no store counter for its connector (the kv_offload_* counters are its own
-# OffloadingConnector's), as the first H200 cell showed: LMCache logged its stores while those counters stayed 0.
-_LMCACHE_STORED = re.compile(r"LMCache INFO:.*?Stored (\d+) out of total \d+ tokens")
-
-
 def _lmcache_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
     """LMCache's stores from its log lines in the cell's share of the server log, its loads from vLLM's external
     prefix-cache counters (tokens found in LMCache's tier)."""
-    stores = [int(tokens) for tokens in _LMCACHE_STORED.findall(outcome.server_log)]
+    stores = lmcache_stores(outcome.server_log)
     detail = (f"LMCache stored {sum(stores):,} tokens in {len(stores)} stores (its log); its tier "
               f"{_served(outcome.config.tier_counters)}")  # fmt: skip
     return Check(target, name, sum(stores) > 0, detail)
 
 
-# vLLM 0.26's SimpleCPUOffloadConnector exports no counter (its manager's metrics are a TODO there): its stores are
-# debug lines, which its policy's logging configuration lets through (replica/vllm_logging.json).
-_SIMPLE_OFFLOAD_STORED = re.compile(r"Store event \d+ completed: cached (\d+) blocks to CPU")
-
-
 def _simple_offload_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
     """A CPU tier whose connector exports no offload counters: its completed stores from its debug lines, its loads
     from vLLM's external prefix-cache counters."""
-    blocks = sum(int(count) for count in _SIMPLE_OFFLOAD_STORED.findall(outcome.server_log))
+    blocks = sum(simple_offload_stores(outcome.server_log))
     facts = outcome.config.engine_facts
     tokens = f" ({blocks * facts.block_size:,} tokens)" if facts and facts.block_size else ""
     detail = f"CPU tier stored {blocks:,} blocks{tokens} (its debug log); it {_served(outcome.config.tier_counters)}"

@@ -11,7 +11,10 @@ Stages, in order, each timed:
    the server's start split into its phases, and whether it ran eager or with CUDA graphs;
 3. profile: the fcfs cell's step trace as the GPU's rates (``orchestrator.sim.gpu_profile``), with the
    simulator's step-time error before and after;
-4. source study: its low-load cells (1 and 3 JPS, fcfs and continuum) beside its published and simulated JCTs.
+4. source study: its low-load cells (1 and 3 JPS, fcfs and continuum) beside its published and simulated JCTs;
+5. pressure: the pressure plan (``evidence.pressure``): fcfs, lmcache, native-offload and continuum where the GPU's
+   KV pool overflows and a CPU tier must serve, each cell's regime and the simulator's prediction printed before it
+   runs, then each measured beside its prediction, and each policy's JCT against fcfs over the same jobs.
 
 A stage starts only when its estimate fits in the budget left (``evidence.budget``), else it is skipped with the
 reason. After every stage the evidence is packed into ``--out`` as three files (``evidence.pack``), so a run cut
@@ -37,11 +40,27 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
-from orchestrator.checks import Check, checked_cell, format_table, node_checks
-from orchestrator.evidence.budget import DOCTOR_S, FIRST_START_S, PROFILE_S, Budget
+from orchestrator.checks import Check, checked_cell, format_table, node_checks, stack_check
+from orchestrator.evidence.budget import DOCTOR_S, FIRST_START_S, PROFILE_S, RESET_S, Budget
 from orchestrator.evidence.pack import EvidenceHeader, StageResult, pack, stage_table
+from orchestrator.evidence.pressure import (
+    BASELINE,
+    PRESSURE_POLICIES,
+    CellFacts,
+    PressurePoint,
+    cell_facts,
+    cell_regime,
+    margins,
+    pressure_cells,
+    pressure_point,
+    rehearsal_point,
+    simulated,
+    winner,
+)
+from orchestrator.evidence.pressure import WINDOW_S as PRESSURE_WINDOW_S
 from orchestrator.evidence.startup import start_split
 from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
+from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights, served_model
 from orchestrator.policies import POLICIES, get_policy
 from orchestrator.records.cell import CellOutcome
@@ -53,6 +72,7 @@ from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_j
 from orchestrator.sim.gpu_profile import measure_profile, step_error, trace_steps
 from orchestrator.sim.hardware import Calibration, Device
 from orchestrator.sim.profile import fit_step_costs
+from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import served_cell
@@ -62,11 +82,12 @@ from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.validation import first_line, one_line
 
 EVIDENCE_POLICIES = ("fcfs", "continuum", "lmcache", "native-offload")
-STAGES = ("doctor", "cells", "profile", "source-study")
+STAGES = ("doctor", "cells", "profile", "source-study", "pressure")
 SOURCE_STUDY = "fcfs:1,fcfs:3,continuum:1,continuum:3"  # its low-load cells, POLICY:JPS
 PROFILED_POLICY = "fcfs"
 MIN_PROFILE_STEPS = 20
 BUILT_FOR_GPU = "H100"  # the GPU a CUDA-only policy's command line is built for in a CPU rehearsal
+UNREAD_STACK = "(read by the doctor, or by the first cell)"
 
 
 class Cut(BaseException):
@@ -96,6 +117,11 @@ def parser() -> argparse.ArgumentParser:
                    f"(default: {FIRST_START_S['gpu']:g} on a GPU, {FIRST_START_S['cpu']:g} on cpu); a previous "
                    "call's measured start is a closer one")
     p.add_argument("--kv-blocks", help="fix the KV pool in blocks, or auto (run_cell's default per device)")
+    p.add_argument("--pressure-policies", default=",".join(PRESSURE_POLICIES), help="the pressure stage's policies, "
+                   "in the order they run (the first is the baseline every other is compared with)")
+    p.add_argument("--pressure-window-s", type=float, help=f"the pressure cells' arrival window; default: "
+                   f"{PRESSURE_WINDOW_S:g} on a GPU (the load and pool are the sizing's), the cells stage's on cpu "
+                   "(and its load, pool and tier, so that its replica serves both)")  # fmt: skip
     return p
 
 
@@ -107,6 +133,8 @@ class Plan:
     stages: tuple[str, ...]
     cells: tuple[PolicyCell, ...]
     source_study: tuple[CellSpec, ...]
+    pressure_point: PressurePoint | None = None  # None when the pressure stage is not asked for
+    pressure: tuple[PolicyCell, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,7 +176,31 @@ def plan_from(args: argparse.Namespace) -> Plan:
             cells.append(PolicyCell(policy, cell_from(flags)))
     source = tuple(cell_from(argparse.Namespace(**{**base, "policy": policy, "jps": jps, "duration_s": source_duration}))
                    for policy, jps in _policy_loads(args.source_cells))  # fmt: skip
-    return Plan(args.gpu, stages, tuple(cells), source)
+    point, pressure = None, ()
+    if "pressure" in stages:
+        if (policies := _names(args.pressure_policies, tuple(POLICIES), "--pressure-policies"))[0] != BASELINE:
+            raise ValueError(f"--pressure-policies {args.pressure_policies!r}: the first is the baseline; valid: "
+                             f"{BASELINE} first, e.g. {','.join(PRESSURE_POLICIES)}")  # fmt: skip
+        model = args.model or (None if on_cpu else LLAMA_8B)
+        if on_cpu:
+            cells_pool = cell_from(argparse.Namespace(**{**base, "policy": BASELINE, "jps": args.jps, "duration_s": duration}))
+            point = rehearsal_point(args.jps, args.pressure_window_s or duration, cells_pool.engine_options.num_kv_blocks,
+                                    cells_pool.engine_options.block_size_on(CPU), args.dram_gb)  # fmt: skip
+            model = cells_pool.model
+        else:
+            point = pressure_point(args.gpu, model, args.pressure_window_s or PRESSURE_WINDOW_S)
+        pressure = tuple(_pressure_entry(cell, on_cpu) for cell in pressure_cells(
+            point, policies, model, Weights(weights), scale=cells_pool.workload.scale if on_cpu else 1.0))  # fmt: skip
+    return Plan(args.gpu, stages, tuple(cells), source, point, pressure)
+
+
+def _pressure_entry(cell: CellSpec, on_cpu: bool) -> PolicyCell:
+    """A pressure cell, or on cpu for a CUDA-only policy the server command the same cell runs on an H100."""
+    if not (on_cpu and get_policy(cell.policy).needs_cuda):
+        return PolicyCell(cell.policy, cell)
+    point = pressure_point(BUILT_FOR_GPU, LLAMA_8B)
+    on_gpu = pressure_cells(point, (cell.policy,), LLAMA_8B, Weights.DUMMY)[0]
+    return PolicyCell(cell.policy, None, _server_command(on_gpu))
 
 
 def _policy_loads(text: str) -> list[tuple[str, float]]:
@@ -182,7 +234,7 @@ class EvidenceRun:
         self.on_gpu = plan.target != CPU
         # Set when a compiled start failed on the GPU: every later cell runs eager, and says so.
         self.eager_because: str | None = None
-        self.header = EvidenceHeader(command, plan.target, _device_name(self.on_gpu), "(read by the doctor)",
+        self.header = EvidenceHeader(command, plan.target, _device_name(self.on_gpu), UNREAD_STACK,
                                      budget.total_s)  # fmt: skip
 
     def run(self) -> list[StageResult]:
@@ -247,18 +299,28 @@ class EvidenceRun:
                        lambda cell=entry.cell: self._policy_cell(cell))  # fmt: skip
 
     def _policy_cell(self, cell: CellSpec) -> StageResult:
+        return self._checked_stage(f"cell {cell.policy}", cell, self.work / "cells" / cell.policy)[0]
+
+    def _checked_stage(self, name: str, cell: CellSpec, directory: Path) -> tuple[StageResult, CellOutcome]:
+        """``cell`` run with its evidence (``checks.checked_cell``), its files in ``directory``, its server's start
+        split where it started one; eager from then on if a compiled start failed."""
         ran = self._settled(cell)
         outcome, checks = self._checked(ran)
         if self.on_gpu and self.eager_because is None and _start_failed(outcome):
             # One failed compiled start (torch.compile or CUDA-graph capture) must not cost every cell after it.
             self.eager_because = f"the {cell.policy} cell's compiled start failed: {_why_not_done(outcome)}"
-            self._save_cell(self.work / "cells" / f"{cell.policy}-compiled", outcome)
+            self._save_cell(directory.with_name(f"{directory.name}-compiled"), outcome)
             ran = self._settled(cell)
             outcome, checks = self._checked(ran)
-        summary = self._save_cell(self.work / "cells" / cell.policy, outcome)
+        summary = self._save_cell(directory, outcome)
+        if self.header.stack == UNREAD_STACK and outcome.config.stack is not None:  # no doctor ran: the cell read it
+            self.header = replace(self.header, stack=stack_check(self.plan.target, outcome.config.stack,
+                                                                 get_policy(cell.policy).uses_lmcache).detail)
         replica_log = self.worker.replica_log()
         eager = ran.engine_options.enforce_eager if ran.engine_options.enforce_eager is not None else not self.on_gpu
         settings = "eager" if eager else "torch.compile and CUDA graphs"
+        if ran.engine_options.max_num_seqs is not None:
+            settings += f", max_num_seqs {ran.engine_options.max_num_seqs}"
         facts: dict = {"policy": cell.policy, "settings": settings, "checks": [asdict(check) for check in checks],
                        "jct_mean_s": summary.jct_mean_s if summary else None}  # fmt: skip
         table = format_table(checks)
@@ -274,7 +336,7 @@ class EvidenceRun:
             detail = _why_not_done(outcome)
         else:
             detail = f"{failed[0].name}: {failed[0].detail}" if failed else _cell_line(outcome, summary)
-        return StageResult(f"cell {cell.policy}", status, 0.0, detail, table, facts)
+        return StageResult(name, status, 0.0, detail, table, facts), outcome
 
     def _save_cell(self, directory: Path, outcome: CellOutcome) -> CellSummary | None:
         """The cell's files as a sweep keeps them, and its replica's whole log (the start is at its top)."""
@@ -345,8 +407,107 @@ class EvidenceRun:
         return StageResult(name, "done", 0.0, detail, facts=facts)
 
 
+    def _pressure(self) -> None:
+        """The plan printed first (each cell's regime and prediction), then each cell measured beside its prediction,
+        then every policy's JCT against the baseline's over the same jobs."""
+        point = self.plan.pressure_point
+        predicted = {entry.policy: prediction for entry in self.plan.pressure
+                     if entry.cell and (prediction := self._predicted(entry.cell)) is not None}  # fmt: skip
+        self._record(StageResult("pressure plan", "done", 0.0, point.describe(), _plan_table(self.plan.pressure, predicted),
+                                 {"point": asdict(point), "predicted": {p: f.as_dict() for p, f in predicted.items()}}))
+        measured: dict[str, tuple[CellFacts, CellOutcome]] = {}
+        for entry in self.plan.pressure:
+            name = f"pressure {entry.policy}"
+            if entry.cell is None:
+                why = f"needs CUDA, not run on cpu; its {BUILT_FOR_GPU} pressure server command built"
+                self._record(StageResult(name, "skipped", 0.0, why, entry.gpu_command or "",
+                                         {"server_command": entry.gpu_command}))  # fmt: skip
+                continue
+            needs_start = not self.worker.keeps_replica_for(self._settled(entry.cell))
+            prediction = predicted.get(entry.policy)
+            if prediction is not None and prediction.span_s is not None:
+                estimate = (self.budget.start_estimate_s() if needs_start else 0.0) + prediction.span_s + RESET_S
+            else:
+                estimate = self.budget.cell_estimate_s(entry.cell.workload, needs_start)
+            self.stage(name, estimate, lambda cell=entry.cell: self._pressure_cell(cell, prediction, measured))
+        if BASELINE in measured:
+            self._record(_verdict_stage(measured, predicted))
+
+    def _predicted(self, cell: CellSpec) -> CellFacts | None:
+        """The simulator's prediction of ``cell`` (None where it has no roofline: cpu)."""
+        if cell.gpu not in GPU_TYPES:
+            return None
+        twin = simulated(cell)
+        return cell_facts(twin, self.worker.run(twin, RunLimits()))
+
+    def _pressure_cell(self, cell: CellSpec, prediction: CellFacts | None,
+                       measured: dict[str, tuple[CellFacts, CellOutcome]]) -> StageResult:  # fmt: skip
+        result, outcome = self._checked_stage(f"pressure {cell.policy}", cell, self.work / "pressure" / cell.policy)
+        regime = cell_regime(cell)
+        called = ("a pressure cell" if regime is Regime.OFFLOAD_WINDOW else
+                  f"not a pressure cell: {regime.value if regime else 'the sizing has no estimate here'}")  # fmt: skip
+        facts = dict(result.facts, regime=regime.value if regime else None, pressure_cell=regime is Regime.OFFLOAD_WINDOW,
+                     predicted=prediction.as_dict() if prediction else None)  # fmt: skip
+        if not outcome.status.is_done:
+            return replace(result, facts=facts)
+        found = cell_facts(cell, outcome)
+        measured[cell.policy] = (found, outcome)
+        facts["measured"] = found.as_dict()
+        table = result.table + "\n" + _facts_line("measured", found) + (
+            "\n" + _facts_line("predicted", prediction) if prediction else "")  # fmt: skip
+        return replace(result, detail=f"{result.detail}; {called}", table=table, facts=facts)
+
 # -- helpers ---------------------------------------------------------------------------------------------------
 
+
+def _plan_table(entries: tuple[PolicyCell, ...], predicted: dict[str, CellFacts]) -> str:
+    """Each pressure cell's regime by the sizing's estimate and the simulator's prediction, before anything runs."""
+    lines = []
+    for entry in entries:
+        if entry.cell is None:
+            lines.append(f"{entry.policy}: needs CUDA (its server command is built)")
+            continue
+        regime = cell_regime(entry.cell)
+        line = f"{entry.policy}: regime {regime.value if regime else 'no estimate (cpu)'}"
+        if (prediction := predicted.get(entry.policy)) is not None:
+            line += "; " + _facts_line("predicted", prediction)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _facts_line(label: str, facts: CellFacts) -> str:
+    text = (f"{label}: {facts.completed}/{facts.jobs} jobs, mean JCT {_seconds(facts.jct_mean_s)}, p90 "
+            f"{_seconds(facts.jct_p90_s)}, TTFT p50 {_seconds(facts.ttft_p50_s)}, span {_seconds(facts.span_s)}, GPU "
+            f"prefix {facts.gpu_hit_share or 0:.0%} of {facts.prompt_tokens:,.0f} prompt tokens")  # fmt: skip
+    if facts.tier_hit_tokens is not None:
+        share = f" ({facts.tier_served_share:.0%})" if facts.tier_served_share is not None else ""
+        looked_up = f" of {facts.tier_looked_up_tokens:,.0f} looked up" if facts.tier_looked_up_tokens else ""
+        text += (f", CPU tier stored {facts.tier_stored_tokens or 0:,.0f} tokens ({facts.tier_stored_from}) and served "
+                 f"{facts.tier_hit_tokens:,.0f}{looked_up}{share}")  # fmt: skip
+    if facts.preemptions is not None:
+        text += f", {facts.preemptions} preemptions"
+    return text
+
+
+def _verdict_stage(measured: dict[str, tuple[CellFacts, CellOutcome]], predicted: dict[str, CellFacts]) -> StageResult:
+    """Every policy's mean JCT against the baseline's over the same jobs, measured (a paired bootstrap interval)
+    beside the simulator's margin, and which policy won in each."""
+    found = margins({policy: outcome for policy, (_, outcome) in measured.items()}, predicted)
+    lines, facts = [], {}
+    for margin in found:
+        interval = margin.measured
+        facts[margin.policy] = {"margin_pct": interval.estimate, "margin_lo_pct": interval.lo,
+                                "margin_hi_pct": interval.hi, "predicted_margin_pct": margin.predicted_pct}  # fmt: skip
+        beside = f"; simulated {margin.predicted_pct:+.1f}%" if margin.predicted_pct is not None else ""
+        lines.append(f"{margin.policy} vs {BASELINE}: {interval.estimate:+.1f}% [{interval.lo:+.1f}, {interval.hi:+.1f}] "
+                     f"lower mean JCT{beside}")  # fmt: skip
+    winners = {"measured": winner({policy: f for policy, (f, _) in measured.items()}),
+               "predicted": winner({policy: f for policy, f in predicted.items() if policy in measured})}  # fmt: skip
+    facts["winner"] = winners
+    lines.append(f"winner: measured {winners['measured']}, predicted {winners['predicted'] or '-'}")
+    detail = f"{len(found)} policies against {BASELINE}; winner {winners['measured']}" + (
+        f" (predicted {winners['predicted']})" if winners["predicted"] else "")  # fmt: skip
+    return StageResult("pressure verdict", "done", 0.0, detail, "\n".join(lines), facts)
 
 def _timed(result: StageResult, started: float) -> StageResult:
     return replace(result, seconds=time.monotonic() - started)

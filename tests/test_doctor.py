@@ -3,7 +3,7 @@ offline bundle (tests/test_bundle.py)."""
 
 from types import SimpleNamespace
 
-from orchestrator.checks import _driver_check, _lmcache_evidence, _simple_offload_evidence, _stack_check, format_table
+from orchestrator.checks import _driver_check, _lmcache_evidence, _simple_offload_evidence, stack_check, format_table
 from orchestrator.doctor import doctor_cells, not_checked_here
 from orchestrator.records.cell import EngineFacts, NodeStack, TierCounters
 
@@ -33,16 +33,16 @@ def test_the_table_says_what_was_not_checked():
     assert "GPU-only checks" in table
 
 
-def test_the_stack_check_names_the_tested_stack_a_node_has_and_refuses_other_combinations():
-    ok = _stack_check("H100", NodeStack("0.26.0", "0.5.3", "2.11.0", "13.0", "580.65.06", None), needs_lmcache=True)
+def test_thestack_check_names_the_tested_stack_a_node_has_and_refuses_other_combinations():
+    ok = stack_check("H100", NodeStack("0.26.0", "0.5.3", "2.11.0", "13.0", "580.65.06", None), needs_lmcache=True)
     assert ok.ok and ok.detail.endswith("tested stack vllm-0.26")
-    mixed = _stack_check("H100", NodeStack("0.26.0", "0.5.6", "2.11.0", "13.0", "580.65.06", None), needs_lmcache=True)
+    mixed = stack_check("H100", NodeStack("0.26.0", "0.5.6", "2.11.0", "13.0", "580.65.06", None), needs_lmcache=True)
     assert mixed.ok is False and "\n" not in mixed.detail
     found = "untested combination: vllm 0.26.0, lmcache 0.5.6, torch 2.11.0"
     assert mixed.detail.startswith(f"{found}; tested stacks: vllm-0.32")
-    cpu = _stack_check("cpu", NodeStack("0.32.0", None, "2.13.0+cpu", None, None, "lmcache is not installed"), False)
+    cpu = stack_check("cpu", NodeStack("0.32.0", None, "2.13.0+cpu", None, None, "lmcache is not installed"), False)
     assert cpu.ok and cpu.detail.endswith("tested stack vllm-0.32")
-    no_lmcache = _stack_check("H100", NodeStack("0.32.0", None, "2.13.0", "13.0", "580.65.06", "not installed"), True)
+    no_lmcache = stack_check("H100", NodeStack("0.32.0", None, "2.13.0", "13.0", "580.65.06", "not installed"), True)
     assert no_lmcache.ok is False  # an lmcache cell needs LMCache beside vLLM
 
 

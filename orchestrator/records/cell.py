@@ -152,7 +152,7 @@ class SimStats:
     load_stall_s: float = 0.0
     tier_store_bytes: float = 0.0
     tier_load_bytes: float = 0.0
-    tier_hits: int = 0
+    tier_hit_tokens: int = 0
     tier_counters: TierCounters = field(default_factory=TierCounters)  # as the real engine's counters say it
 
     @classmethod
@@ -235,8 +235,14 @@ _READERS: dict[str, Callable[[dict], object]] = {
     "reset_proof": lambda value: ResetProof(**value),
     "request_options": lambda value: _request_options(**value),
     "schedule_stats": lambda value: ScheduleStats(**value),
-    "simulation": lambda value: SimStats(**value | {"tier_counters": TierCounters(**value["tier_counters"])}),
+    "simulation": lambda value: _sim_stats(**value),
 }  # fmt: skip
+
+
+def _sim_stats(tier_counters: dict, tier_hits: int | None = None, **stats) -> SimStats:
+    """``tier_hits``, in files written before the simulator counted its tier's hits in tokens as vLLM does, counted
+    requests: it has no place now (those files' ``tier_load_bytes`` hold the tokens)."""
+    return SimStats(**stats, tier_counters=TierCounters(**tier_counters))
 
 
 def _request_options(answer_token_ids: list[int] | None, **options) -> RequestOptions:

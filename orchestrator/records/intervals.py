@@ -50,6 +50,11 @@ def mean_time(times: np.ndarray) -> np.ndarray:
     return times.mean(axis=-1)
 
 
+def margin_pct(leader: np.ndarray, rival: np.ndarray) -> np.ndarray:
+    """How much lower the leader's mean job time is than the rival's, in percent of the rival's."""
+    return (rival.mean(axis=-1) - leader.mean(axis=-1)) / rival.mean(axis=-1) * 100
+
+
 def censored_times(arrival_at: np.ndarray, finished_at: np.ndarray) -> np.ndarray:
     """Each job's time from arrival to its end: a completed job's completion time, a job that timed out or
     failed at the moment it was cut (it took at least that). A job with no end at all (no answer before its

@@ -175,10 +175,10 @@ class EngineCore:
             landed = self._h2d.transfer(start, cost.copy_s(loaded))
             stats.load_stall_s += max(0.0, landed - forward_end)
             forward_end = max(forward_end, landed)
-            self._count_loads(loaded, len(plan.loads))
+            self._count_loads(loaded)
         for request, num_tokens in plan.async_loads:
             request.ready_at = self._h2d.transfer(start, cost.copy_s(num_tokens))
-            self._count_loads(num_tokens, 1)
+            self._count_loads(num_tokens)
         save_stall = 0.0
         if num_saved:
             copied = self._d2h.transfer(start, cost.copy_s(num_saved))
@@ -230,16 +230,18 @@ class EngineCore:
                 free_blocks=self.scheduler.pool.num_free,
             ))  # fmt: skip
 
-    def _count_loads(self, num_tokens: int, num_requests: int) -> None:
+    def _count_loads(self, num_tokens: int) -> None:
         self.stats.tier_load_bytes += num_tokens * self.cost.kv_bytes_per_token
-        self.stats.tier_hits += num_requests
+        self.stats.tier_hit_tokens += num_tokens
 
     def finish_stats(self) -> SimStats:
         stats = self.stats
         stats.n_preemptions = self.scheduler.n_preemptions
         stats.evicted_blocks = self.scheduler.pool.evicted_blocks
         if self.scheduler.tier is not None:
+            # As vLLM counts them: tokens looked up in the tier at each admission, and the tokens it had.
             stats.tier_counters = TierCounters(kv_offload_store_bytes=stats.tier_store_bytes,
                                                kv_offload_load_bytes=stats.tier_load_bytes,
-                                               external_prefix_cache_hits=float(stats.tier_hits))  # fmt: skip
+                                               external_prefix_cache_queries=float(self.scheduler.tier_queried_tokens),
+                                               external_prefix_cache_hits=float(stats.tier_hit_tokens))  # fmt: skip
         return stats

@@ -39,6 +39,12 @@ class SimErrors:
     policies: Mapping[str, float]
     gpus: Mapping[str, float] = field(default_factory=dict)
 
+    def cell_band(self, gpu: str, policy: str) -> float:
+        """The relative error of one simulated cell's mean JCT: its policy's and its GPU's combined as independent.
+        An unmeasured policy or GPU takes the largest of its kind."""
+        policy_error = self.policies.get(policy, max(self.policies.values(), default=0.0))
+        return math.hypot(policy_error, self.gpus.get(gpu, max(self.gpus.values(), default=0.0)))
+
     def band_pct(self, gpu: str, a: str, b: str) -> float:
         """The margin a simulated comparison of policies ``a`` and ``b`` on ``gpu`` must clear, in percent: the two
         policies' errors and the GPU's combined as independent (root sum of squares). An unmeasured policy or GPU

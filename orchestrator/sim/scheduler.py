@@ -137,6 +137,7 @@ class SimScheduler:
         self.running: list[SimRequest] = []
         self.waiting = request_queue(config.job_priority)
         self.n_preemptions = 0
+        self.tier_queried_tokens = 0  # a prompt's tokens beyond its GPU hit, looked up in the CPU tier at admission
         self._pinned_shared: dict[str, SharedHold] = {}  # a pinned job's shared segments, held with its pin
 
     # Requests in and out.
@@ -237,6 +238,8 @@ class SimScheduler:
                 if not self._make_room(request, must_fit + hit_blocks, plan, shared_hit):
                     break
             self.waiting.pop()
+            if self.tier is not None:
+                self.tier_queried_tokens += request.num_tokens - hit_tokens
             if request.shared_segments:
                 request.shared_hold = self.pool.hold_shared(request.shared_segments, shared_hit)
             self._take_hit(request, hit_blocks, from_pin, plan)

@@ -1,0 +1,169 @@
+"""Command line: the pressure plan's predictions, written before a GPU runs it, and its measurement beside them after.
+
+    python -m orchestrator.pressure_plan predict --gpus H100 H200 --out docs/gpu-runs/pressure-predictions.json
+    python -m orchestrator.pressure_plan compare docs/gpu-runs/pressure-predictions.json OUT/evidence.json
+
+``predict`` runs every cell of the plan (``evidence.pressure``: the sizing's load, pool and tier for each GPU type)
+in the simulator, as a sweep's worker runs a simulated cell, and writes each cell's figures, its regime, the
+simulator's error band, the margins against fcfs and the predicted winner as JSON, with a Markdown page beside it.
+``compare`` reads the evidence run's ``evidence.json`` (its pressure stage) and prints, per cell, the prediction
+beside the measurement with each error, whether the mean JCT fell inside the band, and whether the winner matched.
+Bad input fails before anything runs, with one line naming the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from orchestrator.evidence.budget import FIRST_START_S, RESET_S, START_SLACK
+from orchestrator.evidence.pressure import (
+    BASELINE,
+    PRESSURE_POLICIES,
+    CellFacts,
+    cell_facts,
+    cell_regime,
+    compare,
+    comparison_table,
+    margins,
+    pressure_cells,
+    pressure_point,
+    simulated,
+    winner,
+)
+from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.models.served import Weights
+from orchestrator.sim.error_bands import load_errors
+from orchestrator.sweep.planning.spec import RunLimits
+from orchestrator.sweep.runtime.worker import CellWorker
+
+# What the H200 sessions measured with the kit: a first start on a fresh machine, and a later one of the same model.
+MEASURED_FIRST_START_S = 100.0
+MEASURED_LATER_START_S = 72.0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m orchestrator.pressure_plan", description=__doc__.split("\n")[0])
+    commands = p.add_subparsers(dest="command", required=True)
+    predict = commands.add_parser("predict", help="the plan's cells in the simulator, written as JSON and Markdown")
+    predict.add_argument("--gpus", nargs="+", default=["H100", "H200"], help="GPU types of the catalogue")
+    predict.add_argument("--model", default=LLAMA_8B)
+    predict.add_argument("--out", type=Path, required=True, help="the JSON file; the Markdown page goes beside it")
+    found = commands.add_parser("compare", help="an evidence run's pressure cells beside their predictions")
+    found.add_argument("predictions", type=Path, help="the JSON file predict wrote")
+    found.add_argument("evidence", type=Path, help="the evidence run's evidence.json")
+    return p
+
+
+def predictions(gpu: str, model: str) -> dict:
+    """The plan on ``gpu``, every cell simulated: the point, and per policy its regime, figures and band."""
+    point = pressure_point(gpu, model)
+    cells = pressure_cells(point, PRESSURE_POLICIES, model, Weights.DUMMY)
+    worker, errors = CellWorker(), load_errors()
+    outcomes = {cell.policy: worker.run(simulated(cell), RunLimits()) for cell in cells}
+    facts = {cell.policy: cell_facts(cell, outcomes[cell.policy]) for cell in cells}
+    spans = sum(f.span_s or 0.0 for f in facts.values())
+    starts = MEASURED_FIRST_START_S + (len(cells) - 1) * MEASURED_LATER_START_S * START_SLACK
+    return {
+        "gpu": gpu, "model": model, "point": point.__dict__, "seed": cells[0].seed, "window_s": point.window_s,
+        "cells": {cell.policy: {"regime": (regime := cell_regime(cell)) and regime.value, "cell_key": cell.key,
+                                "band": errors.cell_band(gpu, cell.policy), **facts[cell.policy].as_dict()}
+                  for cell in cells},
+        "margins": {m.policy: m.predicted_pct for m in margins(outcomes, facts)},
+        "winner": winner(facts),
+        "budget": {"starts": len(cells), "start_s": starts, "spans_s": spans, "resets_s": len(cells) * RESET_S,
+                   "planner_first_start_s": FIRST_START_S["gpu"]},
+    }  # fmt: skip
+
+
+def predictions_markdown(plans: list[dict]) -> str:
+    lines = ["# The pressure plan's predictions", "",
+             "Written by `python -m orchestrator.pressure_plan predict` before the GPU runs the plan, so that the "
+             "measurement is a held-out test of the simulator. Each cell is the source study's workload (8 turns, "
+             "20-token answers, 0.5 s tool calls) with Llama-3.1-8B's shape, seed 42.", ""]  # fmt: skip
+    for plan in plans:
+        point, budget = plan["point"], plan["budget"]
+        lines += [f"## {plan['gpu']}", "",
+                  f"{point['jps']:g} JPS over {point['window_s']:g} s, a pool of {point['kv_blocks']:,} blocks of "
+                  f"{point['block_size']} ({point['kv_blocks'] * point['block_size']:,} tokens), a {point['dram_gb']:g} "
+                  f"GiB CPU tier, max_num_seqs {point['max_num_seqs']}; the sizing's estimate: live "
+                  f"{point['live_tokens'] / 1e3:,.0f}K, corpus {point['corpus_tokens'] / 1e3:,.0f}K tokens, offered load "
+                  f"{point['offered_load']:.2f}.", "",
+                  "| policy | regime | mean JCT (band) | p90 JCT | TTFT p50 | span | GPU prefix share | CPU tier served "
+                  "(share of looked up) | stored to tier | preemptions | vs fcfs |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for policy, cell in plan["cells"].items():
+            facts = CellFacts.of_dict(cell)
+            tier = ("-" if facts.tier_hit_tokens is None else
+                    f"{facts.tier_hit_tokens:,.0f} ({facts.tier_served_share or 0:.0%})")  # fmt: skip
+            stored = "-" if facts.tier_stored_tokens is None else f"{facts.tier_stored_tokens:,.0f}"
+            margin = plan["margins"].get(policy)
+            lines.append(
+                f"| {policy} | {cell['regime']} | {facts.jct_mean_s:.2f} s (±{cell['band']:.0%}) | {facts.jct_p90_s:.2f} s "
+                f"| {facts.ttft_p50_s:.2f} s | {facts.span_s:.1f} s | {facts.gpu_hit_share or 0:.0%} | {tier} | {stored} "
+                f"| {facts.preemptions} | {'-' if margin is None else f'{margin:+.1f}%'} |"
+            )  # fmt: skip
+        lines += ["", f"Predicted winner: **{plan['winner']}**. The plan needs {budget['starts']} server starts (one "
+                  f"per policy): about {budget['start_s']:.0f} s with the H200 sessions' measured starts "
+                  f"({MEASURED_FIRST_START_S:g} s first, {MEASURED_LATER_START_S:g} s later, with a fifth more), "
+                  f"{budget['spans_s']:.0f} s of load and {budget['resets_s']:.0f} s of reset proofs.", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def comparison_markdown(predicted: dict, evidence: dict) -> str:
+    """The evidence's pressure cells beside the predictions for its GPU."""
+    stages = {stage["name"]: stage for stage in evidence["stages"]}
+    gpu = evidence["header"]["target"]
+    plans = {plan["gpu"]: plan for plan in predicted["plans"]}
+    if gpu not in plans:
+        raise ValueError(f"the evidence ran on {gpu!r}; the predictions are for {', '.join(plans)}")
+    plan = plans[gpu]
+    measured = {name.removeprefix("pressure "): stage["facts"]["measured"] for name, stage in stages.items()
+                if name.startswith("pressure ") and stage.get("facts", {}).get("measured")}  # fmt: skip
+    rows = compare(plan["cells"], measured, gpu, load_errors())
+    verdict = stages.get("pressure verdict", {}).get("facts", {})
+    lines = [comparison_table(rows), ""]
+    for row in rows:
+        within = row.jct_within_band
+        lines.append(f"- {row.policy}: mean JCT error {row.error('jct_mean_s'):+.0%} against a band of ±{row.band:.0%}: "
+                     f"{'inside' if within else 'outside'}")  # fmt: skip
+    for policy, margin in verdict.items():
+        if policy == "winner":
+            continue
+        lines.append(f"- {policy} vs {BASELINE}: measured {margin['margin_pct']:+.1f}% [{margin['margin_lo_pct']:+.1f}, "
+                     f"{margin['margin_hi_pct']:+.1f}], predicted {plan['margins'].get(policy, float('nan')):+.1f}%")  # fmt: skip
+    measured_winner = winner({policy: CellFacts.of_dict(facts) for policy, facts in measured.items()})
+    lines.append(f"- winner: measured {measured_winner}, predicted {plan['winner']}: "
+                 f"{'matched' if measured_winner == plan['winner'] else 'missed'}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "predict":
+            unknown = [gpu for gpu in args.gpus if gpu not in GPU_TYPES]
+            if unknown:
+                raise ValueError(f"unknown --gpus {', '.join(unknown)}; valid: {', '.join(GPU_TYPES)}")
+            plans = [predictions(gpu, args.model) for gpu in args.gpus]
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"plans": plans}, indent=2) + "\n")
+            page = predictions_markdown(plans)
+            args.out.with_suffix(".md").write_text(page)
+            print(page)
+            return 0
+        for path in (args.predictions, args.evidence):
+            if not path.is_file():
+                raise ValueError(f"no file {path}")
+        print(comparison_markdown(json.loads(args.predictions.read_text()), json.loads(args.evidence.read_text())))
+        return 0
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
