@@ -24,8 +24,9 @@ fi
     bash .gpuparts/part-1/install.sh; echo "install.sh exit $?"
     # The kit installs without bytecode: compile vLLM's and LMCache's here, on every core, not in the first server.
     started=$SECONDS
-    "$python" -m compileall -q -j 0 $("$python" -c 'import os, vllm, lmcache; print(os.path.dirname(vllm.__file__), os.path.dirname(lmcache.__file__))' 2>/dev/null) >/dev/null
-    echo "bytecode of vllm and lmcache compiled in $((SECONDS - started)) s"
+    dirs=$("$python" -c 'import importlib.util as u, os; print(*(os.path.dirname(s.origin) for n in ("vllm", "lmcache") if (s := u.find_spec(n))))')
+    [ -n "$dirs" ] && "$python" -m compileall -q -j 0 $dirs >/dev/null
+    echo "bytecode of $dirs compiled in $((SECONDS - started)) s"
   fi
 } 2>&1 | tee "$out/install.log" | tail -25
 work=${WORK:-/tmp/kvsweep-evidence}
