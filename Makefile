@@ -95,18 +95,20 @@ test-stack-0.26: $(INSTALLED2)
 
 # The lent GPU machine's evidence run (docs/gpu-runs/README.md). gpu-kit writes .gpuparts (git-ignored, about four
 # minutes) from the workplace's shared kit scripts; the rehearsals run the machine's very command here on the CPU
-# engine, through every stage, on each tested stack (the GPU machine gets vllm-0.26).
+# engine, through every stage it asks for, on each tested stack (the GPU machine gets vllm-0.26). The command is the
+# pressure plan's; EVIDENCE_FLAGS='--stages doctor,cells,profile,source-study' rehearses the first sessions' stages.
 SHARED_GPU ?= ../shared/gpu
 REHEARSAL_S ?= 900
+EVIDENCE_FLAGS ?= --stages pressure
 
 gpu-kit:
 	bash deploy/gpu-machine/kit.sh $(SHARED_GPU)
 
 gpu-rehearsal: install
-	PYTHON=$(PY) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal $(REHEARSAL_S)
+	PYTHON=$(PY) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal $(REHEARSAL_S) $(EVIDENCE_FLAGS)
 
 gpu-rehearsal-0.26: $(INSTALLED2)
-	PYTHON=$(PY2) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal-0.26/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal-0.26 $(REHEARSAL_S)
+	PYTHON=$(PY2) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal-0.26/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal-0.26 $(REHEARSAL_S) $(EVIDENCE_FLAGS)
 
 clean:
 	rm -rf $(VENV) $(VENV2) .wheelhouse results .pytest_cache

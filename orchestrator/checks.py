@@ -19,10 +19,11 @@ from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof, TierCo
 from orchestrator.records.trace import Unpin, UnpinReason
 from orchestrator.records.trace_file import trace_events
 from orchestrator.replica.stack import read_node_stack
-from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, size
+from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, size
 from orchestrator.sizing.models import load_model
 from orchestrator.stacks import lmcache_ops_module, stack_of, untested
 from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.units import GIB
 from orchestrator.validation import first_line
 
@@ -186,7 +187,12 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
                      f"it {_served(counters)}")  # fmt: skip
     later = [r for r in outcome.requests if r.turn and r.turn > 1 and r.best_cached_tokens]
     hit = sum(r.cached_tokens or 0 for r in later) / max(1, sum(r.best_cached_tokens for r in later))
-    return Check(target, name, hit > 0.5, f"turns 2+ hit {hit:.0%} of their best prefix-cache share")
+    detail = f"turns 2+ hit {hit:.0%} of their best prefix-cache share"
+    if preflight(cell).regime in (Regime.OFFLOAD_WINDOW, Regime.QUEUEING):
+        # Where the pool overflows, evicting and recomputing prefixes is what the cell measures: the cache must work,
+        # not hold everything.
+        return Check(target, name, hit > 0, f"{detail} (the pool overflows here: what it evicted was recomputed)")
+    return Check(target, name, hit > 0.5, detail)
 
 
 def _lmcache_evidence(target: str, name: str, outcome: CellOutcome) -> Check:

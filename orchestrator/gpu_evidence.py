@@ -49,7 +49,6 @@ from orchestrator.evidence.pressure import (
     CellFacts,
     PressurePoint,
     cell_facts,
-    cell_regime,
     margins,
     pressure_cells,
     pressure_point,
@@ -75,6 +74,7 @@ from orchestrator.sim.profile import fit_step_costs
 from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.serving import served_cell
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.results import write_attempt_files
@@ -183,9 +183,11 @@ def plan_from(args: argparse.Namespace) -> Plan:
                              f"{BASELINE} first, e.g. {','.join(PRESSURE_POLICIES)}")  # fmt: skip
         model = args.model or (None if on_cpu else LLAMA_8B)
         if on_cpu:
-            cells_pool = cell_from(argparse.Namespace(**{**base, "policy": BASELINE, "jps": args.jps, "duration_s": duration}))
-            point = rehearsal_point(args.jps, args.pressure_window_s or duration, cells_pool.engine_options.num_kv_blocks,
-                                    cells_pool.engine_options.block_size_on(CPU), args.dram_gb)  # fmt: skip
+            cells_pool = cell_from(argparse.Namespace(**{**base, "policy": BASELINE, "jps": args.jps,
+                                                         "duration_s": duration}))  # fmt: skip
+            options = cells_pool.engine_options
+            point = rehearsal_point(args.jps, args.pressure_window_s or duration, options.num_kv_blocks,
+                                    options.block_size_on(CPU), args.dram_gb)  # fmt: skip
             model = cells_pool.model
         else:
             point = pressure_point(args.gpu, model, args.pressure_window_s or PRESSURE_WINDOW_S)
@@ -413,8 +415,9 @@ class EvidenceRun:
         point = self.plan.pressure_point
         predicted = {entry.policy: prediction for entry in self.plan.pressure
                      if entry.cell and (prediction := self._predicted(entry.cell)) is not None}  # fmt: skip
-        self._record(StageResult("pressure plan", "done", 0.0, point.describe(), _plan_table(self.plan.pressure, predicted),
-                                 {"point": asdict(point), "predicted": {p: f.as_dict() for p, f in predicted.items()}}))
+        plan_facts = {"point": asdict(point), "predicted": {p: f.as_dict() for p, f in predicted.items()}}
+        table = _plan_table(self.plan.pressure, predicted)
+        self._record(StageResult("pressure plan", "done", 0.0, point.describe(), table, plan_facts))
         measured: dict[str, tuple[CellFacts, CellOutcome]] = {}
         for entry in self.plan.pressure:
             name = f"pressure {entry.policy}"
@@ -430,7 +433,7 @@ class EvidenceRun:
             else:
                 estimate = self.budget.cell_estimate_s(entry.cell.workload, needs_start)
             self.stage(name, estimate, lambda cell=entry.cell: self._pressure_cell(cell, prediction, measured))
-        if BASELINE in measured:
+        if BASELINE in measured and len(measured) > 1:  # a policy to hold against the baseline
             self._record(_verdict_stage(measured, predicted))
 
     def _predicted(self, cell: CellSpec) -> CellFacts | None:
@@ -443,11 +446,12 @@ class EvidenceRun:
     def _pressure_cell(self, cell: CellSpec, prediction: CellFacts | None,
                        measured: dict[str, tuple[CellFacts, CellOutcome]]) -> StageResult:  # fmt: skip
         result, outcome = self._checked_stage(f"pressure {cell.policy}", cell, self.work / "pressure" / cell.policy)
-        regime = cell_regime(cell)
-        called = ("a pressure cell" if regime is Regime.OFFLOAD_WINDOW else
+        regime = preflight(cell).regime
+        pressure_cell = regime is Regime.OFFLOAD_WINDOW  # only the offload window's cells are called pressure cells
+        called = ("a pressure cell" if pressure_cell else
                   f"not a pressure cell: {regime.value if regime else 'the sizing has no estimate here'}")  # fmt: skip
-        facts = dict(result.facts, regime=regime.value if regime else None, pressure_cell=regime is Regime.OFFLOAD_WINDOW,
-                     predicted=prediction.as_dict() if prediction else None)  # fmt: skip
+        facts = dict(result.facts, regime=regime.value if regime else None, pressure_cell=pressure_cell,
+                     predicted=prediction.as_dict() if prediction else None)
         if not outcome.status.is_done:
             return replace(result, facts=facts)
         found = cell_facts(cell, outcome)
@@ -456,6 +460,7 @@ class EvidenceRun:
         table = result.table + "\n" + _facts_line("measured", found) + (
             "\n" + _facts_line("predicted", prediction) if prediction else "")  # fmt: skip
         return replace(result, detail=f"{result.detail}; {called}", table=table, facts=facts)
+
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 
@@ -467,7 +472,7 @@ def _plan_table(entries: tuple[PolicyCell, ...], predicted: dict[str, CellFacts]
         if entry.cell is None:
             lines.append(f"{entry.policy}: needs CUDA (its server command is built)")
             continue
-        regime = cell_regime(entry.cell)
+        regime = preflight(entry.cell).regime
         line = f"{entry.policy}: regime {regime.value if regime else 'no estimate (cpu)'}"
         if (prediction := predicted.get(entry.policy)) is not None:
             line += "; " + _facts_line("predicted", prediction)
@@ -499,8 +504,8 @@ def _verdict_stage(measured: dict[str, tuple[CellFacts, CellOutcome]], predicted
         facts[margin.policy] = {"margin_pct": interval.estimate, "margin_lo_pct": interval.lo,
                                 "margin_hi_pct": interval.hi, "predicted_margin_pct": margin.predicted_pct}  # fmt: skip
         beside = f"; simulated {margin.predicted_pct:+.1f}%" if margin.predicted_pct is not None else ""
-        lines.append(f"{margin.policy} vs {BASELINE}: {interval.estimate:+.1f}% [{interval.lo:+.1f}, {interval.hi:+.1f}] "
-                     f"lower mean JCT{beside}")  # fmt: skip
+        measured = f"{interval.estimate:+.1f}% [{interval.lo:+.1f}, {interval.hi:+.1f}]"
+        lines.append(f"{margin.policy} vs {BASELINE}: {measured} lower mean JCT{beside}")
     winners = {"measured": winner({policy: f for policy, (f, _) in measured.items()}),
                "predicted": winner({policy: f for policy, f in predicted.items() if policy in measured})}  # fmt: skip
     facts["winner"] = winners

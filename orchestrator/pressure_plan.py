@@ -1,13 +1,15 @@
 """Command line: the pressure plan's predictions, written before a GPU runs it, and its measurement beside them after.
 
     python -m orchestrator.pressure_plan predict --gpus H100 H200 --out docs/gpu-runs/pressure-predictions.json
-    python -m orchestrator.pressure_plan compare docs/gpu-runs/pressure-predictions.json OUT/evidence.json
+    python -m orchestrator.pressure_plan compare docs/gpu-runs/pressure-predictions.json OUT/evidence.json [...]
 
 ``predict`` runs every cell of the plan (``evidence.pressure``: the sizing's load, pool and tier for each GPU type)
 in the simulator, as a sweep's worker runs a simulated cell, and writes each cell's figures, its regime, the
 simulator's error band, the margins against fcfs and the predicted winner as JSON, with a Markdown page beside it.
 ``compare`` reads the evidence run's ``evidence.json`` (its pressure stage) and prints, per cell, the prediction
-beside the measurement with each error, whether the mean JCT fell inside the band, and whether the winner matched.
+beside the measurement with each error, whether the mean JCT fell inside the band, and whether the winner matched;
+with ``--write-errors`` it writes the RMS error of mean JCT per policy over every evidence file given as the
+simulator's ``gpu_pressure`` error source (``sim/error_bands.py``), which widens the bands its verdicts must clear.
 Bad input fails before anything runs, with one line naming the value.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -22,9 +25,9 @@ from orchestrator.evidence.budget import FIRST_START_S, RESET_S, START_SLACK
 from orchestrator.evidence.pressure import (
     BASELINE,
     PRESSURE_POLICIES,
+    CellComparison,
     CellFacts,
     cell_facts,
-    cell_regime,
     compare,
     comparison_table,
     margins,
@@ -36,7 +39,8 @@ from orchestrator.evidence.pressure import (
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
-from orchestrator.sim.error_bands import load_errors
+from orchestrator.sim.error_bands import load_errors, write_errors
+from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
 
@@ -54,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument("--out", type=Path, required=True, help="the JSON file; the Markdown page goes beside it")
     found = commands.add_parser("compare", help="an evidence run's pressure cells beside their predictions")
     found.add_argument("predictions", type=Path, help="the JSON file predict wrote")
-    found.add_argument("evidence", type=Path, help="the evidence run's evidence.json")
+    found.add_argument("evidence", type=Path, nargs="+", help="evidence runs' evidence.json files")
+    found.add_argument("--write-errors", action="store_true",
+                       help="write the RMS error of mean JCT per policy as the simulator's gpu_pressure error source")
     return p
 
 
@@ -69,7 +75,7 @@ def predictions(gpu: str, model: str) -> dict:
     starts = MEASURED_FIRST_START_S + (len(cells) - 1) * MEASURED_LATER_START_S * START_SLACK
     return {
         "gpu": gpu, "model": model, "point": point.__dict__, "seed": cells[0].seed, "window_s": point.window_s,
-        "cells": {cell.policy: {"regime": (regime := cell_regime(cell)) and regime.value, "cell_key": cell.key,
+        "cells": {cell.policy: {"regime": (regime := preflight(cell).regime) and regime.value, "cell_key": cell.key,
                                 "band": errors.cell_band(gpu, cell.policy), **facts[cell.policy].as_dict()}
                   for cell in cells},
         "margins": {m.policy: m.predicted_pct for m in margins(outcomes, facts)},
@@ -86,14 +92,14 @@ def predictions_markdown(plans: list[dict]) -> str:
              "20-token answers, 0.5 s tool calls) with Llama-3.1-8B's shape, seed 42.", ""]  # fmt: skip
     for plan in plans:
         point, budget = plan["point"], plan["budget"]
+        pool_tokens = point["kv_blocks"] * point["block_size"]
         lines += [f"## {plan['gpu']}", "",
                   f"{point['jps']:g} JPS over {point['window_s']:g} s, a pool of {point['kv_blocks']:,} blocks of "
-                  f"{point['block_size']} ({point['kv_blocks'] * point['block_size']:,} tokens), a {point['dram_gb']:g} "
-                  f"GiB CPU tier, max_num_seqs {point['max_num_seqs']}; the sizing's estimate: live "
-                  f"{point['live_tokens'] / 1e3:,.0f}K, corpus {point['corpus_tokens'] / 1e3:,.0f}K tokens, offered load "
-                  f"{point['offered_load']:.2f}.", "",
-                  "| policy | regime | mean JCT (band) | p90 JCT | TTFT p50 | span | GPU prefix share | CPU tier served "
-                  "(share of looked up) | stored to tier | preemptions | vs fcfs |",
+                  f"{point['block_size']} ({pool_tokens:,} tokens), a {point['dram_gb']:g} GiB CPU tier, max_num_seqs "
+                  f"{point['max_num_seqs']}; the sizing's estimate: live {point['live_tokens'] / 1e3:,.0f}K, corpus "
+                  f"{point['corpus_tokens'] / 1e3:,.0f}K tokens, offered load {point['offered_load']:.2f}.", "",
+                  "| policy | regime | mean JCT (band) | p90 JCT | TTFT p50 | span | GPU prefix share | "
+                  "CPU tier served (share of looked up) | stored to tier | preemptions | vs fcfs |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for policy, cell in plan["cells"].items():
             facts = CellFacts.of_dict(cell)
@@ -101,11 +107,10 @@ def predictions_markdown(plans: list[dict]) -> str:
                     f"{facts.tier_hit_tokens:,.0f} ({facts.tier_served_share or 0:.0%})")  # fmt: skip
             stored = "-" if facts.tier_stored_tokens is None else f"{facts.tier_stored_tokens:,.0f}"
             margin = plan["margins"].get(policy)
-            lines.append(
-                f"| {policy} | {cell['regime']} | {facts.jct_mean_s:.2f} s (±{cell['band']:.0%}) | {facts.jct_p90_s:.2f} s "
-                f"| {facts.ttft_p50_s:.2f} s | {facts.span_s:.1f} s | {facts.gpu_hit_share or 0:.0%} | {tier} | {stored} "
-                f"| {facts.preemptions} | {'-' if margin is None else f'{margin:+.1f}%'} |"
-            )  # fmt: skip
+            figures = [cell["regime"], f"{facts.jct_mean_s:.2f} s (±{cell['band']:.0%})", f"{facts.jct_p90_s:.2f} s",
+                       f"{facts.ttft_p50_s:.2f} s", f"{facts.span_s:.1f} s", f"{facts.gpu_hit_share or 0:.0%}", tier,
+                       stored, str(facts.preemptions), "-" if margin is None else f"{margin:+.1f}%"]  # fmt: skip
+            lines.append(f"| {policy} | " + " | ".join(figures) + " |")
         lines += ["", f"Predicted winner: **{plan['winner']}**. The plan needs {budget['starts']} server starts (one "
                   f"per policy): about {budget['start_s']:.0f} s with the H200 sessions' measured starts "
                   f"({MEASURED_FIRST_START_S:g} s first, {MEASURED_LATER_START_S:g} s later, with a fifth more), "
@@ -113,32 +118,49 @@ def predictions_markdown(plans: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def comparison_markdown(predicted: dict, evidence: dict) -> str:
-    """The evidence's pressure cells beside the predictions for its GPU."""
-    stages = {stage["name"]: stage for stage in evidence["stages"]}
+def comparison_rows(predicted: dict, evidence: dict) -> tuple[dict, list[CellComparison]]:
+    """The plan predicted for the evidence's GPU, and its pressure cells beside their predictions."""
     gpu = evidence["header"]["target"]
     plans = {plan["gpu"]: plan for plan in predicted["plans"]}
     if gpu not in plans:
         raise ValueError(f"the evidence ran on {gpu!r}; the predictions are for {', '.join(plans)}")
-    plan = plans[gpu]
-    measured = {name.removeprefix("pressure "): stage["facts"]["measured"] for name, stage in stages.items()
-                if name.startswith("pressure ") and stage.get("facts", {}).get("measured")}  # fmt: skip
-    rows = compare(plan["cells"], measured, gpu, load_errors())
-    verdict = stages.get("pressure verdict", {}).get("facts", {})
+    measured = {stage["name"].removeprefix("pressure "): stage["facts"]["measured"] for stage in evidence["stages"]
+                if stage["name"].startswith("pressure ") and stage.get("facts", {}).get("measured")}  # fmt: skip
+    return plans[gpu], compare(plans[gpu]["cells"], measured, gpu, load_errors())
+
+
+def comparison_markdown(predicted: dict, evidence: dict) -> str:
+    """The evidence's pressure cells beside the predictions for its GPU."""
+    plan, rows = comparison_rows(predicted, evidence)
+    verdict = next((stage["facts"] for stage in evidence["stages"] if stage["name"] == "pressure verdict"), {})
     lines = [comparison_table(rows), ""]
     for row in rows:
         within = row.jct_within_band
-        lines.append(f"- {row.policy}: mean JCT error {row.error('jct_mean_s'):+.0%} against a band of ±{row.band:.0%}: "
+        error = row.error("jct_mean_s")
+        lines.append(f"- {row.policy}: mean JCT error {error:+.0%} against a band of ±{row.band:.0%}: "
                      f"{'inside' if within else 'outside'}")  # fmt: skip
     for policy, margin in verdict.items():
         if policy == "winner":
             continue
-        lines.append(f"- {policy} vs {BASELINE}: measured {margin['margin_pct']:+.1f}% [{margin['margin_lo_pct']:+.1f}, "
-                     f"{margin['margin_hi_pct']:+.1f}], predicted {plan['margins'].get(policy, float('nan')):+.1f}%")  # fmt: skip
-    measured_winner = winner({policy: CellFacts.of_dict(facts) for policy, facts in measured.items()})
-    lines.append(f"- winner: measured {measured_winner}, predicted {plan['winner']}: "
-                 f"{'matched' if measured_winner == plan['winner'] else 'missed'}")  # fmt: skip
+        predicted_margin = plan["margins"].get(policy)
+        measured = f"{margin['margin_pct']:+.1f}% [{margin['margin_lo_pct']:+.1f}, {margin['margin_hi_pct']:+.1f}]"
+        said = "nothing (not in the plan's predictions)" if predicted_margin is None else f"{predicted_margin:+.1f}%"
+        lines.append(f"- {policy} vs {BASELINE}: measured {measured}, predicted {said}")
+    if len(rows) > 1:
+        measured_winner = winner({row.policy: CellFacts.of_dict(row.measured) for row in rows})
+        predicted_winner = winner({row.policy: CellFacts.of_dict(row.predicted) for row in rows})
+        lines.append(f"- winner among these: measured {measured_winner}, predicted {predicted_winner}: "
+                     f"{'matched' if measured_winner == predicted_winner else 'missed'}")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def rms_errors(rows: list[CellComparison]) -> dict[str, float]:
+    """Per policy, the RMS relative error of the predicted mean JCT over its measured cells."""
+    errors: dict[str, list[float]] = {}
+    for row in rows:
+        if (error := row.error("jct_mean_s")) is not None:
+            errors.setdefault(row.policy, []).append(error)
+    return {policy: round(math.sqrt(sum(e * e for e in found) / len(found)), 4) for policy, found in errors.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,10 +177,19 @@ def main(argv: list[str] | None = None) -> int:
             args.out.with_suffix(".md").write_text(page)
             print(page)
             return 0
-        for path in (args.predictions, args.evidence):
+        for path in (args.predictions, *args.evidence):
             if not path.is_file():
                 raise ValueError(f"no file {path}")
-        print(comparison_markdown(json.loads(args.predictions.read_text()), json.loads(args.evidence.read_text())))
+        predicted = json.loads(args.predictions.read_text())
+        rows = []
+        for path in args.evidence:
+            evidence = json.loads(path.read_text())
+            print(f"## {path}\n\n{comparison_markdown(predicted, evidence)}")
+            rows += comparison_rows(predicted, evidence)[1]
+        if args.write_errors:
+            errors = rms_errors(rows)
+            write_errors("gpu_pressure", errors)
+            print(f"the simulator's gpu_pressure errors written: {errors}")
         return 0
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

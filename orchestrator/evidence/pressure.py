@@ -33,7 +33,7 @@ from orchestrator.records.intervals import Interval, censored_times, interval, m
 from orchestrator.records.summary import summarize
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.agent import agent_working_sets
-from orchestrator.sizing.kv import Regime, kv_bytes_per_token, regime
+from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions
@@ -76,7 +76,8 @@ class PressurePoint:
         return None if self.kv_blocks is None else self.kv_blocks * self.block_size
 
     def describe(self) -> str:
-        pool = "vLLM's own pool" if self.kv_blocks is None else f"a pool of {self.kv_blocks:,} blocks ({self.pool_tokens:,} tokens)"
+        pool = (f"a pool of {self.kv_blocks:,} blocks ({self.pool_tokens:,} tokens)" if self.kv_blocks is not None
+                else "vLLM's own pool")  # fmt: skip
         text = f"{self.jps:g} JPS over {self.window_s:g} s on {self.gpu}, {pool}, a {self.dram_gb:g} GiB CPU tier"
         if self.max_num_seqs is not None:
             text += f", max_num_seqs {self.max_num_seqs}"
@@ -108,15 +109,16 @@ def pressure_point(gpu: str, model: str, window_s: float = WINDOW_S) -> Pressure
     longest = EngineOptions().max_model_len
     if blocks * block < max(sets.live_tokens * POOL_ABOVE_LIVE, longest):
         raise ValueError(f"no pressure point on {gpu}: the offload window at {jps:g} JPS (live "
-                         f"{sets.live_tokens:,.0f}, corpus {sets.corpus_tokens:,.0f} tokens) has no pool that holds the "
-                         f"live set and a {longest}-token request with room")  # fmt: skip
+                         f"{sets.live_tokens:,.0f}, corpus {sets.corpus_tokens:,.0f} tokens) has no pool that holds "
+                         f"the live set and a {longest}-token request with room")  # fmt: skip
     tier_bytes = TIER_CORPORA * sets.corpus_tokens * kv_bytes_per_token(arch, KV_DTYPE_BYTES)
     dram_gb = float(2 ** math.ceil(math.log2(tier_bytes / GIB)))
     return PressurePoint(gpu, jps, window_s, blocks, block, dram_gb, MAX_NUM_SEQS, sets.live_tokens,
                          sets.corpus_tokens, sets.offered_load)  # fmt: skip
 
 
-def rehearsal_point(jps: float, window_s: float, kv_blocks: int | None, block_size: int, dram_gb: float) -> PressurePoint:
+def rehearsal_point(jps: float, window_s: float, kv_blocks: int | None, block_size: int,
+                    dram_gb: float) -> PressurePoint:  # fmt: skip
     """The CPU engine's point for a rehearsal of the plan's machinery: the sizing has no roofline for cpu, so the
     point is the one given (the cells stage's, so that its replica serves both)."""
     return PressurePoint(CPU, jps, window_s, kv_blocks, block_size, dram_gb, None, None, None, None)
@@ -137,15 +139,6 @@ def pressure_cells(point: PressurePoint, policies: Sequence[str], model: str, we
 def simulated(cell: CellSpec) -> CellSpec:
     """``cell`` in the simulator: the same GPU type, pool, load, window and seed."""
     return cell.model_copy(update={"engine": EngineKind.SIM, "weights": Weights.REAL})
-
-
-def cell_regime(cell: CellSpec) -> Regime | None:
-    """Where the sizing's estimate puts ``cell``: None where it has none (cpu, or a pool vLLM sizes)."""
-    if cell.gpu not in GPU_TYPES or cell.engine_options.num_kv_blocks is None:
-        return None
-    sets = agent_working_sets(cell.workload, load_model(cell.model), GPU_TYPES[cell.gpu])
-    pool = cell.engine_options.num_kv_blocks * cell.engine_options.block_size_on(cell.gpu)
-    return regime(pool, sets.live_tokens, sets.corpus_tokens)
 
 
 def _workload(jps: float, window_s: float, scale: float = 1.0) -> WorkloadSpec:
@@ -243,7 +236,8 @@ def margins(outcomes: Mapping[str, CellOutcome], predicted: Mapping[str, CellFac
 
 def winner(facts: Mapping[str, CellFacts]) -> str | None:
     """The policy with the lowest mean JCT among those that completed every job."""
-    finished = {policy: f.jct_mean_s for policy, f in facts.items() if f.jct_mean_s is not None and f.completed == f.jobs}
+    finished = {policy: f.jct_mean_s for policy, f in facts.items()
+                if f.jct_mean_s is not None and f.completed == f.jobs}  # fmt: skip
     return min(finished, key=finished.get) if finished else None
 
 

@@ -8,11 +8,15 @@ Sources, each written by the tool that measures it:
   (``python -m orchestrator.sim.calibrate --write-errors``);
 - ``cpu_pressure`` (per policy): RMS relative error of mean JCT over the CPU engine's pressure grid, where the real
   vLLM scheduler and the real Continuum plugin run under KV pressure (``benchmarks/sim_vs_cpu.py --write-errors``);
+- ``gpu_pressure`` (per policy): RMS relative error of mean JCT over the pressure plan's cells measured on a GPU,
+  each predicted before it ran (``python -m orchestrator.pressure_plan compare ... --write-errors``);
 - ``public_figures`` (per GPU type): RMS relative error of the simulated against the published figures of that GPU
   (``benchmarks/public_figures.py --write-errors``).
 
 A policy's error is the largest any source found, a policy no source measured takes the largest of any policy, and a
-GPU type with no published figure takes the largest of any GPU type.
+GPU type with no published figure takes the largest of any GPU type. ``gpu_pressure`` measures one cell per policy,
+too few to make a band narrower: it widens a policy's error, and never sets one below what the policy would take
+unmeasured.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ SIM_ERROR_FILE = Path(__file__).parent / "sim_error.toml"
 SOURCES = {
     "calibration": "RMS over the H200 calibration cells: python -m orchestrator.sim.calibrate --write-errors",
     "cpu_pressure": "RMS over the CPU engine's pressure grid: python benchmarks/sim_vs_cpu.py --write-errors",
+    "gpu_pressure": "RMS over the pressure plan's GPU cells, predicted first: python -m orchestrator.pressure_plan "
+                    "compare PREDICTIONS EVIDENCE... --write-errors",
 }
+WIDENING_SOURCES = ("gpu_pressure",)
 GPU_SOURCE = "public_figures"
 GPU_SOURCE_NOTE = "RMS per GPU type over its published figures: python benchmarks/public_figures.py --write-errors"
 
@@ -71,11 +78,18 @@ def load_errors(path: Path = SIM_ERROR_FILE) -> SimErrors:
 
 
 def _policy_errors(tables: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Per policy, the largest relative error any source measured."""
+    """Per policy, the largest relative error any source measured; a widening source's, never below the largest of
+    the others' where they did not measure the policy."""
     bands: dict[str, float] = {}
     for source in SOURCES:
+        if source in WIDENING_SOURCES:
+            continue
         for policy, error in tables.get(source, {}).items():
             bands[policy] = max(bands.get(policy, 0.0), float(error))
+    unmeasured = max(bands.values(), default=0.0)
+    for source in WIDENING_SOURCES:
+        for policy, error in tables.get(source, {}).items():
+            bands[policy] = max(bands.get(policy, unmeasured), float(error))
     return bands
 
 

@@ -27,6 +27,9 @@ from orchestrator.paths import PROJECT_ROOT
         (["--policies", "fcfs,pinned"], "--policies 'fcfs,pinned': unknown pinned; valid: fcfs"),
         (["--source-cells", "fcfs:fast"], "--source-cells 'fcfs:fast': 'fast' is not a JPS"),
         (["--jps", "-1"], "jps: Input should be greater than 0"),
+        (["--stages", "pressure", "--pressure-policies", "lmcache,fcfs"],
+         "--pressure-policies 'lmcache,fcfs': the first is the baseline; valid: fcfs first"),
+        (["--gpu", "A100", "--stages", "pressure"], "no pressure point on A100: the offload window at 0.5 JPS"),
     ],
 )
 def test_bad_input_fails_in_one_line_before_anything_starts(tmp_path, capsys, flags, named):

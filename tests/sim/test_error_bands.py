@@ -42,3 +42,13 @@ def test_the_gpu_table_joins_the_band_and_an_unchecked_gpu_takes_the_largest(tmp
     assert errors.band_pct("B200", "fcfs", "continuum") == pytest.approx((0.03**2 + 0.04**2 + 0.5**2) ** 0.5 * 100)
     assert errors.band_pct("H100", "fcfs", "lmcache") == pytest.approx((0.03**2 + 0.04**2 + 0.12**2) ** 0.5 * 100)
     assert SimErrors({"fcfs": 0.1}).band_pct("H100", "fcfs", "fcfs") == pytest.approx(0.1 * 2**0.5 * 100)
+
+
+def test_cells_predicted_one_at_a_time_widen_a_band_and_never_narrow_an_unmeasured_policys(tmp_path):
+    path = tmp_path / "sim_error.toml"
+    write_errors("calibration", {"fcfs": 0.09, "lmcache": 0.12}, path)
+    write_errors("gpu_pressure", {"fcfs": 0.05, "lmcache": 0.16, "native-offload": 0.01}, path)
+    # lmcache widens to the GPU cell's error, fcfs keeps its larger one, native-offload (measured by one cell only)
+    # keeps what an unmeasured policy takes: the largest of the other sources'.
+    assert load_errors(path).policies == {"fcfs": 0.09, "lmcache": 0.16, "native-offload": 0.12}
+    assert load_errors(path).cell_band("H100", "lmcache") == pytest.approx(0.16)  # no GPU table: the policy's alone
