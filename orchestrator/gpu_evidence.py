@@ -293,12 +293,16 @@ class EvidenceRun:
         for entry in self.plan.cells:
             name = f"cell {entry.policy}"
             if entry.cell is None:
-                why = f"needs CUDA, not run on cpu; its {BUILT_FOR_GPU} server command built"
-                self._record(StageResult(name, "skipped", 0.0, why, entry.gpu_command or "",
-                                         {"server_command": entry.gpu_command}))  # fmt: skip
+                self._record_built(name, entry)
                 continue
             self.stage(name, self.budget.cell_estimate_s(entry.cell.workload, needs_start=True),
                        lambda cell=entry.cell: self._policy_cell(cell))  # fmt: skip
+
+    def _record_built(self, name: str, entry: PolicyCell) -> None:
+        """A CUDA-only policy's cell on cpu: not run, the server command it runs on a GPU built and kept."""
+        why = f"needs CUDA, not run on cpu; its {BUILT_FOR_GPU} server command built"
+        self._record(StageResult(name, "skipped", 0.0, why, entry.gpu_command or "",
+                                 {"server_command": entry.gpu_command}))  # fmt: skip
 
     def _policy_cell(self, cell: CellSpec) -> StageResult:
         return self._checked_stage(f"cell {cell.policy}", cell, self.work / "cells" / cell.policy)[0]
@@ -422,9 +426,7 @@ class EvidenceRun:
         for entry in self.plan.pressure:
             name = f"pressure {entry.policy}"
             if entry.cell is None:
-                why = f"needs CUDA, not run on cpu; its {BUILT_FOR_GPU} pressure server command built"
-                self._record(StageResult(name, "skipped", 0.0, why, entry.gpu_command or "",
-                                         {"server_command": entry.gpu_command}))  # fmt: skip
+                self._record_built(name, entry)
                 continue
             needs_start = not self.worker.keeps_replica_for(self._settled(entry.cell))
             prediction = predicted.get(entry.policy)
