@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from orchestrator.checks import Check, checked_cell, format_table, node_checks, stack_check
 from orchestrator.evidence.budget import DOCTOR_S, FIRST_START_S, PROFILE_S, RESET_S, Budget
-from orchestrator.evidence.pack import EvidenceHeader, StageResult, pack, stage_table
+from orchestrator.evidence.pack import PACKED_FILES, EvidenceHeader, StageResult, pack, stage_table, without_cell_lines
 from orchestrator.evidence.pressure import (
     BASELINE,
     PRESSURE_POLICIES,
@@ -345,10 +345,11 @@ class EvidenceRun:
         return StageResult(name, status, 0.0, detail, table, facts), outcome
 
     def _save_cell(self, directory: Path, outcome: CellOutcome) -> CellSummary | None:
-        """The cell's files as a sweep keeps them, and its replica's whole log (the start is at its top)."""
+        """The cell's files as a sweep keeps them, and its replica's log (the start is at its top) less the cell's
+        own lines, which are its server.log: LMCache logs every store, so a whole second copy doubles the archive."""
         summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
         write_attempt_files(CellFiles(directory), outcome, summary, row=None)
-        (directory / "replica.log").write_text(self.worker.replica_log())
+        (directory / "replica.log").write_text(without_cell_lines(self.worker.replica_log(), outcome.server_log))
         return summary
 
     def _checked(self, cell: CellSpec) -> tuple[CellOutcome, list[Check]]:
@@ -609,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         stages = run.stages
         print("cut by SIGTERM: the evidence of every finished stage is packed", file=sys.stderr)
     print("\n" + stage_table(stages), flush=True)
-    print(f"evidence packed in {args.out}: summary.md, evidence.json, evidence.tar.gz", flush=True)
+    print(f"evidence packed in {args.out}: {', '.join(PACKED_FILES)}", flush=True)
     return 1 if any(stage.status in ("failed", "cut") for stage in stages) else 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command the lent GPU machine runs (docs/gpu-runs/README.md): install the kit that travels in
 # .gpuparts/part-1, then the whole evidence run, planned to end inside the call's limit. Everything comes back
-# in OUT as five files: install.log, console.log and the evidence's summary.md, evidence.json, evidence.tar.gz.
+# in OUT as five files: install.log, console.log and the evidence's summary.md, evidence.json, evidence.tar.xz.
 #
 #   bash deploy/gpu-machine/evidence.sh OUT LIMIT_S [gpu_evidence flags ...]
 #

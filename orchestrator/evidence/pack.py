@@ -15,7 +15,7 @@ from pathlib import Path
 
 SUMMARY_FILE = "summary.md"
 EVIDENCE_FILE = "evidence.json"
-ARCHIVE_FILE = "evidence.tar.gz"
+ARCHIVE_FILE = "evidence.tar.xz"  # xz: two fifths smaller than gzip, and what travels back is counted
 PACKED_FILES = (SUMMARY_FILE, EVIDENCE_FILE, ARCHIVE_FILE)
 
 
@@ -61,9 +61,16 @@ def stage_table(stages: list[StageResult]) -> str:
     return "\n".join(lines)
 
 
+def without_cell_lines(replica_log: str, cell_log: str) -> str:
+    """A replica's log with the lines its cell's own log (server.log) holds replaced by one line saying so."""
+    if not cell_log.strip() or cell_log not in replica_log:
+        return replica_log
+    return replica_log.replace(cell_log, f"[{len(cell_log.splitlines())} lines of this cell: its server.log]\n", 1)
+
+
 def pack(work_dir: Path, out_dir: Path, header: EvidenceHeader, stages: list[StageResult]) -> None:
     """Write the summary and evidence.json into ``work_dir``, then replace ``out_dir``'s three packed files: the
-    summary, evidence.json, and every file of ``work_dir`` as one gzip'd tar."""
+    summary, evidence.json, and every file of ``work_dir`` as one xz'd tar."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summary_markdown(header, stages)
     evidence = json.dumps({"header": asdict(header), "stages": [asdict(stage) for stage in stages]}, indent=2)
@@ -71,7 +78,7 @@ def pack(work_dir: Path, out_dir: Path, header: EvidenceHeader, stages: list[Sta
         _replace(directory / SUMMARY_FILE, summary.encode())
         _replace(directory / EVIDENCE_FILE, evidence.encode())
     partial = out_dir / f".{ARCHIVE_FILE}.partial"
-    with tarfile.open(partial, "w:gz") as archive:
+    with tarfile.open(partial, "w:xz") as archive:
         archive.add(work_dir, arcname="evidence")
     os.replace(partial, out_dir / ARCHIVE_FILE)
 

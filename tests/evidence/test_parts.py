@@ -8,7 +8,7 @@ import tarfile
 import pytest
 
 from orchestrator.evidence.budget import Budget
-from orchestrator.evidence.pack import ARCHIVE_FILE, PACKED_FILES, EvidenceHeader, StageResult, pack
+from orchestrator.evidence.pack import ARCHIVE_FILE, PACKED_FILES, EvidenceHeader, StageResult, pack, without_cell_lines
 from orchestrator.evidence.startup import start_split
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -82,3 +82,10 @@ def test_the_pack_is_three_whole_files_holding_every_stage_file(tmp_path):
     with tarfile.open(out / ARCHIVE_FILE) as archive:
         names = set(archive.getnames())
     assert {"evidence/cells/fcfs/cell.json", "evidence/summary.md", "evidence/evidence.json"} <= names
+
+
+def test_a_replicas_log_leaves_its_cells_lines_to_the_cells_own_log_and_keeps_the_rest():
+    start, cell, reset = "INFO starting\nINFO Starting vLLM server\n", "LMCache INFO: Stored 256\n" * 3, "INFO reset\n"
+    assert without_cell_lines(start + cell + reset, cell) == start + "[3 lines of this cell: its server.log]\n" + reset
+    assert without_cell_lines(start + reset, cell) == start + reset  # lines it does not hold: the log as it is
+    assert without_cell_lines(start + reset, "") == start + reset  # a cell that logged nothing

@@ -42,6 +42,7 @@ def test_the_rehearsal_runs_every_stage_and_packs_its_evidence_into_three_files(
     assert "LMCacheConnectorV1" in stages["cell lmcache"]["facts"]["server_command"]
     assert stages["profile"]["detail"].endswith("(cpu has no rates to replace)")
     assert_measures_its_plan_and_hits_each_previous_turn(work / "cells" / "fcfs", model)
+    assert "Starting vLLM server" in (work / "cells" / "fcfs" / "replica.log").read_text()  # the start is kept
     source = json.loads((work / "source-study" / "fcfs-2jps" / "cell.json").read_text())
     assert source["replica_reused"] and source["reset_proof"]["cached_after"] == 0
     pressure = json.loads((work / "pressure" / "fcfs" / "cell.json").read_text())
