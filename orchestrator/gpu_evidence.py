@@ -181,15 +181,14 @@ def plan_from(args: argparse.Namespace) -> Plan:
         if (policies := _names(args.pressure_policies, tuple(POLICIES), "--pressure-policies"))[0] != BASELINE:
             raise ValueError(f"--pressure-policies {args.pressure_policies!r}: the first is the baseline; valid: "
                              f"{BASELINE} first, e.g. {','.join(PRESSURE_POLICIES)}")  # fmt: skip
-        model = args.model or (None if on_cpu else LLAMA_8B)
         if on_cpu:
             cells_pool = cell_from(argparse.Namespace(**{**base, "policy": BASELINE, "jps": args.jps,
                                                          "duration_s": duration}))  # fmt: skip
-            options = cells_pool.engine_options
+            options, model = cells_pool.engine_options, cells_pool.model
             point = rehearsal_point(args.jps, args.pressure_window_s or duration, options.num_kv_blocks,
                                     options.block_size_on(CPU), args.dram_gb)  # fmt: skip
-            model = cells_pool.model
         else:
+            model = args.model or LLAMA_8B
             point = pressure_point(args.gpu, model, args.pressure_window_s or PRESSURE_WINDOW_S)
         pressure = tuple(_pressure_entry(cell, on_cpu) for cell in pressure_cells(
             point, policies, model, Weights(weights), scale=cells_pool.workload.scale if on_cpu else 1.0))  # fmt: skip
@@ -413,7 +412,6 @@ class EvidenceRun:
                   f"{_seconds(published)}, simulated {_seconds(simulated)}")  # fmt: skip
         return StageResult(name, "done", 0.0, detail, facts=facts)
 
-
     def _pressure(self) -> None:
         """The plan printed first (each cell's regime and prediction), then each cell measured beside its prediction,
         then every policy's JCT against the baseline's over the same jobs."""
@@ -507,8 +505,8 @@ def _verdict_stage(measured: dict[str, tuple[CellFacts, CellOutcome]], predicted
         facts[margin.policy] = {"margin_pct": interval.estimate, "margin_lo_pct": interval.lo,
                                 "margin_hi_pct": interval.hi, "predicted_margin_pct": margin.predicted_pct}  # fmt: skip
         beside = f"; simulated {margin.predicted_pct:+.1f}%" if margin.predicted_pct is not None else ""
-        measured = f"{interval.estimate:+.1f}% [{interval.lo:+.1f}, {interval.hi:+.1f}]"
-        lines.append(f"{margin.policy} vs {BASELINE}: {measured} lower mean JCT{beside}")
+        lower = f"{interval.estimate:+.1f}% [{interval.lo:+.1f}, {interval.hi:+.1f}]"
+        lines.append(f"{margin.policy} vs {BASELINE}: {lower} lower mean JCT{beside}")
     winners = {"measured": winner({policy: f for policy, (f, _) in measured.items()}),
                "predicted": winner({policy: f for policy, f in predicted.items() if policy in measured})}  # fmt: skip
     facts["winner"] = winners
@@ -516,6 +514,7 @@ def _verdict_stage(measured: dict[str, tuple[CellFacts, CellOutcome]], predicted
     detail = f"{len(found)} policies against {BASELINE}; winner {winners['measured']}" + (
         f" (predicted {winners['predicted']})" if winners["predicted"] else "")  # fmt: skip
     return StageResult("pressure verdict", "done", 0.0, detail, "\n".join(lines), facts)
+
 
 def _timed(result: StageResult, started: float) -> StageResult:
     return replace(result, seconds=time.monotonic() - started)

@@ -23,6 +23,7 @@ from orchestrator.evidence.pressure import (
     simulated,
     winner,
 )
+from orchestrator.gpu_evidence import _verdict_stage
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.paths import PROJECT_ROOT
@@ -132,3 +133,17 @@ def test_fcfs_losing_its_prefixes_does_its_job_where_the_pool_overflows_and_fail
 def _fcfs_check(cell, outcome):
     checks = cell_evidence("H100", cell, outcome, reset="clean", reset_error=None)
     return next(check for check in checks if check.name == "fcfs did its job")
+
+
+def test_the_verdict_stage_holds_every_policy_against_fcfs_and_names_both_winners():
+    plan = _simulated_plan()
+    measured = {policy: (cell_facts(cell, outcome), outcome) for policy, (cell, outcome) in plan.items()}
+    predicted = {policy: facts for policy, (facts, _) in measured.items()}
+    verdict = _verdict_stage(measured, predicted)
+    assert verdict.name == "pressure verdict" and verdict.status == "done"
+    assert set(verdict.facts) == set(PRESSURE_POLICIES) - {"fcfs"} | {"winner"}
+    native = verdict.facts["native-offload"]
+    assert native["margin_lo_pct"] <= native["margin_pct"] <= native["margin_hi_pct"]
+    assert native["margin_pct"] == pytest.approx(native["predicted_margin_pct"])  # the same outcomes both ways
+    assert verdict.facts["winner"] == {"measured": winner(predicted), "predicted": winner(predicted)}
+    assert f"native-offload vs fcfs: {native['margin_pct']:+.1f}%" in verdict.table
