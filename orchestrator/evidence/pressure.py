@@ -7,9 +7,9 @@ jobs inside a turn fit the GPU's KV pool and the contexts of every job in flight
 load (on a 0.1 JPS grid) that the estimate still calls unqueued, and fixes the pool a fifth below the estimated
 corpus: inside the window with room for the estimate's error, whichever way it errs. The CPU tier is sized to hold
 four such corpora, so that offload is measured against recompute, not against a tier too small to keep a job's
-prefix across its tool call. ``max_num_seqs`` is capped where the pool can never hold that many sequences: vLLM
-warms up and captures CUDA graphs for up to its default of 1,024 (and up to 512 tokens), a start cost no cell of
-this pool can use. Both are recorded with each cell.
+prefix across its tool call. ``max_num_seqs`` is capped where a cell's jobs can never have that many requests in
+flight (a job has one at a time): vLLM warms up and captures CUDA graphs for up to its default of 1,024 sequences,
+a start cost no such cell can use. Both are recorded with each cell.
 
 What a cell showed (``CellFacts``) is read the same way from a simulated cell and a real one, so a prediction and a
 measurement are compared field by field; each policy's mean JCT is compared with the baseline's over the same jobs
@@ -52,6 +52,7 @@ POOL_ABOVE_LIVE = 1.25
 POOL_ROUNDING_BLOCKS = 250
 TIER_CORPORA = 4
 MAX_NUM_SEQS = 128
+JOBS_MARGIN = 3  # a window's Poisson draw of jobs stays below this many times their expected count
 SEED = 42
 KV_DTYPE_BYTES = 2  # BF16: vLLM's KV cache takes the model's dtype
 
@@ -113,7 +114,8 @@ def pressure_point(gpu: str, model: str, window_s: float = WINDOW_S) -> Pressure
                          f"the live set and a {longest}-token request with room")  # fmt: skip
     tier_bytes = TIER_CORPORA * sets.corpus_tokens * kv_bytes_per_token(arch, KV_DTYPE_BYTES)
     dram_gb = float(2 ** math.ceil(math.log2(tier_bytes / GIB)))
-    return PressurePoint(gpu, jps, window_s, blocks, block, dram_gb, MAX_NUM_SEQS, sets.live_tokens,
+    max_num_seqs = MAX_NUM_SEQS if jps * window_s * JOBS_MARGIN <= MAX_NUM_SEQS else None
+    return PressurePoint(gpu, jps, window_s, blocks, block, dram_gb, max_num_seqs, sets.live_tokens,
                          sets.corpus_tokens, sets.offered_load)  # fmt: skip
 
 

@@ -44,6 +44,7 @@ H100_RUN = GPU_RUNS / "2026-11-27-H100" / "call-1" / "evidence.json"
 def test_the_sizing_puts_every_cell_of_the_plan_inside_the_offload_window_with_room_both_ways(gpu):
     point = pressure_point(gpu, LLAMA_8B)
     assert point.offered_load < 1 and point.live_tokens * POOL_ABOVE_LIVE <= point.pool_tokens
+    assert point.max_num_seqs == 128 and pressure_point(gpu, LLAMA_8B, window_s=60).max_num_seqs is None  # 108 jobs
     assert point.pool_tokens <= point.corpus_tokens / POOL_BELOW_CORPUS
     tier_tokens = point.dram_gb * GIB / kv_bytes_per_token(load_model(LLAMA_8B), 2)
     assert TIER_CORPORA * point.corpus_tokens <= tier_tokens < 2 * TIER_CORPORA * point.corpus_tokens
