@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from orchestrator.evidence.budget import FIRST_START_S, RESET_S, START_SLACK
@@ -74,7 +75,7 @@ def predictions(gpu: str, model: str) -> dict:
     spans = sum(f.span_s or 0.0 for f in facts.values())
     starts = MEASURED_FIRST_START_S + (len(cells) - 1) * MEASURED_LATER_START_S * START_SLACK
     return {
-        "gpu": gpu, "model": model, "point": point.__dict__, "seed": cells[0].seed, "window_s": point.window_s,
+        "gpu": gpu, "model": model, "point": asdict(point), "seed": cells[0].seed, "window_s": point.window_s,
         "cells": {cell.policy: {"regime": (regime := preflight(cell).regime) and regime.value, "cell_key": cell.key,
                                 "band": errors.cell_band(gpu, cell.policy), **facts[cell.policy].as_dict()}
                   for cell in cells},
