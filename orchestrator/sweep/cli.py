@@ -219,16 +219,18 @@ def results_dir_from(args: argparse.Namespace) -> Path:
 
 
 def check_writable(results_dir: Path) -> None:
-    """Raises ``InputError`` unless the results directory can be created and written."""
-    probe = results_dir / f".kvsweep-write-check-{os.getpid()}"
+    """Raises ``InputError`` unless the results directory can be created and written: probed in it, or where it
+    does not exist yet in the nearest folder above that does (nothing is made before the sweep starts)."""
+    existing = next(folder for folder in (results_dir, *results_dir.parents) if folder.exists())
+    valid = "valid: a directory you can write, or a new one in such a directory"
+    if not existing.is_dir():
+        raise InputError(f"--results-dir {results_dir}: {existing} is a file, not a directory; {valid}")
+    probe = existing / f".kvsweep-write-check-{os.getpid()}"
     try:
-        results_dir.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        raise InputError(
-            f"--results-dir {results_dir}: cannot write there ({error.strerror or error}); valid: a directory you can write"
-        ) from None
+        raise InputError(f"--results-dir {results_dir}: cannot write in {existing} ({error.strerror or error}); {valid}") from None
 
 
 def prepare(spec: SweepSpec, args: argparse.Namespace):
@@ -238,13 +240,13 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
 
     spec = apply_flags(spec, args)
     check_requests_fit(spec)
-    results_dir = results_dir_from(args)
-    check_writable(results_dir)
-    tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)
-    check_tracking_server(tracking_uri)
     for flag in ("scale_up_timeout_s", "tracking_patience_s"):
         if not getattr(args, flag) > 0:
             raise InputError(f"--{flag.replace('_', '-')} must be positive seconds, got {getattr(args, flag):g}")
+    results_dir = results_dir_from(args)
+    tracking_uri = absolute_tracking_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri(results_dir)
+    check_tracking_server(tracking_uri)
+    check_writable(results_dir)
     options = SweepOptions(
         results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s,
         scale_up_timeout_s=args.scale_up_timeout_s, autoscaler_config=args.autoscaler_config,

@@ -52,14 +52,14 @@ def test_an_unwritable_results_dir_is_one_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     result, _ = run_script("--results-dir", str(blocker / "results"))
-    assert_one_line_error(result, f"--results-dir {blocker / 'results'}: cannot write there")
+    assert_one_line_error(result, f"--results-dir {blocker / 'results'}: {blocker} is a file, not a directory")
 
 
 def test_a_ray_address_nobody_answers_at_is_one_line_within_seconds(tmp_path):
     address = f"127.0.0.1:{closed_port()}"
-    result, took_s = run_script("--results-dir", str(tmp_path), "--ray-address", address, timeout_s=30)
+    result, took_s = run_script("--results-dir", str(tmp_path / "results"), "--ray-address", address, timeout_s=30)
     assert_one_line_error(result, f"--ray-address {address}: no Ray cluster answers there")
-    assert took_s < 20
+    assert took_s < 20 and not (tmp_path / "results").exists()  # nothing made before the sweep could start
     result, _ = run_script("--results-dir", str(tmp_path), env={"RAY_ADDRESS": address}, timeout_s=30)
     assert_one_line_error(result, f"RAY_ADDRESS {address}: no Ray cluster answers there")
 

@@ -37,6 +37,7 @@ def run_in_process(tmp_path, capsys, *flags) -> tuple[int, str]:
         (["--max-model-len", "2048"], "need more than max_model_len 2048 tokens (prompt and answer; the longest 3274); valid: --max-model-len 3274 or more, --max-context 2048 (drops those jobs whole, counted)"),
         (["--jps", "1e9"], "jobs per second 1e+09 over a 30 s arrival window plans about 3e+10 jobs per cell; valid: at most 20000 jobs per cell (jps <= 666.7"),
         (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
+        (["--tracking-uri", "foo://bar"], "--tracking-uri foo://bar: unknown scheme 'foo'; valid: sqlite:///PATH.db"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, capsys, flags, message):

@@ -67,10 +67,20 @@ def without_credentials(uri: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else uri
 
 
+# The stores MLflow's tracking client opens (a database scheme may name its driver: postgresql+psycopg2).
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
 def check_tracking_server(uri: str, timeout_s: float = 5.0) -> None:
-    """Raises ``InputError`` within ``timeout_s`` when an http(s) tracking URI has no MLflow server behind it
-    (MLflow's own client retries for minutes before it says so)."""
-    if not uri.startswith(("http://", "https://")):
+    """Raises ``InputError`` for a URI of no store MLflow opens (its own error is a traceback after seconds), and
+    within ``timeout_s`` when an http(s) tracking URI has no MLflow server behind it (MLflow's own client retries
+    for minutes before it says so)."""
+    scheme = urlsplit(uri).scheme.partition("+")[0]
+    if scheme not in TRACKING_SCHEMES:
+        raise InputError(f"--tracking-uri {without_credentials(uri)}: unknown scheme {scheme!r}; valid: "
+                         "sqlite:///PATH.db, file:///PATH, http(s)://HOST:PORT of an `mlflow server`, "
+                         "postgresql://, mysql://, mssql:// or databricks")  # fmt: skip
+    if scheme not in ("http", "https"):
         return
     try:
         # /health asks for no credentials, on MLflow's basic-auth app too.

@@ -1,0 +1,104 @@
+"""The ``kvsweep`` command: one entry point whose subcommands are the project's programs, each with the very parser
+of its older form (``python sweeps/NAME.py``, ``python -m ...``), which keep working.
+
+    kvsweep sweep large_dram --engine sim        # = python sweeps/large_dram.py --engine sim
+    kvsweep report results/large_dram            # = python -m analysis.report results/large_dram
+    kvsweep doctor --help
+
+A subcommand's module is imported only when it runs, so ``kvsweep --help`` starts in a moment and a program's own
+dependencies (Ray, MLflow, vLLM) load only for the programs that need them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+from orchestrator.paths import PROJECT_ROOT
+
+
+@dataclass(frozen=True)
+class Command:
+    module: str  # whose main(argv) runs it
+    summary: str
+    older_form: str
+
+
+COMMANDS: dict[str, Command] = {
+    command_name: command
+    for command_name, command in (
+        ("sweep", Command("", "run a sweep of sweeps/ by name: its grid, flags and report", "python sweeps/NAME.py")),
+        ("crossover", Command("sweeps.crossover", "search for the load where the winning policy changes",
+                              "python sweeps/crossover.py")),
+        ("report", Command("analysis.report", "the HTML report, tables and plots of a sweep's results",
+                           "python -m analysis.report")),
+        ("doctor", Command("orchestrator.doctor", "check a Ray cluster's nodes before a sweep",
+                           "python -m orchestrator.doctor")),
+        ("sizing", Command("orchestrator.sizing.__main__", "KV pool, CPU tier and regime of a model on a GPU type",
+                           "python -m orchestrator.sizing")),
+        ("cell", Command("orchestrator.run_cell", "one real cell on this machine, no Ray, no tracking",
+                         "python -m orchestrator.run_cell")),
+        ("evidence", Command("orchestrator.gpu_evidence", "a GPU node's evidence in one command, within a time budget",
+                             "python -m orchestrator.gpu_evidence")),
+        ("pressure", Command("orchestrator.pressure_plan", "the pressure plan's predictions, and a run beside them",
+                             "python -m orchestrator.pressure_plan")),
+        ("convert", Command("orchestrator.workload.traces.convert", "an agent trace into the project's trace format",
+                            "python -m orchestrator.workload.traces.convert")),
+        ("bundle", Command("orchestrator.bundle", "an offline wheelhouse of a tested stack for air-gapped nodes",
+                           "python -m orchestrator.bundle")),
+        ("calibrate", Command("orchestrator.sim.calibrate", "the simulator's calibration against the measured cells",
+                              "python -m orchestrator.sim.calibrate")),
+        ("profile", Command("orchestrator.sim.gpu_profile", "a GPU's step traces as the simulator's rates",
+                            "python -m orchestrator.sim.gpu_profile")),
+    )
+}  # fmt: skip
+
+
+def sweep_names() -> list[str]:
+    """The sweeps of ``sweeps/`` that ``kvsweep sweep`` runs: the scripts that run their ``SPEC`` as a sweep (the
+    crossover search has a command of its own)."""
+    return sorted(path.stem for path in (PROJECT_ROOT / "sweeps").glob("*.py") if "sweep_main(SPEC)" in path.read_text())
+
+
+def usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = ["usage: kvsweep COMMAND [ARGS ...]", "", "Measure KV-cache policies for LLM agent serving.", "",
+             "commands (each takes --help; the form after = keeps working):"]  # fmt: skip
+    for name, command in COMMANDS.items():
+        lines.append(f"  {name:<{width}}  {command.summary} (= {command.older_form})")
+    lines += ["", f"sweeps: {', '.join(sweep_names())}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    if name == "sweep":
+        return _sweep(rest)
+    sys.argv[0] = f"kvsweep {name}"
+    return importlib.import_module(COMMANDS[name].module).main(rest)
+
+
+def _sweep(args: list[str]) -> int:
+    names = sweep_names()
+    if not args or args[0] in ("-h", "--help"):
+        print(f"usage: kvsweep sweep NAME [flags]   (NAME --help for its flags)\n\nsweeps: {', '.join(names)}")
+        return 0 if args else 2
+    if args[0] not in names:
+        print(f"error: unknown sweep {args[0]!r}; valid: {', '.join(names)}", file=sys.stderr)
+        return 2
+    from orchestrator.sweep.cli import sweep_main
+
+    sys.argv[0] = f"kvsweep sweep {args[0]}"
+    return sweep_main(importlib.import_module(f"sweeps.{args[0]}").SPEC, args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
