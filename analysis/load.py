@@ -64,12 +64,20 @@ class SweepData:
         return text
 
 
-def load_sweep(directory: Path) -> SweepData:
+def sweep_files(directory: Path) -> SweepFiles:
+    """The files of the sweep in ``directory``; raises ``FileNotFoundError`` saying so where it holds none."""
     directory = Path(directory).absolute()
     files = SweepFiles(directory)
+    if not files.summary.exists():
+        raise FileNotFoundError(f"{files.summary} does not exist: is {directory} a sweep's results directory "
+                                "(DIR/<sweep>)?")  # fmt: skip
+    return files
+
+
+def load_sweep(directory: Path) -> SweepData:
+    directory = Path(directory).absolute()
+    files = sweep_files(directory)
     path = files.summary
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: is {directory} a sweep's results directory (DIR/<sweep>)?")
     summary = replica_shapes(routed_arms(_measured_over_simulated(pd.read_parquet(path))))
     turns = []
     for key in summary[summary.status == CellStatus.DONE.value].cell_key:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import plots, tables
-from analysis.load import SweepData, cell_records, load_sweep
+from analysis.load import SweepData, cell_records, load_sweep, sweep_files
 from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellConfig, CellStatus
@@ -363,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="output directory (default: DIR/<sweep>/report)")
     args = parser.parse_args(argv)
     try:
+        for directory in (args.sweep_dir, args.compare):  # before the first progress line: bad input is one line
+            if directory is not None:
+                sweep_files(directory)
         path = build_report(args.sweep_dir, args.out, args.compare)
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -182,7 +182,8 @@ def _apply_trace_flags(spec: SweepSpec, args: argparse.Namespace, data: dict) ->
         try:
             data["workload"] = data["workload"] | WORKLOAD_SHAPES["source-study"] | {"trace": TraceRef.of(args.trace)}
         except TraceFormatError as error:
-            raise InputError(f"--trace {error}") from None
+            raise InputError(f"--trace {error}; valid: a kvsweep-trace/1 file (docs/workloads.md), or one that "
+                             "`kvsweep convert` wrote from a Mooncake, SWE-agent or kv-cache-tester trace") from None
     trace = data["workload"].get("trace")
     if args.load is not None:
         if trace is None:
