@@ -1,7 +1,7 @@
 """One row of ``summary.parquet``: a cell of the grid, its status and, once done, its summary and run facts.
 
-The field order is the column order; the first columns are BRIEF section 6's contract, which other
-people's scripts read. Every quantity keeps the name ``CellSummary`` gives it; the run facts come from the
+The field order is the column order; the first columns are the results contract, which other people's
+scripts read. Every quantity keeps the name ``CellSummary`` gives it; the run facts come from the
 attempt's ``CellConfig``.
 """
 
@@ -33,84 +33,84 @@ class Attempt:
 
 @dataclass(frozen=True)
 class SummaryRow:
-    # BRIEF section 6's contract columns, in this order.
-    sweep: str
-    cell_key: str
-    engine: str
-    gpu: str
-    policy: str
-    jps: float
-    dram_gb: float
-    status: str
-    n_jobs: int | None = None
-    n_completed: int | None = None
-    n_timeouts: int | None = None
-    jct_mean_s: float | None = None
+    # The contract's columns, in this order: other people's scripts read them.
+    sweep: str  # the sweep's name: its folder under the results directory and its MLflow experiment
+    cell_key: str  # the cell's identity: a hash of everything that defines it, its folder under cells/
+    engine: str  # vllm, sim (simulated) or fake (the orchestration's stand-in server)
+    gpu: str  # the Ray accelerator type (H200, H100, A100, L40S, ...), or cpu
+    policy: str  # the KV policy (docs/policies.md)
+    jps: float  # the jobs' arrival rate
+    dram_gb: float  # the CPU DRAM budget: a policy's CPU tier where it has one
+    status: str  # done, failed, hung, interrupted (the last attempt), pending (with its reason) or not_run
+    n_jobs: int | None = None  # jobs the schedule planned
+    n_completed: int | None = None  # jobs whose every turn completed
+    n_timeouts: int | None = None  # jobs cut by a request or job timeout (counted, never dropped)
+    jct_mean_s: float | None = None  # job completion time over the completed jobs, from each job's arrival
     jct_p50_s: float | None = None
     jct_p90_s: float | None = None
     jct_p99_s: float | None = None
-    t1_mean_s: float | None = None
-    t_last_mean_s: float | None = None
+    t1_mean_s: float | None = None  # the first turn's mean latency, from its scheduled time
+    t_last_mean_s: float | None = None  # each job's last turn's latency (T8 in the source study's workload)
     # The rest of the cell's identity and summary.
-    seed: int | None = None
+    seed: int | None = None  # the schedule's seed
     model: str | None = None
     weights: str | None = None  # real, or dummy (random weights of the model's shapes)
-    scale: float | None = None
-    duration_s: float | None = None
+    scale: float | None = None  # the factor on every prompt size (system prompt, tool outputs)
+    duration_s: float | None = None  # the arrival window
     tool_time_s: float | None = None  # the mean, where tool times are drawn
     workload_source: str | None = None  # source-study, parametric or trace
     load_multiplier: float | None = None  # a replay's rate over the trace's own
     max_context: int | None = None  # jobs with a longer request were dropped whole ...
     n_jobs_dropped: int | None = None  # ... this many, in the done attempt's schedule
     replicas: int | None = None  # behind a router, when more than one
-    router: str | None = None
+    router: str | None = None  # round-robin, least-loaded, session-affinity or prefix-aware
     tp: int = 1  # tensor-parallel degree: the GPUs of one replica
-    n_errors: int | None = None
-    t_last_over_t1: float | None = None
-    jct_censored_mean_s: float | None = None
-    jct_censored_lo_s: float | None = None
+    n_errors: int | None = None  # jobs ended by an error answer
+    t_last_over_t1: float | None = None  # the last turn's mean latency over the first's
+    jct_censored_mean_s: float | None = None  # every job's time, one cut short counted to its cut
+    jct_censored_lo_s: float | None = None  # ... its 95% interval (a bootstrap over the jobs)
     jct_censored_hi_s: float | None = None
-    completion_pct: float | None = None
-    dispatch_lag_p50_ms: float | None = None
+    completion_pct: float | None = None  # completed jobs over planned
+    dispatch_lag_p50_ms: float | None = None  # how late the client sent requests against their scheduled times
     dispatch_lag_p99_ms: float | None = None
     dispatch_lag_max_ms: float | None = None
-    span_s: float | None = None
-    n_pins: int | None = None
-    pin_carried_pct: float | None = None
-    pin_expired_pct: float | None = None
-    pin_gave_way_pct: float | None = None
-    pin_abandoned_pct: float | None = None
-    pin_in_vain_block_s: float | None = None
-    prefix_kept_pct: float | None = None
-    turns_moved_pct: float | None = None
+    span_s: float | None = None  # first arrival to last job end (virtual time for a simulated cell)
+    n_pins: int | None = None  # Continuum's pins over the cell (none for other policies)
+    pin_carried_pct: float | None = None  # pins that carried a job's KV to its next turn
+    pin_expired_pct: float | None = None  # pins whose time to live ran out first
+    pin_gave_way_pct: float | None = None  # pins taken for another request under pressure
+    pin_abandoned_pct: float | None = None  # pins held for a job that never came back
+    pin_in_vain_block_s: float | None = None  # blocks times seconds held by pins that carried nothing
+    prefix_kept_pct: float | None = None  # turns after the first: the share of their best prefix found cached
+    turns_moved_pct: float | None = None  # turns after the first served by another replica than the previous
     reason: str | None = None  # why a cell is pending
     # The attempt behind a done row (``attempt_columns``).
-    run_id: str | None = None
-    attempt: int | None = None
-    device_name: str | None = None
+    run_id: str | None = None  # the attempt's MLflow run
+    attempt: int | None = None  # 1 for a cell's first attempt, counted over every run of the sweep
+    device_name: str | None = None  # what the server reported (e.g. NVIDIA H100 80GB HBM3)
     vllm_version: str | None = None
-    node_id: str | None = None
+    node_id: str | None = None  # the Ray node of the cell's worker
     gpu_ids: str | None = None  # the GPUs Ray gave the replica's worker, comma-separated (a routed cell's: None)
     started_unix: float | None = None
     finished_unix: float | None = None
-    wall_s: float | None = None
-    replica_reused: bool | None = None
+    wall_s: float | None = None  # the attempt's wall time, the replica's start included
+    replica_reused: bool | None = None  # on a replica kept from the cell before, after a proven-clean reset
     replica_replaced: str | None = None  # why a reusable replica was not reused
-    replica_start_s: float | None = None
+    replica_start_s: float | None = None  # the replica's start, when the cell started one
     schedule_fingerprint: str | None = None  # cells compare only on one schedule
-    n_preemptions: int | None = None
+    n_preemptions: int | None = None  # vLLM's counter over the cell (the simulator's own count)
     n_evicted_blocks: int | None = None  # cached blocks the engine evicted over the cell
-    kv_offload_store_bytes: float | None = None
-    kv_offload_load_bytes: float | None = None
-    external_prefix_cache_queries: float | None = None
-    external_prefix_cache_hits: float | None = None
+    kv_offload_store_bytes: float | None = None  # to the CPU tier (vLLM's counter, where its connector exports it)
+    kv_offload_load_bytes: float | None = None  # back from the CPU tier
+    external_prefix_cache_queries: float | None = None  # prompt tokens vLLM looked up in the CPU tier
+    external_prefix_cache_hits: float | None = None  # of those, the tokens the tier had
     # The serving stack on the cell's node: vllm, lmcache, torch, CUDA, driver.
     stack_vllm: str | None = None
     stack_lmcache: str | None = None
     stack_torch: str | None = None
     stack_cuda: str | None = None
     stack_driver: str | None = None
-    stack_lmcache_ops_error: str | None = None
+    stack_lmcache_ops_error: str | None = None  # why LMCache's compiled ops did not load, where they did not
 
     @classmethod
     def of(cls, sweep: str, cell: CellSpec, status: CellStatus, summary: CellSummary | None = None,

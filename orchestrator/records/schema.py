@@ -38,9 +38,9 @@ class JobStatus(str, enum.Enum):
 @dataclass(frozen=True)
 class RequestRecord:
     job_id: str
-    job_index: int
-    turn: int
-    is_last: bool
+    job_index: int  # the job's place in the arrival order, from 0
+    turn: int  # from 1
+    is_last: bool  # the job's last turn
     status: RequestStatus
     scheduled_at: float  # when the plan says the request is due (arrival, or previous finish + tool time)
     sent_at: float  # when the HTTP request was actually issued
@@ -51,7 +51,7 @@ class RequestRecord:
     cached_tokens: int | None  # prefix-cache hit the server reported (usage.prompt_tokens_details)
     best_cached_tokens: int | None  # previous turn's prompt + completion: the most a prefix cache can hit
     completion_tokens: int | None
-    error: str | None
+    error: str | None  # what went wrong, for a request that did not end ok
     replica: int = 0  # which of the cell's replicas served it (0 in a cell of one)
     schema_version: int = SCHEMA_VERSION
 
