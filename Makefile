@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Re-installs only when the dependency list changes.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 gpu-kit gpu-rehearsal gpu-rehearsal-0.26 clean
+.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 docs screenshots gpu-kit gpu-rehearsal gpu-rehearsal-0.26 clean
 
 install: $(INSTALLED)
 
@@ -93,16 +93,30 @@ $(INSTALLED2): $(INSTALLED) pyproject.toml orchestrator/stacks.py
 test-stack-0.26: $(INSTALLED2)
 	$(PY2) -m pytest -m engine
 
-# The lent GPU machine's evidence run (docs/gpu-runs/README.md). gpu-kit writes .gpuparts (git-ignored, about four
-# minutes) from the workplace's shared kit scripts; the rehearsals run the machine's very command here on the CPU
-# engine, through every stage it asks for, on each tested stack (the GPU machine gets vllm-0.26). The command is the
-# pressure plan's; EVIDENCE_FLAGS='--stages doctor,cells,profile,source-study' rehearses the first sessions' stages.
-SHARED_GPU ?= ../shared/gpu
+# The documentation site: the reference pages generated from the code, then a strict build into site/ (a broken link
+# or a page left out of the navigation fails it). `mkdocs serve` previews it. `make screenshots` retakes the pictures
+# of the report from the demo's (headless Chromium).
+docs: install
+	$(PY) docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "Site: $(CURDIR)/site/index.html"
+
+SCREENSHOT_RESULTS := /tmp/kvsweep-demo
+
+screenshots: install chromium
+	$(MAKE) demo RESULTS=$(SCREENSHOT_RESULTS)
+	$(PY) docs/gen_screenshots.py $(SCREENSHOT_RESULTS)/large_dram/report
+
+# A GPU node's evidence run (docs/gpu-runs/README.md). gpu-kit writes .gpuparts (git-ignored, about four minutes)
+# with the kit scripts in KIT_SCRIPTS (kept outside the repository); the rehearsals run the node's very command here
+# on the CPU engine, through every stage it asks for, on each tested stack (the node gets vllm-0.26). The command is
+# the pressure plan's; EVIDENCE_FLAGS='--stages doctor,cells,profile,source-study' rehearses the first runs' stages.
+KIT_SCRIPTS ?= ../shared/gpu
 REHEARSAL_S ?= 900
 EVIDENCE_FLAGS ?= --stages pressure
 
 gpu-kit:
-	bash deploy/gpu-machine/kit.sh $(SHARED_GPU)
+	bash deploy/gpu-machine/kit.sh $(KIT_SCRIPTS)
 
 gpu-rehearsal: install
 	PYTHON=$(PY) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal $(REHEARSAL_S) $(EVIDENCE_FLAGS)
@@ -111,4 +125,4 @@ gpu-rehearsal-0.26: $(INSTALLED2)
 	PYTHON=$(PY2) INSTALL=0 WORK=$(RESULTS)/gpu-rehearsal-0.26/work bash deploy/gpu-machine/evidence.sh $(RESULTS)/gpu-rehearsal-0.26 $(REHEARSAL_S) $(EVIDENCE_FLAGS)
 
 clean:
-	rm -rf $(VENV) $(VENV2) .wheelhouse results .pytest_cache
+	rm -rf $(VENV) $(VENV2) .wheelhouse results site .pytest_cache

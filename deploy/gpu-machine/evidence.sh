@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command the lent GPU machine runs (docs/gpu-runs/README.md): install the kit that travels in
+# The one command a GPU node runs (docs/gpu-runs/README.md): install the kit that travels in
 # .gpuparts/part-1, then the whole evidence run, planned to end inside the call's limit. Everything comes back
 # in OUT as five files: install.log, console.log and the evidence's summary.md, evidence.json, evidence.tar.xz.
 #
