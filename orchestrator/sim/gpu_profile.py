@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CELL_CONFIG_FILE
 from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.sim.hardware import Calibration, Device, StepCost
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="cells' scheduler_trace.parquet files from the GPU (or older results' JSON lines)")
     parser.add_argument("--gpu", required=True, help=f"the GPU type they ran on: {', '.join(GPU_TYPES)}")
     parser.add_argument("--model", default=MODEL, help="the model they served (a shipped config name or a config.json)")
-    parser.add_argument("--write", action="store_true", help=f"write the rates into {RATES_FILE}")
+    parser.add_argument("--write", action="store_true", help=f"write the rates into {RATES_FILE.relative_to(PROJECT_ROOT)}")
     args = parser.parse_args(argv)
     if args.gpu not in GPU_TYPES:
         print(f"error: unknown GPU type {args.gpu!r}; valid: {', '.join(GPU_TYPES)}", file=sys.stderr)
