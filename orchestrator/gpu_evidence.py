@@ -1,6 +1,6 @@
 """Command line: a GPU's evidence in one command, its stages planned against a time budget, no Ray, no tracking.
 
-    python -m orchestrator.gpu_evidence --gpu H200 --out $OUT --budget-s 450           # on the lent GPU machine
+    python -m orchestrator.gpu_evidence --gpu H200 --out $OUT --budget-s 450           # on a GPU node
     python -m orchestrator.gpu_evidence --gpu cpu --out results/evidence --budget-s 900  # the rehearsal here
 
 Stages, in order, each timed:
