@@ -20,39 +20,31 @@ from orchestrator.paths import PROJECT_ROOT
 
 @dataclass(frozen=True)
 class Command:
-    module: str  # whose main(argv) runs it
+    module: str  # whose main(argv) runs it; "sweeps" for a sweep by name
     summary: str
-    older_form: str
+
+    @property
+    def older_form(self) -> str:
+        """The command it is, as it was run before ``kvsweep``."""
+        if self.module.startswith("sweeps"):
+            return f"python sweeps/{self.module.partition('.')[2] or 'NAME'}.py"
+        return f"python -m {self.module.removesuffix('.__main__')}"
 
 
 COMMANDS: dict[str, Command] = {
-    command_name: command
-    for command_name, command in (
-        ("sweep", Command("", "run a sweep of sweeps/ by name: its grid, flags and report", "python sweeps/NAME.py")),
-        ("crossover", Command("sweeps.crossover", "search for the load where the winning policy changes",
-                              "python sweeps/crossover.py")),
-        ("report", Command("analysis.report", "the HTML report, tables and plots of a sweep's results",
-                           "python -m analysis.report")),
-        ("doctor", Command("orchestrator.doctor", "check a Ray cluster's nodes before a sweep",
-                           "python -m orchestrator.doctor")),
-        ("sizing", Command("orchestrator.sizing.__main__", "KV pool, CPU tier and regime of a model on a GPU type",
-                           "python -m orchestrator.sizing")),
-        ("cell", Command("orchestrator.run_cell", "one real cell on this machine, no Ray, no tracking",
-                         "python -m orchestrator.run_cell")),
-        ("evidence", Command("orchestrator.gpu_evidence", "a GPU node's evidence in one command, within a time budget",
-                             "python -m orchestrator.gpu_evidence")),
-        ("pressure", Command("orchestrator.pressure_plan", "the pressure plan's predictions, and a run beside them",
-                             "python -m orchestrator.pressure_plan")),
-        ("convert", Command("orchestrator.workload.traces.convert", "an agent trace into the project's trace format",
-                            "python -m orchestrator.workload.traces.convert")),
-        ("bundle", Command("orchestrator.bundle", "an offline wheelhouse of a tested stack for air-gapped nodes",
-                           "python -m orchestrator.bundle")),
-        ("calibrate", Command("orchestrator.sim.calibrate", "the simulator's calibration against the measured cells",
-                              "python -m orchestrator.sim.calibrate")),
-        ("profile", Command("orchestrator.sim.gpu_profile", "a GPU's step traces as the simulator's rates",
-                            "python -m orchestrator.sim.gpu_profile")),
-    )
-}  # fmt: skip
+    "sweep": Command("sweeps", "run a sweep of sweeps/ by name: its grid, flags and report"),
+    "crossover": Command("sweeps.crossover", "search for the load where the winning policy changes"),
+    "report": Command("analysis.report", "the HTML report, tables and plots of a sweep's results"),
+    "doctor": Command("orchestrator.doctor", "check a Ray cluster's nodes before a sweep"),
+    "sizing": Command("orchestrator.sizing.__main__", "KV pool, CPU tier and regime of a model on a GPU type"),
+    "cell": Command("orchestrator.run_cell", "one real cell on this machine, no Ray, no tracking"),
+    "evidence": Command("orchestrator.gpu_evidence", "a GPU node's evidence in one command, within a time budget"),
+    "pressure": Command("orchestrator.pressure_plan", "the pressure plan's predictions, and a run beside them"),
+    "convert": Command("orchestrator.workload.traces.convert", "an agent trace into the project's trace format"),
+    "bundle": Command("orchestrator.bundle", "an offline wheelhouse of a tested stack for air-gapped nodes"),
+    "calibrate": Command("orchestrator.sim.calibrate", "the simulator's calibration against the measured cells"),
+    "profile": Command("orchestrator.sim.gpu_profile", "a GPU's step traces as the simulator's rates"),
+}
 
 
 def sweep_names() -> list[str]:

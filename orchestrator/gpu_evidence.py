@@ -190,18 +190,18 @@ def plan_from(args: argparse.Namespace) -> Plan:
         else:
             model = args.model or LLAMA_8B
             point = pressure_point(args.gpu, model, args.pressure_window_s or PRESSURE_WINDOW_S)
-        pressure = tuple(_pressure_entry(cell, on_cpu) for cell in pressure_cells(
-            point, policies, model, Weights(weights), scale=cells_pool.workload.scale if on_cpu else 1.0))  # fmt: skip
+        scale = cells_pool.workload.scale if on_cpu else 1.0
+        pressure = _pressure_entries(pressure_cells(point, policies, model, Weights(weights), scale), on_cpu)
     return Plan(args.gpu, stages, tuple(cells), source, point, pressure)
 
 
-def _pressure_entry(cell: CellSpec, on_cpu: bool) -> PolicyCell:
-    """A pressure cell, or on cpu for a CUDA-only policy the server command the same cell runs on an H100."""
-    if not (on_cpu and get_policy(cell.policy).needs_cuda):
-        return PolicyCell(cell.policy, cell)
-    point = pressure_point(BUILT_FOR_GPU, LLAMA_8B)
-    on_gpu = pressure_cells(point, (cell.policy,), LLAMA_8B, Weights.DUMMY)[0]
-    return PolicyCell(cell.policy, None, _server_command(on_gpu))
+def _pressure_entries(cells: tuple[CellSpec, ...], on_cpu: bool) -> tuple[PolicyCell, ...]:
+    """The pressure cells; on cpu, each CUDA-only policy's as the server command the same cell runs on an H100."""
+    cuda_only = [cell.policy for cell in cells if on_cpu and get_policy(cell.policy).needs_cuda]
+    on_gpu = pressure_cells(pressure_point(BUILT_FOR_GPU, LLAMA_8B), cuda_only, LLAMA_8B, Weights.DUMMY)
+    commands = {cell.policy: _server_command(cell) for cell in on_gpu}
+    return tuple(PolicyCell(cell.policy, None, commands[cell.policy]) if cell.policy in commands
+                 else PolicyCell(cell.policy, cell) for cell in cells)  # fmt: skip
 
 
 def _policy_loads(text: str) -> list[tuple[str, float]]:
