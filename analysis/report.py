@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plots, tables
+from analysis import capacity, plots, tables
 from analysis.load import SweepData, cell_records, load_sweep, sweep_files
 from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
@@ -120,6 +120,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     done, total = len(data.done), len(data.summary)
     report.paragraph(f"{done} of {total} cells done. Numbers: {data.provenance()}. Results: {data.directory}.")
     _dropped_jobs(report, data)
+    _capacity(report, data)
     progress(f"verdicts over {done} done cells")
     per_policy = _verdicts(report, data)
     _routing(report, data)
@@ -147,6 +148,35 @@ def _dropped_jobs(report: ReportBuilder, data: SweepData) -> None:
     report.paragraph(f"--max-context {limits} tokens dropped {int(done.n_jobs_dropped.sum()):,} jobs whole (a request "
                      f"longer than that) from {cells} done cells' schedules; every number below is without them "
                      "(per cell: n_jobs_dropped in the summary).")  # fmt: skip
+
+
+def _capacity(report: ReportBuilder, data: SweepData) -> None:
+    """First where the sweep has an SLO: each policy's capacity within it, the fleets a traffic needs and their
+    cost (``sweeps/capacity.py``), and every done cell against it."""
+    judged = capacity.slo_per_cell(data.summary)
+    found = pd.read_csv(data.files.capacity) if data.files.capacity.exists() else None
+    if found is None and not len(judged):
+        return
+    report.heading("Capacity under the SLO")
+    report.paragraph("A cell meets the SLO when every target's statistic is within its limit at the worse end of its "
+                     "95% interval (over the jobs, or over trials); a job that did not complete counts as a miss. A "
+                     "job is good when it completed within every limit; goodput is the good share of the offered load. "
+                     "The capacity is the highest load met with confidence below the first load searched that was not "
+                     "(the true capacity lies between the two).")  # fmt: skip
+    if found is not None:
+        fleet = pd.read_csv(data.files.fleet) if data.files.fleet.exists() else None
+        said = capacity.sentences(found, fleet) + [line for line in [capacity.cheapest(found, fleet)] if line]
+        report.paragraph(" ".join(said))
+        report.table("capacity", f"Per GPU type and policy: capacity (JPS) at {found.slo.iloc[0]}, the first load "
+                     "not met, goodput and cost per thousand jobs there, and how it was found",
+                     capacity.capacity_table(found), "capacity.csv")  # fmt: skip
+        if fleet is not None:
+            report.table("fleet", "Replicas needed for the target traffic, per policy and router (each size checked by "
+                         "simulating it at the target; first_guess: the target over one replica's capacity)",
+                         capacity.fleet_table(fleet), "fleet.csv, simulated")  # fmt: skip
+    if len(judged):
+        report.table("slo_cells", "Every done cell against the SLO: met, missed or unsure at 95%, goodput (JPS) with "
+                     "its interval", judged, data.provenance(data.done))  # fmt: skip
 
 
 def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:

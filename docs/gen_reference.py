@@ -93,7 +93,7 @@ _UNITS = (("_tokens", "tokens"), ("_blocks", "blocks"), ("_unix", "seconds since
 
 
 def _unit(name: str) -> str:
-    if name == "jps":
+    if name == "jps" or name.endswith("_jps"):
         return "jobs per second"
     if name.startswith("n_") or name.startswith("num_"):
         return "count"
@@ -195,6 +195,9 @@ BAD_INPUTS = (
     "sweep agent_trace --results-dir DIR/r --trace DIR/truncated.jsonl",
     "sweep agent_trace --results-dir DIR/r --trace DIR/a-file",
     "sweep large_dram --results-dir DIR/r --turns many",
+    "sweep large_dram --results-dir DIR/r --slo jct_p90=1min",
+    "capacity --results-dir DIR/r --gpu H100",
+    "capacity --results-dir DIR/r --slo jct_p90=60s --gpu H100 --gpu-price H200=3.5",
     "report DIR/empty",
     "cell --jps 0",
     "evidence --gpu H300 --out DIR/e --budget-s 60",

@@ -34,6 +34,7 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "sweep": Command("sweeps", "run a sweep of sweeps/ by name: its grid, flags and report"),
     "crossover": Command("sweeps.crossover", "search for the load where the winning policy changes"),
+    "capacity": Command("sweeps.capacity", "each policy's capacity under an SLO, the GPUs a traffic needs, their cost"),
     "report": Command("analysis.report", "the HTML report, tables and plots of a sweep's results"),
     "doctor": Command("orchestrator.doctor", "check a Ray cluster's nodes before a sweep"),
     "sizing": Command("orchestrator.sizing.__main__", "KV pool, CPU tier and regime of a model on a GPU type"),
@@ -49,7 +50,7 @@ COMMANDS: dict[str, Command] = {
 
 def sweep_names() -> list[str]:
     """The sweeps of ``sweeps/`` that ``kvsweep sweep`` runs: the scripts that run their ``SPEC`` as a sweep (the
-    crossover search has a command of its own)."""
+    crossover and capacity searches have commands of their own)."""
     return sorted(path.stem for path in (PROJECT_ROOT / "sweeps").glob("*.py") if "sweep_main(SPEC)" in path.read_text())
 
 

@@ -34,6 +34,7 @@ PURE_MODULES = (
     *modules_of("orchestrator.routing"),
     *modules_of("orchestrator.evidence"),
     "orchestrator.crossover.bisection",
+    "orchestrator.capacity.plan",
     "orchestrator.replica.config",
     "orchestrator.policies",
     "orchestrator.workload.plan",

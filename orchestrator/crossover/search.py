@@ -54,29 +54,29 @@ def run_search(spec: SweepSpec, options, engine: EngineKind, within: SearchRange
         print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: "
               f"{spec.cpu_profile.describe()}")  # fmt: skip
     SweepSpec.model_validate(spec.model_copy(update={"engine": engine}).model_dump())  # can the engine run the GPU?
-    flips = bisect_flips(sweep_judge(spec, options, engine), within.jps_min, within.jps_max, within.resolution)
+    rounds = SearchRounds(options)
+    flips = bisect_flips(sweep_judge(spec, options, engine, rounds), within.jps_min, within.jps_max, within.resolution)
     rows = [{"jps_below": flip.jps_below, "jps_above": flip.jps_above, f"{engine.value}_below": flip.below,
              f"{engine.value}_above": flip.above} for flip in flips]  # fmt: skip
     if confirm and engine is EngineKind.SIM and flips:
-        measure = sweep_judge(spec, options, EngineKind.VLLM)
+        measure = sweep_judge(spec, options, EngineKind.VLLM, rounds)
         for row, flip in zip(rows, flips):
             row |= confirmation(*locate_flip(measure, flip, within.jps_min, within.jps_max, within.resolution), flip)
     table = pd.DataFrame(rows)
     atomic_write_csv(table, SweepFiles(options.results_dir / spec.name).crossover)
-    _report(spec.name, options)
+    publish_search_report(spec.name, options)
     print(f"[{spec.name}] {len(flips)} change(s) of verdict between {within.jps_min:g} and {within.jps_max:g} jobs "
           "per second:")  # fmt: skip
     print(table.to_string(index=False) if len(table) else "  none: the same verdict at every load searched")
     return 0
 
 
-def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
+def sweep_judge(spec: SweepSpec, options, engine: EngineKind, rounds: SearchRounds) -> Judge:
     """Verdicts from measuring: each call runs the sweep with every load asked so far (those done are
     skipped) and reads the verdict of each load asked from the sweep's results."""
     from analysis.load import cell_records
     from analysis.verdicts import verdicts
     from orchestrator.sim.error_bands import load_errors
-    from orchestrator.sweep.runtime.driver import EXIT_INTERRUPTED, run_sweep
 
     asked: set[float] = set()
     files = SweepFiles(options.results_dir / spec.name)
@@ -85,11 +85,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
         asked.update(loads)
         print(f"[{spec.name}] measuring {engine.value} at {', '.join(f'{jps:g}' for jps in loads)} jobs per second",
               flush=True)  # fmt: skip
-        # No report per round: its plots cost more than a simulated round's cells. The search builds one at the end.
-        code = run_sweep(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}),
-                         replace(options, report=False))  # fmt: skip
-        if code == EXIT_INTERRUPTED:  # stopped by a signal: so is the search; a re-run resumes it
-            raise SystemExit(code)
+        rounds.run(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}))
         summary = pd.read_parquet(files.summary)
         found, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_errors())
         by_load = {verdict.jps: verdict.label for verdict in found}
@@ -98,7 +94,26 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind) -> Judge:
     return judge
 
 
-def _report(sweep: str, options) -> None:
+class SearchRounds:
+    """A search's rounds: each runs its sweep with the loads asked so far (done cells are skipped). Rounds after the
+    first go on with one tracker, which keeps the sweep's cell runs in memory instead of reading every run back from
+    the store each round (a cost that grows with the sweep)."""
+
+    def __init__(self, options):
+        self.options = options
+        self._tracker = None
+
+    def run(self, spec: SweepSpec) -> None:
+        from orchestrator.sweep.runtime.driver import EXIT_INTERRUPTED, open_tracker, run_sweep
+
+        # No report per round: its plots cost more than a simulated round's cells. The search builds one at the end.
+        if run_sweep(spec, replace(self.options, report=False), self._tracker) == EXIT_INTERRUPTED:
+            raise SystemExit(EXIT_INTERRUPTED)  # stopped by a signal: so is the search; a re-run resumes it
+        if self._tracker is None:
+            self._tracker = open_tracker(spec, self.options)
+
+
+def publish_search_report(sweep: str, options) -> None:
     """The sweep's report, built once the search is over (its rounds build none): every done cell, the rounds'
     and any confirmation's alike."""
     from orchestrator.sweep.runtime.driver import publish_report

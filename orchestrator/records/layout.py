@@ -9,6 +9,8 @@
         scheduler_trace.parquet            the scheduler trace (``records.trace_file``)
     DIR/<sweep>/report/                    the HTML report, and its tables/ (verdicts.csv among them)
     DIR/<sweep>/crossover.csv              the loads where a verdict changes (sweeps/crossover.py)
+    DIR/<sweep>/capacity.csv               each policy's highest load within an SLO (sweeps/capacity.py) ...
+    DIR/<sweep>/fleet.csv                  ... and the replicas a target traffic needs
     DIR/<sweep>/preflight.csv              each cell to run's preflight regime and its reasons
 
 Writers (the driver, the worker's replica) and readers (analysis) take their paths from here.
@@ -25,6 +27,8 @@ REPORT_DIR = "report"
 REPORT_TABLES_DIR = "tables"
 VERDICTS_FILE = "verdicts.csv"
 CROSSOVER_FILE = "crossover.csv"
+CAPACITY_FILE = "capacity.csv"
+FLEET_FILE = "fleet.csv"
 PREFLIGHT_FILE = "preflight.csv"
 STAGING_DIR = ".staging"
 LOCK_FILE = ".lock"
@@ -102,6 +106,14 @@ class SweepFiles:
     @property
     def crossover(self) -> Path:
         return self.directory / CROSSOVER_FILE
+
+    @property
+    def capacity(self) -> Path:
+        return self.directory / CAPACITY_FILE
+
+    @property
+    def fleet(self) -> Path:
+        return self.directory / FLEET_FILE
 
     @property
     def preflight(self) -> Path:

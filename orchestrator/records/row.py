@@ -83,6 +83,15 @@ class SummaryRow:
     pin_in_vain_block_s: float | None = None  # blocks times seconds held by pins that carried nothing
     prefix_kept_pct: float | None = None  # turns after the first: the share of their best prefix found cached
     turns_moved_pct: float | None = None  # turns after the first served by another replica than the previous
+    # Against the sweep's SLO (--slo; docs/capacity.md), where it has one.
+    slo: str | None = None  # the targets, e.g. jct_p90=60s,ttft_p99=2s
+    slo_met: str | None = None  # met, missed or unsure: every target within its limit at 95%, any beyond, or neither
+    good_pct: float | None = None  # jobs that completed within every limit
+    good_lo_pct: float | None = None  # ... its 95% interval
+    good_hi_pct: float | None = None
+    goodput_jps: float | None = None  # jobs per second within the SLO: that share of the offered load
+    goodput_lo_jps: float | None = None  # ... its 95% interval
+    goodput_hi_jps: float | None = None
     reason: str | None = None  # why a cell is pending
     # The attempt behind a done row (``attempt_columns``).
     run_id: str | None = None  # the attempt's MLflow run
@@ -143,7 +152,7 @@ class SummaryRow:
 
 def attempt_tags(row: SummaryRow) -> dict[str, str]:
     """The run facts of a done row as its MLflow run's tags (those with a value; the run id is the run's own)."""
-    names = set(_ATTEMPT_FACTS) | {spec.name for spec in fields(TierCounters)} | {f"stack_{spec.name}" for spec in fields(NodeStack)}
+    names = {*_ATTEMPT_FACTS, "slo", "slo_met"} | {spec.name for spec in fields(TierCounters)} | {f"stack_{spec.name}" for spec in fields(NodeStack)}
     return {name: str(value) for name, value in row.to_json().items() if name in names and value is not None}
 
 

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+import pandas as pd
 
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
 from orchestrator.records.pins import TRACE_KINDS, pin_outcomes, summarize_pins
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
+from orchestrator.records.slo import REQUEST_COLUMNS, Slo, Trial, evaluate
 from orchestrator.records.trace_file import trace_events
 
 
@@ -69,6 +71,16 @@ class CellSummary:
     prefix_kept_pct: float | None
     turns_moved_pct: float | None
     turns: tuple[TurnSummary, ...]
+    # Against the sweep's SLO (``--slo``; ``records/slo.py``), where it has one: the SLO, whether the cell meets it
+    # with confidence (met, missed or unsure), and the share of its jobs within every limit with its interval.
+    slo: str | None = None
+    slo_met: str | None = None
+    good_pct: float | None = None
+    good_lo_pct: float | None = None
+    good_hi_pct: float | None = None
+    goodput_jps: float | None = None  # that share of the offered load
+    goodput_lo_jps: float | None = None
+    goodput_hi_jps: float | None = None
 
     def turn(self, number: int) -> TurnSummary | None:
         return next((turn for turn in self.turns if turn.turn == number), None)
@@ -81,11 +93,14 @@ class CellSummary:
     def of_parts(cls, scalars: dict, turns: list[dict]) -> CellSummary:
         """The summary again from its scalars (a done row holds them) and its turns as ``asdict`` wrote them."""
         names = {spec.name for spec in fields(cls)} - {"turns"}
-        return cls(**{name: scalars[name] for name in names}, turns=tuple(TurnSummary(**turn) for turn in turns))
+        known = {name: scalars[name] for name in names if name in scalars}  # a cell done before a field existed lacks it
+        return cls(**known, turns=tuple(TurnSummary(**turn) for turn in turns))
 
 
-def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trace: bytes = b"") -> CellSummary:
-    """The cell's statistics from its records and, for its pins, its scheduler trace's contents."""
+def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trace: bytes = b"",
+              slo: Slo | None = None, offered_jps: float = 0.0) -> CellSummary:  # fmt: skip
+    """The cell's statistics from its records and, for its pins, its scheduler trace's contents; with ``slo``,
+    whether it meets it and its goodput at the ``offered_jps`` its schedule arrived at."""
     jcts = [job.jct_s for job in jobs if job.jct_s is not None]
     lags_ms = [record.dispatch_lag_s * 1000 for record in requests]
     censored = _censored_mean(jobs)
@@ -116,7 +131,26 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trac
         prefix_kept_pct=_prefix_kept_pct(requests),
         turns_moved_pct=_turns_moved_pct(requests),
         turns=turns,
+        **(_against(slo, requests, jobs, offered_jps) if slo is not None and jobs else {}),
     )
+
+
+def _against(slo: Slo, requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], offered_jps: float) -> dict:
+    outcome = evaluate(slo, [Trial.of_frames(*_slo_frames(requests, jobs))])
+    good, goodput = outcome.good_pct, outcome.goodput_jps(offered_jps)
+    return {"slo": str(slo), "slo_met": outcome.met.value, "good_pct": good.estimate, "good_lo_pct": good.lo,
+            "good_hi_pct": good.hi, "goodput_jps": goodput.estimate, "goodput_lo_jps": goodput.lo,
+            "goodput_hi_jps": goodput.hi}  # fmt: skip
+
+
+def _slo_frames(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The columns of the records that ``Trial.of_frames`` reads (a cell has thousands of requests: only these)."""
+    job_frame = pd.DataFrame({"job_index": [job.job_index for job in jobs], "status": [job.status.value for job in jobs],
+                              "arrival_at": [job.arrival_at for job in jobs],
+                              "finished_at": [job.finished_at for job in jobs]})  # fmt: skip
+    request_frame = pd.DataFrame({column: [getattr(record, column) for record in requests] for column in REQUEST_COLUMNS})
+    request_frame["status"] = [record.status.value for record in requests]
+    return job_frame, request_frame
 
 
 def _prefix_kept_pct(requests: Sequence[RequestRecord]) -> float | None:

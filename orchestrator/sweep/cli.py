@@ -7,7 +7,7 @@
         [--kv-blocks N]
         [--max-num-seqs N] [--max-model-len N] [--max-context N] [--gpu-memory-utilization F] [--tp 1,4]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--start-stall-s F] [--client-actors N]
-        [--ray-address ADDR] [--name NAME] [--dry-run] [--rerun]
+        [--ray-address ADDR] [--slo jct_p90=60s,...] [--name NAME] [--dry-run] [--rerun]
 
 Lists take commas or spaces. ``D`` is a number, a preset distribution's name or a distribution as JSON
 (``workload/distributions.py``). Bad input is one ``error:`` line and exit code 2, before Ray or the
@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.models.served import Weights
+from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
@@ -119,6 +120,9 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
                         f"default: {SweepOptions.tracking_patience_s:g}")  # fmt: skip
     p.add_argument("--autoscaler-config", type=Path,
                    help="the cluster YAML the autoscaler runs with, where it publishes none (default: found on the head)")
+    p.add_argument("--slo", help="judge every cell against this service-level objective: comma-separated "
+                   "METRIC_STAT=TIME targets, METRIC jct, ttft or tbt, STAT mean or pNN, e.g. jct_p90=60s,ttft_p99=2s; "
+                   "each done cell gets slo_met (met, missed or unsure, at 95%%) and its goodput (docs/capacity.md)")
     p.add_argument("--name", help=f"sweep name (results subdirectory, MLflow experiment); default: {spec.name}")
     p.add_argument("--progress-interval-s", type=float, default=SweepOptions.progress_interval_s,
                    help="plain progress lines every this many seconds")
@@ -240,6 +244,7 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
     from orchestrator.sweep.runtime.tracking import absolute_tracking_uri, check_tracking_server, default_tracking_uri
 
     spec = apply_flags(spec, args)
+    slo = Slo.parse(args.slo) if args.slo else None
     check_requests_fit(spec)
     for flag in ("scale_up_timeout_s", "tracking_patience_s"):
         if not getattr(args, flag) > 0:
@@ -251,7 +256,7 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
     options = SweepOptions(
         results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s,
         scale_up_timeout_s=args.scale_up_timeout_s, autoscaler_config=args.autoscaler_config,
-        tracking_patience_s=args.tracking_patience_s,
+        tracking_patience_s=args.tracking_patience_s, slo=slo,
     )  # fmt: skip
     return spec, options
 

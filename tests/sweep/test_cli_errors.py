@@ -38,6 +38,7 @@ def run_in_process(tmp_path, capsys, *flags) -> tuple[int, str]:
         (["--jps", "1e9"], "jobs per second 1e+09 over a 30 s arrival window plans about 3e+10 jobs per cell; valid: at most 20000 jobs per cell (jps <= 666.7"),
         (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
         (["--tracking-uri", "foo://bar"], "--tracking-uri foo://bar: unknown scheme 'foo'; valid: sqlite:///PATH.db"),
+        (["--slo", "jct_p90=1min"], "--slo 'jct_p90=1min': cannot read 'jct_p90=1min'; valid: comma-separated METRIC_STAT=TIME"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, capsys, flags, message):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.records.slo import Slo
+
 
 @dataclass(frozen=True)
 class SweepOptions:
@@ -19,4 +21,5 @@ class SweepOptions:
     scale_up_timeout_s: float = 1800.0  # wait this long for a first node of a launchable type
     autoscaler_config: Path | None = None  # the cluster YAML, where the autoscaler publishes none
     tracking_patience_s: float = 300.0  # how long the tracking store may not answer before the sweep stops
+    slo: Slo | None = None  # each done cell is judged against it (records/slo.py): met, goodput
     report: bool = True  # the HTML report at the end; a search running many rounds builds it once, last

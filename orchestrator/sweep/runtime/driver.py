@@ -59,12 +59,14 @@ DRIVER_GRACE_S = 120.0
 # recovers a preempted job apart from its own failures), up to this many lost nodes per cell and run.
 MAX_NODE_LOSSES = 5
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
+IDLE_POLL_S = 0.1
 EXIT_STOPPED = 75  # EX_TEMPFAIL: a fault outside the sweep stopped it; the same command, re-run later, goes on
 
 
-def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
-    """Plan the sweep on the cluster, then open its tracking, then run it (with ``dry_run``, describe the
-    plan instead); the process exit code."""
+def run_sweep(spec: SweepSpec, options: SweepOptions, tracker: SweepTracker | None = None) -> int:
+    """Plan the sweep on the cluster, then open its tracking (or go on with ``tracker``, the sweep's, open from an
+    earlier run in this process), then run it (with ``dry_run``, describe the plan instead); the process exit
+    code."""
     connect_ray(options.ray_address)
     plan = plan_sweep(spec, options)
     if options.dry_run:
@@ -74,11 +76,16 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     check_model_files(plan.cells, plan.inventory)
     lock = _lock(plan.results.sweep_dir)
     try:
-        tracker = SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec),
-                                    options.tracking_patience_s)  # fmt: skip
+        tracker = tracker or open_tracker(spec, options)
         return _Sweep(plan, tracker, options).run()
     finally:
         lock.close()
+
+
+def open_tracker(spec: SweepSpec, options: SweepOptions) -> SweepTracker:
+    """The sweep's tracking, its experiment and parent run created where they are absent."""
+    return SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec),
+                             options.tracking_patience_s)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,7 @@ class _Sweep:
         self.spec = plan.spec
         self.cells = plan.cells
         self.options = options
-        self.ledger = CellLedger(plan.spec.name, tracker, plan.results, _package_versions())
+        self.ledger = CellLedger(plan.spec.name, tracker, plan.results, _package_versions(), options.slo)
         self.pool = WorkerPool(plan.inventory, options.scale_up_timeout_s)
         self.reporter = ProgressReporter(options.progress_interval_s, options.live)
         self.queues: dict[str, list[CellSpec]] = defaultdict(list)
@@ -299,8 +306,8 @@ class _Sweep:
         import ray
 
         by_ref = {worker.attempt.ref: worker for worker in self.pool.in_flight()}
-        if not by_ref:
-            time.sleep(timeout_s)
+        if not by_ref:  # workers starting: look again soon (a simulated cell takes less than a second)
+            time.sleep(min(timeout_s, IDLE_POLL_S))
             return
         ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
         for ref in ready:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from orchestrator.records.cell import CellOutcome, CellStatus
 from orchestrator.records.row import Attempt, SummaryRow, attempt_tags
+from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.runtime.results import SweepResults
@@ -31,8 +32,10 @@ class StartedAttempt:
 
 
 class CellLedger:
-    def __init__(self, sweep: str, tracker: SweepTracker, results: SweepResults, package_versions: dict[str, str]):
+    def __init__(self, sweep: str, tracker: SweepTracker, results: SweepResults, package_versions: dict[str, str],
+                 slo: Slo | None = None):  # fmt: skip
         self.sweep = sweep
+        self.slo = slo
         self.tracker = tracker
         self.results = results
         self._package_versions = package_versions
@@ -82,7 +85,8 @@ class CellLedger:
     def record(self, started: StartedAttempt, outcome: CellOutcome) -> SummaryRow:
         """Every file and tracking entry of a finished attempt, ``done`` last; the attempt's summary row."""
         cell = started.cell
-        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
+        summary = (summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, self.slo, cell.jps)
+                   if outcome.status.is_done else None)  # fmt: skip
         attempt = Attempt(started.run_id, started.number, outcome.started_unix, outcome.finished_unix, outcome.config)
         row = SummaryRow.of(self.sweep, cell, outcome.status, summary, attempt)
         staged = self._stage(started, outcome, summary, row)

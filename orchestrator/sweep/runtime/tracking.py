@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse, urlsplit, urlunsplit
 
@@ -191,6 +191,9 @@ class SweepTracker:
         self._experiment_id = experiment_id
         self._parent_run_id = parent_run_id
         self._sweep = sweep
+        # The cell runs as read once and kept up to date with this tracker's own writes since: a search runs its
+        # sweep many times in one process, and reading every run back from the store each time grows with the sweep.
+        self._cell_runs: dict[str, list[CellRun]] | None = None
 
     @classmethod
     def open(cls, tracking_uri: str, artifact_root: Path | None, sweep: str, sweep_params: dict[str, str],
@@ -239,7 +242,13 @@ class SweepTracker:
         return self._experiment_id
 
     def cell_runs(self) -> dict[str, list[CellRun]]:
-        """Every cell attempt recorded for this sweep, by cell key, oldest first."""
+        """Every cell attempt recorded for this sweep, by cell key, oldest first (read from the store the first
+        time, then as this tracker has written them)."""
+        if self._cell_runs is None:
+            self._cell_runs = self._read_cell_runs()
+        return {key: list(runs) for key, runs in self._cell_runs.items()}
+
+    def _read_cell_runs(self) -> dict[str, list[CellRun]]:
         runs: dict[str, list[CellRun]] = {}
         for run in self._search("tags.kind = 'cell'"):
             tags = run.data.tags
@@ -271,6 +280,8 @@ class SweepTracker:
         run = self._client.create_run(self._experiment_id, tags=tags, run_name=f"{cell.label} #{attempt}")
         params = [Param(key, value) for key, value in cell.params().items()]
         self._client.log_batch(run.info.run_id, params=params)
+        if self._cell_runs is not None:
+            self._cell_runs.setdefault(cell.key, []).append(CellRun(run.info.run_id, cell.key, CellStatus.RUNNING, attempt))
         return run.info.run_id
 
     def record_outcome(self, run_id: str, summary: CellSummary | None, tags: dict[str, str], artifact_dir: Path) -> None:
@@ -287,6 +298,8 @@ class SweepTracker:
         self._client.set_tag(run_id, "status", status.value)
         if status is not CellStatus.RUNNING:
             self._client.set_terminated(run_id, _RUN_STATUS[status])
+        for runs in (self._cell_runs or {}).values():
+            runs[:] = [replace(run, status=status) if run.run_id == run_id else run for run in runs]
 
     def log_verdicts(self, verdicts: list[Verdict]) -> None:
         """Each verdict on the sweep's parent run: in words as a tag (the winner alone where one wins), the
@@ -346,7 +359,9 @@ def cell_metrics(summary: CellSummary) -> list:
 
     now = int(time.time() * 1000)
     scalars = summary.scalars()
-    metrics = [Metric(key, float(value), now, 0) for key, value in scalars.items() if value is not None]
+    # The SLO and whether it was met are words: tags of the run (``records.row.attempt_tags``), not metrics.
+    metrics = [Metric(key, float(value), now, 0) for key, value in scalars.items()
+               if value is not None and not isinstance(value, str)]  # fmt: skip
     for turn in summary.turns:
         series = {
             "turn_latency_s": turn.latency_mean_s,

@@ -1,0 +1,97 @@
+"""The capacity section of the report (pure): what ``capacity.csv`` and ``fleet.csv`` (``sweeps/capacity.py``) say,
+as tables and one sentence per GPU type, and every done cell against the sweep's SLO (``--slo``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from orchestrator.records.cell import CellStatus
+
+
+def _arm(row) -> str:
+    return f"{row.policy} ({row.dram_gb:g} GiB)" if row.policy_has_budgets else row.policy
+
+
+def _named(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each arm's name: the policy, with its DRAM budget where the policy was searched at several."""
+    budgets = frame.groupby(["gpu", "policy"]).dram_gb.transform("nunique")
+    frame = frame.assign(policy_has_budgets=budgets > 1)
+    return frame.assign(arm=[_arm(row) for row in frame.itertuples()]).drop(columns="policy_has_budgets")
+
+
+def _measured_or_simulated(row) -> str:
+    if isinstance(getattr(row, "vllm_at_capacity", None), str):
+        return "simulated, then measured"
+    return "measured" if row.engine == "vllm" else "simulated"
+
+
+def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU type and arm: its capacity with the load above it that was not met, its goodput and cost there, and
+    how it was found (simulated, measured, or simulated then measured)."""
+    frame = _named(capacity)
+    frame = frame.assign(found=[_measured_or_simulated(row) for row in frame.itertuples()])
+    columns = ["gpu", "arm", "tp", "capacity_jps", "first_unmet_jps", "goodput_jps", "goodput_lo_jps",
+               "goodput_hi_jps", "cost_per_1k_jobs", "found", "vllm_at_capacity", "above_jps", "vllm_at_above",
+               "vllm_capacity_jps", "vllm_first_unmet_jps"]  # fmt: skip
+    return frame[[column for column in columns if column in frame]]
+
+
+def fleet_table(fleet: pd.DataFrame) -> pd.DataFrame:
+    columns = ["gpu", "arm", "router", "target_jps", "capacity_jps", "first_guess", "replicas", "gpus",
+               "cost_per_1k_jobs", "checked"]  # fmt: skip
+    frame = _named(fleet)
+    return frame[[column for column in columns if column in frame]]
+
+
+def sentences(capacity: pd.DataFrame, fleet: pd.DataFrame | None) -> list[str]:
+    """One sentence per GPU type: with a fleet, the GPUs each arm needs for the traffic (its best router); without,
+    the capacity per GPU of the best arm against the worst."""
+    said = []
+    slo = capacity.slo.iloc[0]
+    for gpu, arms in _named(capacity).groupby("gpu", sort=False):
+        if fleet is not None and len(fleet[fleet.gpu == gpu]):
+            said.append(_fleet_sentence(gpu, _named(fleet[fleet.gpu == gpu]), slo))
+            continue
+        known = arms.dropna(subset=["capacity_jps"]).sort_values("capacity_jps", ascending=False)
+        if not len(known):
+            said.append(f"On {gpu}, no policy meets {slo} at the lowest load searched.")
+            continue
+        best, worst = known.iloc[0], known.iloc[-1]
+        per_gpu = f"{best.capacity_jps / best.tp:.3g} JPS per GPU"
+        if len(known) == 1 or best.capacity_jps == worst.capacity_jps:
+            said.append(f"On {gpu} at {slo}, {', '.join(known.arm)} carr{'y' if len(known) > 1 else 'ies'} {per_gpu}.")
+            continue
+        gain = (best.capacity_jps / worst.capacity_jps - 1) * 100
+        said.append(f"On {gpu} at {slo}, {best.arm} carries {per_gpu} where {worst.arm} carries "
+                    f"{worst.capacity_jps / worst.tp:.3g} (+{gain:.0f}%).")  # fmt: skip
+    return said
+
+
+def _fleet_sentence(gpu: str, fleet: pd.DataFrame, slo: str) -> str:
+    sized = fleet.dropna(subset=["gpus"]).sort_values("gpus").drop_duplicates("arm")  # each arm's best router
+    target = fleet.target_jps.iloc[0]
+    if not len(sized):
+        return f"On {gpu}, no fleet checked meets {slo} at {target:g} JPS."
+    needs = [f"{row.arm} needs {int(row.gpus)} {gpu}s ({row.router})" for row in sized.itertuples()]
+    return f"For {target:g} JPS at {slo}, " + ", ".join(needs[:-1]) + (" where " if len(needs) > 1 else "") + needs[-1] + "."
+
+
+def cheapest(capacity: pd.DataFrame, fleet: pd.DataFrame | None) -> str | None:
+    """The cheapest (GPU type, arm) per thousand jobs: for the target traffic where a fleet was sized, else at
+    capacity; None without prices."""
+    frame = fleet if fleet is not None and "cost_per_1k_jobs" in fleet else capacity
+    if "cost_per_1k_jobs" not in frame or frame.cost_per_1k_jobs.isna().all():
+        return None
+    row = next(_named(frame).sort_values("cost_per_1k_jobs").itertuples())
+    where = f"for {row.target_jps:g} JPS ({int(row.gpus)} GPUs, {row.router})" if frame is fleet else "at capacity"
+    return f"Cheapest {where}: {row.arm} on {row.gpu}, {row.cost_per_1k_jobs:.3g} per thousand jobs."
+
+
+def slo_per_cell(summary: pd.DataFrame) -> pd.DataFrame:
+    """Every done cell judged against an SLO: met, missed or unsure at 95%, and its goodput with its interval."""
+    if "slo_met" not in summary:
+        return pd.DataFrame()
+    judged = summary[(summary.status == CellStatus.DONE.value) & summary.slo_met.notna()]
+    columns = ["gpu", "policy", "dram_gb", "replicas", "router", "jps", "engine", "slo", "slo_met", "goodput_jps",
+               "goodput_lo_jps", "goodput_hi_jps", "jct_p90_s"]  # fmt: skip
+    return judged[[column for column in columns if column in judged]].sort_values(["gpu", "policy", "dram_gb", "jps"])

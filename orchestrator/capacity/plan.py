@@ -1,0 +1,112 @@
+"""Capacity, fleet sizes and cost (pure): what the capacity search reads from the loads it judged, which fleet size
+to check next, and what a thousand jobs cost at a price per GPU-hour.
+
+Capacity. An arm (a policy at a DRAM budget on a GPU type) is judged at each load the search asks: it meets the SLO
+with confidence or not (``records.slo``). Its capacity is the highest load met, walking up from the lowest load
+judged, before the first load not met; the true capacity lies between the two, which is the interval reported.
+A load met above one not met (a lucky draw of jobs past the knee) does not raise it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from orchestrator.records.slo import Met
+from orchestrator.validation import InputError
+
+# How far above a capacity its confirmation measures: a load this much higher must not meet the SLO.
+CONFIRM_ABOVE = 1.25
+# A fleet is looked for up to this many times the first guess (and 4 replicas more).
+FLEET_GUESS_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What one capacity is found for."""
+
+    gpu: str
+    policy: str
+    dram_gb: float
+    tp: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy}@{self.dram_gb:g}GiB"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The highest load met before the first not met (None: not met even at the lowest load judged), and that first
+    load not met (None: met up to the highest load judged)."""
+
+    jps: float | None
+    first_unmet_jps: float | None
+
+    def in_words(self) -> str:
+        if self.jps is None:
+            return f"below {self.first_unmet_jps:g} JPS"
+        if self.first_unmet_jps is None:
+            return f"at least {self.jps:g} JPS (met at every load searched)"
+        return f"{self.jps:g} JPS (not met at {self.first_unmet_jps:g})"
+
+
+def capacity_of(met_by_load: dict[float, Met]) -> Capacity:
+    """The capacity that the verdicts of one arm at each load give (module docstring)."""
+    highest_met = None
+    for load in sorted(met_by_load):
+        if met_by_load[load] is not Met.MET:
+            return Capacity(highest_met, load)
+        highest_met = load
+    return Capacity(highest_met, None)
+
+
+def next_fleet_size(met_by_size: dict[int, bool], first_guess: int) -> int | None:
+    """The next number of replicas to check, or None when the smallest that meets the SLO is known (or none up to
+    ``FLEET_GUESS_FACTOR`` times the guess does). Starts at the guess; steps down while the size below still meets
+    it, up while it does not."""
+    if not met_by_size:
+        return first_guess
+    meeting = [size for size, met in met_by_size.items() if met]
+    if not meeting:
+        largest = max(met_by_size)
+        return largest + 1 if largest < most_replicas(first_guess) else None
+    smallest = min(meeting)
+    return None if smallest == 1 or smallest - 1 in met_by_size else smallest - 1
+
+
+def most_replicas(first_guess: int) -> int:
+    return FLEET_GUESS_FACTOR * first_guess + 4
+
+
+def fleet_size(met_by_size: dict[int, bool]) -> int | None:
+    """The fewest replicas checked that meet the SLO, None if none did."""
+    return min((size for size, met in met_by_size.items() if met), default=None)
+
+
+def first_fleet_guess(target_jps: float, capacity_jps: float) -> int:
+    """Replicas at one replica's capacity each: a first guess only (routing and cross-replica reuse change it)."""
+    return max(1, math.ceil(target_jps / capacity_jps - 1e-9))
+
+
+def cost_per_thousand_jobs(price_per_gpu_hour: float, gpus: int, jps: float) -> float:
+    """What a thousand jobs cost on ``gpus`` GPUs carrying ``jps`` jobs per second."""
+    return price_per_gpu_hour * gpus / (jps * 3600) * 1000
+
+
+def parse_prices(text: str, known: tuple[str, ...]) -> dict[str, float]:
+    """``H100=2.49,H200=3.80`` (price per GPU-hour by GPU type) from ``--gpu-price``."""
+    valid = f"valid: comma-separated TYPE=PRICE per GPU-hour, TYPE one of {', '.join(known)}; e.g. H100=2.49"
+    prices = {}
+    for part in (part.strip() for part in text.split(",") if part.strip()):
+        gpu, _, price = part.partition("=")
+        try:
+            value = float(price)
+        except ValueError:
+            raise InputError(f"--gpu-price {text!r}: cannot read {part!r}; {valid}") from None
+        if gpu not in known:
+            raise InputError(f"--gpu-price {text!r}: {gpu!r} is not a GPU type of this search; {valid}")
+        if not value > 0:
+            raise InputError(f"--gpu-price {text!r}: the price of {gpu} must be positive; {valid}")
+        prices[gpu] = value
+    return prices

@@ -1,0 +1,96 @@
+"""What a policy is worth in GPUs: the highest load each policy carries within an SLO, per GPU type and DRAM budget,
+the replicas a target traffic needs, and what a thousand jobs cost.
+
+    python sweeps/capacity.py --slo jct_p90=60s [--gpus H200,H100,A100,L40S] [--policies fcfs,continuum,lmcache]
+        [--dram-gb 50,400] [--jps-min 0.25 --jps-max 16] [--resolution 0.25] [--engine sim|vllm] [--confirm]
+        [--traffic-jps 20 | --traffic-load 3] [--routers least-loaded,session-affinity] [--gpu-price H100=2.49,...]
+        [--gpu cpu] [...every sweep flag]
+
+Per GPU type, the search bisects over load (the crossover search's machinery, ``sweeps/crossover.py``) until every
+arm's change from meeting the SLO with confidence to not is bracketed to the resolution; the capacity is the
+highest load met, and the next load searched, not met, bounds it (``orchestrator/capacity/plan.py``). With
+``--engine sim`` (the default) it searches in the simulator; ``--confirm`` then measures each capacity on real vLLM,
+at itself and 1.25 times it, and walks to the measured capacity where they disagree. ``--traffic-jps`` (or
+``--traffic-load``, a multiple of a replayed trace's own rate) sizes a fleet per policy and router: replicas at one
+replica's capacity each is the first guess, and each size is checked by simulating that many replicas behind the
+router at the target. ``--gpu-price`` (per GPU-hour, none built in) adds the cost of a thousand jobs and the
+cheapest GPU type and policy for the traffic. ``--gpu cpu`` is the CPU engine with sweeps/cpu_tiny.py's model,
+workload and pool: the simulator first measures it on this machine, so the search and its confirmation run here.
+
+Every load is an ordinary cell of one sweep (``capacity`` by default): tracked, resumable, in the report, whose
+capacity section comes first. The answers are written to ``DIR/<sweep>/capacity.csv`` and ``fleet.csv``.
+"""
+
+import sys
+
+from orchestrator.capacity.plan import parse_prices
+from orchestrator.capacity.search import CapacityAsk, run_capacity
+from orchestrator.crossover.search import SearchRange
+from orchestrator.gpus import CPU
+from orchestrator.records.slo import Slo
+from orchestrator.routing.rules import RouterKind
+from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
+from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.validation import InputError
+from orchestrator.workload.traces.schema import load_trace
+from sweeps.cpu_tiny import SPEC as CPU_TINY
+from sweeps.crossover import vars_without
+from sweeps.large_dram import SPEC as SOURCE_STUDY
+
+# Fleets are sized behind the router an agent deployment would pick (a job's turns on one replica) and the project's
+# default (the least-loaded replica), which moves turns and so loses their prefixes.
+SPEC = SOURCE_STUDY.model_copy(update={"name": "capacity", "engine": EngineKind.SIM, "jps": (1.0,),
+                                       "routers": (RouterKind.SESSION_AFFINITY, RouterKind.LEAST_LOADED)})
+CPU_SPEC = CPU_TINY.model_copy(update={"name": "capacity-cpu", "jps": (1.0,)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(SPEC)
+    p.description = __doc__.split("\n")[0]
+    p.add_argument("--gpu", help="one GPU type to search on (same as --gpus with one type), or cpu: the CPU engine "
+                   "with sweeps/cpu_tiny.py's model, workload and pool")
+    p.add_argument("--jps-min", type=float, default=0.25, help="lowest load searched; default: 0.25")
+    p.add_argument("--jps-max", type=float, default=16.0, help="highest load searched; default: 16")
+    p.add_argument("--resolution", type=float, default=0.25, help="width in jobs per second of each capacity's "
+                   "bracket; default: 0.25")
+    p.add_argument("--confirm", action="store_true", help="measure each simulated capacity on real vLLM at itself and "
+                   "1.25 times it, and find the measured capacity where they disagree")
+    p.add_argument("--traffic-jps", type=float, help="size a fleet for this many jobs per second, per policy and router")
+    p.add_argument("--traffic-load", type=float, help="with --trace: size a fleet for this multiple of the trace's "
+                   "own arrival rate")
+    p.add_argument("--gpu-price", help="price per GPU-hour by GPU type, e.g. H100=2.49,H200=3.80: adds the cost of a "
+                   "thousand jobs (no prices are built in)")
+    args = p.parse_args(argv)
+    if args.gpu:
+        args.gpus = [args.gpu]
+    return run_with_one_line_errors(lambda: _search(args))
+
+
+def _search(args) -> int:
+    if not args.slo:
+        raise InputError("--slo is required: the objective each capacity is found under, e.g. --slo jct_p90=60s")
+    slo = Slo.parse(args.slo)
+    within = SearchRange(args.jps_min, args.jps_max, args.resolution)
+    engine = EngineKind.VLLM if args.engine == EngineKind.VLLM.value else EngineKind.SIM
+    spec, options = prepare(CPU_SPEC if args.gpus == [CPU] else SPEC, vars_without(args, "engine"))
+    ask = CapacityAsk(slo, within, args.confirm, _traffic(args, spec),
+                      tuple(parse_prices(args.gpu_price, spec.gpus).items()) if args.gpu_price else ())  # fmt: skip
+    return run_capacity(spec, options, engine, ask)
+
+
+def _traffic(args, spec) -> float | None:
+    if args.traffic_jps is not None and args.traffic_load is not None:
+        raise InputError("--traffic-jps and --traffic-load name the same target: give one")
+    if args.traffic_load is not None:
+        if spec.workload.trace is None:
+            raise InputError("--traffic-load multiplies a trace's own arrival rate; valid only with --trace PATH")
+        target = args.traffic_load * load_trace(spec.workload.trace).native_jps
+    else:
+        target = args.traffic_jps
+    if target is not None and not target > 0:
+        raise InputError(f"--traffic-jps must be a positive load, got {target:g}")
+    return target
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Capacity from the loads judged, the next fleet size to check, and cost (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.capacity.plan import (
+    Capacity,
+    capacity_of,
+    cost_per_thousand_jobs,
+    first_fleet_guess,
+    fleet_size,
+    most_replicas,  # fmt: skip
+    next_fleet_size,
+    parse_prices,
+)
+from orchestrator.records.slo import Met
+from orchestrator.validation import InputError
+
+M, X, U = Met.MET, Met.MISSED, Met.UNSURE
+
+
+def test_capacity_is_the_highest_load_met_before_the_first_not_met():
+    assert capacity_of({1: M, 2: M, 3: U, 4: X}) == Capacity(2, 3)
+    assert capacity_of({1: M, 2: X, 3: M}) == Capacity(1, 2)  # a lucky load past the knee does not count
+    assert capacity_of({1: X, 2: X}) == Capacity(None, 1)
+    assert capacity_of({1: M, 2: M}) == Capacity(2, None)
+
+
+def _fleet_search(meets_from: int, guess: int) -> tuple[int | None, list[int]]:
+    checked: dict[int, bool] = {}
+    while (size := next_fleet_size(checked, guess)) is not None:
+        checked[size] = size >= meets_from
+    return fleet_size(checked), list(checked)
+
+
+@pytest.mark.parametrize("meets_from, guess, order", [(3, 3, [3, 2]), (3, 5, [5, 4, 3, 2]), (5, 3, [3, 4, 5]),
+                                                      (1, 2, [2, 1])])  # fmt: skip
+def test_the_fleet_search_finds_the_fewest_replicas_that_meet_it_from_the_guess(meets_from, guess, order):
+    assert _fleet_search(meets_from, guess) == (meets_from, order)
+
+
+def test_a_fleet_search_gives_up_past_its_bound():
+    size, checked = _fleet_search(10**6, 2)
+    assert size is None and max(checked) == most_replicas(2)
+
+
+def test_the_guess_and_the_cost():
+    assert first_fleet_guess(12, 4.655) == 3 and first_fleet_guess(12, 4) == 3 and first_fleet_guess(0.1, 4) == 1
+    assert cost_per_thousand_jobs(3.6, 2, 1.0) == pytest.approx(2.0)  # 7.2 per hour for 3,600 jobs
+
+
+def test_prices_are_read_per_gpu_type_with_one_line_for_bad_input():
+    assert parse_prices("H100=2.49, H200=3.8", ("H100", "H200")) == {"H100": 2.49, "H200": 3.8}
+    for text in ("H100=cheap", "B200=5", "H100=0"):
+        with pytest.raises(InputError, match="valid: comma-separated TYPE=PRICE"):
+            parse_prices(text, ("H100", "H200"))
