@@ -32,7 +32,7 @@ def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
     frame = frame.assign(found=[_measured_or_simulated(row) for row in frame.itertuples()])
     columns = ["gpu", "arm", "tp", "capacity_jps", "first_unmet_jps", "goodput_jps", "goodput_lo_jps",
                "goodput_hi_jps", "cost_per_1k_jobs", "found", "vllm_at_capacity", "above_jps", "vllm_at_above",
-               "vllm_capacity_jps", "vllm_first_unmet_jps"]  # fmt: skip
+               "vllm_capacity_jps", "vllm_first_unmet_jps", "vllm_measured_above_jps", "vllm_at_measured_above"]  # fmt: skip
     return frame[[column for column in columns if column in frame]]
 
 

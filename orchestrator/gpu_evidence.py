@@ -14,7 +14,10 @@ Stages, in order, each timed:
 4. source study: its low-load cells (1 and 3 JPS, fcfs and continuum) beside its published and simulated JCTs;
 5. pressure: the pressure plan (``evidence.pressure``): fcfs, lmcache, native-offload and continuum where the GPU's
    KV pool overflows and a CPU tier must serve, each cell's regime and the simulator's prediction printed before it
-   runs, then each measured beside its prediction, and each policy's JCT against fcfs over the same jobs.
+   runs, then each measured beside its prediction, and each policy's JCT against fcfs over the same jobs;
+6. capacity: cells at given loads on the pressure plan's pool and tier (``--capacity-cells``), each judged against an
+   SLO (``--slo``; ``records.slo``) as measured and as the simulator predicts it: a capacity search's answer
+   (``sweeps/capacity.py``, run where the predictions are made) measured at itself and above.
 
 A stage starts only when its estimate fits in the budget left (``evidence.budget``), else it is skipped with the
 reason. After every stage the evidence is packed into ``--out`` as three files (``evidence.pack``), so a run cut
@@ -64,6 +67,7 @@ from orchestrator.models.served import Weights, served_model
 from orchestrator.policies import POLICIES, get_policy
 from orchestrator.records.cell import CellOutcome
 from orchestrator.records.layout import CellFiles
+from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
 from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.run_cell import cell_from
@@ -82,7 +86,8 @@ from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.validation import first_line, one_line
 
 EVIDENCE_POLICIES = ("fcfs", "continuum", "lmcache", "native-offload")
-STAGES = ("doctor", "cells", "profile", "source-study", "pressure")
+STAGES = ("doctor", "cells", "profile", "source-study", "pressure", "capacity")
+CAPACITY_SLO = "jct_p90=30s"
 SOURCE_STUDY = "fcfs:1,fcfs:3,continuum:1,continuum:3"  # its low-load cells, POLICY:JPS
 PROFILED_POLICY = "fcfs"
 MIN_PROFILE_STEPS = 20
@@ -119,6 +124,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-blocks", help="fix the KV pool in blocks, or auto (run_cell's default per device)")
     p.add_argument("--pressure-policies", default=",".join(PRESSURE_POLICIES), help="the pressure stage's policies, "
                    "in the order they run (the first is the baseline every other is compared with)")
+    p.add_argument("--capacity-cells", default="", help="the capacity stage's cells, comma-separated POLICY:JPS, on "
+                   "the pressure plan's pool and tier (its window: --pressure-window-s)")
+    p.add_argument("--slo", default=CAPACITY_SLO, help=f"what the capacity stage judges each cell against; default: "
+                   f"{CAPACITY_SLO}")
     p.add_argument("--pressure-window-s", type=float, help=f"the pressure cells' arrival window; default: "
                    f"{PRESSURE_WINDOW_S:g} on a GPU (the load and pool are the sizing's), the cells stage's on cpu "
                    "(and its load, pool and tier, so that its replica serves both)")  # fmt: skip
@@ -133,8 +142,10 @@ class Plan:
     stages: tuple[str, ...]
     cells: tuple[PolicyCell, ...]
     source_study: tuple[CellSpec, ...]
-    pressure_point: PressurePoint | None = None  # None when the pressure stage is not asked for
+    pressure_point: PressurePoint | None = None  # None when neither the pressure nor the capacity stage is asked for
     pressure: tuple[PolicyCell, ...] = ()
+    capacity: tuple[CellSpec, ...] = ()
+    slo: Slo | None = None
 
 
 @dataclass(frozen=True)
@@ -175,9 +186,9 @@ def plan_from(args: argparse.Namespace) -> Plan:
         else:
             cells.append(PolicyCell(policy, cell_from(flags)))
     source = tuple(cell_from(argparse.Namespace(**{**base, "policy": policy, "jps": jps, "duration_s": source_duration}))
-                   for policy, jps in _policy_loads(args.source_cells))  # fmt: skip
-    point, pressure = None, ()
-    if "pressure" in stages:
+                   for policy, jps in _policy_loads(args.source_cells, "--source-cells"))  # fmt: skip
+    point, pressure, capacity, slo = None, (), (), None
+    if "pressure" in stages or "capacity" in stages:
         if (policies := _names(args.pressure_policies, tuple(POLICIES), "--pressure-policies"))[0] != BASELINE:
             raise ValueError(f"--pressure-policies {args.pressure_policies!r}: the first is the baseline; valid: "
                              f"{BASELINE} first, e.g. {','.join(PRESSURE_POLICIES)}")  # fmt: skip
@@ -191,8 +202,14 @@ def plan_from(args: argparse.Namespace) -> Plan:
             model = args.model or LLAMA_8B
             point = pressure_point(args.gpu, model, args.pressure_window_s or PRESSURE_WINDOW_S)
         scale = cells_pool.workload.scale if on_cpu else 1.0
-        pressure = _pressure_entries(pressure_cells(point, policies, model, Weights(weights), scale), on_cpu)
-    return Plan(args.gpu, stages, tuple(cells), source, point, pressure)
+        if "pressure" in stages:
+            pressure = _pressure_entries(pressure_cells(point, policies, model, Weights(weights), scale), on_cpu)
+        if "capacity" in stages:
+            slo = Slo.parse(args.slo)
+            capacity = tuple(cell.model_copy(update={"workload": cell.workload.model_copy(update={"jps": jps})})
+                             for policy, jps in _policy_loads(args.capacity_cells, "--capacity-cells")
+                             for cell in pressure_cells(point, [policy], model, Weights(weights), scale))  # fmt: skip
+    return Plan(args.gpu, stages, tuple(cells), source, point, pressure, capacity, slo)
 
 
 def _pressure_entries(cells: tuple[CellSpec, ...], on_cpu: bool) -> tuple[PolicyCell, ...]:
@@ -204,16 +221,18 @@ def _pressure_entries(cells: tuple[CellSpec, ...], on_cpu: bool) -> tuple[Policy
                  else PolicyCell(cell.policy, cell) for cell in cells)  # fmt: skip
 
 
-def _policy_loads(text: str) -> list[tuple[str, float]]:
+def _policy_loads(text: str, flag: str) -> list[tuple[str, float]]:
     cells = []
     for item in (item.strip() for item in text.split(",") if item.strip()):
         policy, _, jps = item.partition(":")
         if policy not in POLICIES:
-            raise ValueError(f"--source-cells {item!r}: unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+            raise ValueError(f"{flag} {item!r}: unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
         try:
             cells.append((policy, float(jps)))
         except ValueError:
-            raise ValueError(f"--source-cells {item!r}: {jps!r} is not a JPS; valid: POLICY:JPS, e.g. {SOURCE_STUDY}") from None
+            raise ValueError(f"{flag} {item!r}: {jps!r} is not a JPS; valid: POLICY:JPS, e.g. {SOURCE_STUDY}") from None
+        if not cells[-1][1] > 0:
+            raise ValueError(f"{flag} {item!r}: a load must be positive; valid: POLICY:JPS, e.g. {SOURCE_STUDY}")
     return cells
 
 
@@ -437,6 +456,32 @@ class EvidenceRun:
         if BASELINE in measured and len(measured) > 1:  # a policy to hold against the baseline
             self._record(_verdict_stage(measured, predicted))
 
+    def _capacity(self) -> None:
+        """Each cell judged against the SLO, measured beside the simulator's judgement of the same cell."""
+        for cell in self.plan.capacity:
+            needs_start = not self.worker.keeps_replica_for(self._settled(cell))
+            self.stage(f"capacity {cell.policy} {cell.jps:g} JPS", self.budget.cell_estimate_s(cell.workload, needs_start),
+                       lambda cell=cell: self._capacity_cell(cell))  # fmt: skip
+
+    def _capacity_cell(self, cell: CellSpec) -> StageResult:
+        name, slo = f"capacity {cell.policy} {cell.jps:g} JPS", self.plan.slo
+        outcome = self.worker.run(self._settled(cell), self._limits())
+        if (start_s := outcome.config.replica_start_s) is not None:
+            self.budget.record_start(start_s)
+        self._save_cell(self.work / "capacity" / f"{cell.policy}-{cell.jps:g}jps", outcome)
+        if not outcome.status.is_done:
+            return StageResult(name, "failed", 0.0, _why_not_done(outcome))
+        measured = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, slo, cell.jps)
+        predicted = None
+        if cell.gpu in GPU_TYPES:
+            twin = self.worker.run(simulated(cell), RunLimits())
+            predicted = summarize(twin.requests, twin.jobs, twin.scheduler_trace, slo, cell.jps)
+        facts = {"policy": cell.policy, "jps": cell.jps, "slo": str(slo), "measured": _slo_facts(measured),
+                 "predicted": _slo_facts(predicted) if predicted else None,
+                 "replica_start_s": start_s}  # fmt: skip
+        detail = f"{slo}: measured {_slo_line(measured)}" + (f"; predicted {_slo_line(predicted)}" if predicted else "")
+        return StageResult(name, "done", 0.0, detail, facts=facts)
+
     def _predicted(self, cell: CellSpec) -> CellFacts | None:
         """The simulator's prediction of ``cell`` (None where it has no roofline: cpu)."""
         if cell.gpu not in GPU_TYPES:
@@ -464,6 +509,17 @@ class EvidenceRun:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def _slo_facts(summary: CellSummary) -> dict:
+    return {"slo_met": summary.slo_met, "jct_p90_s": summary.jct_p90_s, "jct_mean_s": summary.jct_mean_s,
+            "good_pct": summary.good_pct, "good_lo_pct": summary.good_lo_pct, "good_hi_pct": summary.good_hi_pct,
+            "n_completed": summary.n_completed, "n_jobs": summary.n_jobs}  # fmt: skip
+
+
+def _slo_line(summary: CellSummary) -> str:
+    return (f"{summary.slo_met} (p90 JCT {_seconds(summary.jct_p90_s)}, {summary.good_pct:.0f}% of "
+            f"{summary.n_jobs} jobs good)")  # fmt: skip
 
 
 def _plan_table(entries: tuple[PolicyCell, ...], predicted: dict[str, CellFacts]) -> str:

@@ -119,13 +119,19 @@ class SloJudge:
             return NOT_MEASURED
         return MET_LABEL if outcome.met is Met.MET else UNMET_LABEL
 
+    def met_in_words(self, arm: Arm, load: float) -> str:
+        """Met, missed or unsure, or not measured."""
+        outcome = self.outcomes.get((arm, load))
+        return outcome.met.value if outcome else NOT_MEASURED
+
     def met_by_load(self, arm: Arm) -> dict[float, Met]:
         return {load: outcome.met for (of, load), outcome in self.outcomes.items() if of == arm}
 
 
 def _confirm(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, within: SearchRange) -> dict:
-    """The simulated ``capacity`` of ``arm`` measured on real vLLM: at itself and ``CONFIRM_ABOVE`` times it; where
-    either disagrees, the walk and bisection of ``locate_flip`` find the measured capacity (to a quarter of it)."""
+    """The simulated ``capacity`` of ``arm`` measured on real vLLM at itself and ``CONFIRM_ABOVE`` times it; where
+    either disagrees, the walk and bisection of ``locate_flip`` find the measured capacity (to a quarter of it), and
+    ``CONFIRM_ABOVE`` times that is measured too: the measured capacity is met there and not above."""
     measure = SloJudge(_one_arm(spec, arm), rounds, EngineKind.VLLM)
 
     def judge(loads: list[float]) -> dict[float, str]:
@@ -136,11 +142,16 @@ def _confirm(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity
     locate_flip(judge, Flip(capacity.jps, above, MET_LABEL, UNMET_LABEL), within.jps_min, within.jps_max,
                 resolution=capacity.jps * (CONFIRM_ABOVE - 1))  # fmt: skip
     measured = capacity_of(measure.met_by_load(arm))
-    at, over = measure.outcomes.get((arm, capacity.jps)), measure.outcomes.get((arm, above))
-    return {"vllm_at_capacity": at.met.value if at else NOT_MEASURED,
-            "vllm_at_above": over.met.value if over else NOT_MEASURED, "above_jps": above,
-            "vllm_capacity_jps": measured.jps, "vllm_first_unmet_jps": measured.first_unmet_jps,
-            "confirmed": bool(at and over and at.met is Met.MET and over.met is not Met.MET)}  # fmt: skip
+    row = {"vllm_at_capacity": measure.met_in_words(arm, capacity.jps), "vllm_at_above": measure.met_in_words(arm, above),
+           "above_jps": above, "vllm_capacity_jps": measured.jps, "vllm_first_unmet_jps": measured.first_unmet_jps}  # fmt: skip
+    if measured.jps is not None:
+        measured_above = round(measured.jps * CONFIRM_ABOVE, 3)
+        if (arm, measured_above) not in measure.outcomes:
+            measure.judge([measured_above])
+        row |= {"vllm_at_measured_capacity": measure.met_in_words(arm, measured.jps),
+                "vllm_measured_above_jps": measured_above,
+                "vllm_at_measured_above": measure.met_in_words(arm, measured_above)}  # fmt: skip
+    return row
 
 
 def _fleet(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, router: RouterKind,
@@ -265,7 +276,7 @@ def _dry_run(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> 
 def _print(sweep: str, ask: CapacityAsk, capacities: pd.DataFrame, fleets: pd.DataFrame) -> None:
     shown = [column for column in ("gpu", "policy", "dram_gb", "engine", "capacity_jps", "first_unmet_jps",
                                    "goodput_jps", "cost_per_1k_jobs", "vllm_at_capacity", "vllm_at_above",
-                                   "vllm_capacity_jps") if column in capacities]  # fmt: skip
+                                   "vllm_capacity_jps", "vllm_at_measured_above") if column in capacities]  # fmt: skip
     print(f"[{sweep}] capacity at {ask.slo} (the highest load met with confidence; first_unmet_jps: the next load "
           "searched, which was not):")  # fmt: skip
     print(capacities[shown].to_string(index=False))
