@@ -206,9 +206,12 @@ def plan_from(args: argparse.Namespace) -> Plan:
             pressure = _pressure_entries(pressure_cells(point, policies, model, Weights(weights), scale), on_cpu)
         if "capacity" in stages:
             slo = Slo.parse(args.slo)
+            loads = _policy_loads(args.capacity_cells, "--capacity-cells")
+            if on_cpu and (cuda := [policy for policy, _ in loads if get_policy(policy).needs_cuda]):
+                raise ValueError(f"--capacity-cells: {', '.join(dict.fromkeys(cuda))} need(s) a CUDA GPU; on cpu "
+                                 "valid: policies without a CUDA-only connector, e.g. fcfs, continuum")  # fmt: skip
             capacity = tuple(cell.model_copy(update={"workload": cell.workload.model_copy(update={"jps": jps})})
-                             for policy, jps in _policy_loads(args.capacity_cells, "--capacity-cells")
-                             for cell in pressure_cells(point, [policy], model, Weights(weights), scale))  # fmt: skip
+                             for policy, jps in loads for cell in pressure_cells(point, [policy], model, Weights(weights), scale))  # fmt: skip
     return Plan(args.gpu, stages, tuple(cells), source, point, pressure, capacity, slo)
 
 
