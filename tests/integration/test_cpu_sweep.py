@@ -25,6 +25,7 @@ import pytest
 
 from orchestrator.records.cell import CellConfig
 from orchestrator.records.layout import CellFiles, SweepFiles
+from orchestrator.records.slo import Slo, Trial, evaluate
 from orchestrator.records.trace import Finish, Step, Unpin, UnpinReason, pin_releases
 from orchestrator.records.trace_file import trace_events
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
@@ -39,6 +40,7 @@ from tests.sweep.conftest import options, runs_by_key
 pytestmark = [pytest.mark.engine, pytest.mark.solo]
 
 LOW, HEAVY = 1, 4  # jobs per second: everything fits the pool; FCFS's prefix cache thrashes
+SLO = Slo.parse("jct_p90=15s,ttft_p99=10s")  # every cell is judged against it as it is recorded
 
 SPEC = SweepSpec(
     name="cpu-engine",
@@ -89,7 +91,7 @@ def sweep(ray_cluster, tmp_path_factory) -> Sweep:
     # What ran before the sweep is not blamed on it.
     before = frozenset(pid for pid, _ in replica_processes())
     results = tmp_path_factory.mktemp("results")
-    return Sweep(run_sweep(SPEC, options(results)), results, before)
+    return Sweep(run_sweep(SPEC, options(results, slo=SLO)), results, before)
 
 
 def test_every_cell_ends_done_once(sweep):
@@ -115,6 +117,26 @@ def test_done_runs_carry_metrics_per_turn_series_params_intervals_and_artifacts(
     assert [m.step for m in client.get_metric_history(run_id, "turn_latency_s")] == list(range(1, 9))
     artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
     assert {"requests.parquet", "jobs.parquet", "cell.json", "server.log", "scheduler_trace.parquet"} <= artifacts
+
+
+def test_each_real_cell_is_judged_against_the_slo_from_its_own_records_as_the_capacity_search_judges_it(sweep):
+    """The ledger's judgement of each real cell (summary, MLflow) is the one the capacity search makes of the same
+    cell from its records, and its p90 is the cell's own where every job completed."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(default_tracking_uri(sweep.results))
+    rows = sweep.summary()
+    for policy in SPEC.policies:
+        for row in rows[rows.policy == policy].itertuples():
+            (cell,) = sweep.cells(policy, row.jps)
+            judged = evaluate(SLO, [Trial.of_frames(pd.read_parquet(cell.jobs), pd.read_parquet(cell.requests))])
+            assert (row.slo, row.slo_met) == (str(SLO), judged.met.value)
+            assert row.good_pct == pytest.approx(judged.good_pct.estimate)
+            assert row.goodput_jps == pytest.approx(judged.good_pct.estimate * row.jps / 100)
+            if row.n_completed == row.n_jobs:
+                assert judged.targets[0].value.estimate == pytest.approx(row.jct_p90_s)
+            run = client.get_run(row.run_id)
+            assert run.data.tags["slo_met"] == row.slo_met and run.data.metrics["goodput_jps"] == pytest.approx(row.goodput_jps)
 
 
 def test_a_replica_is_reused_across_cells_of_one_policy_after_a_proven_clean_reset(sweep):
