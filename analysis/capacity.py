@@ -8,15 +8,23 @@ import pandas as pd
 from orchestrator.records.cell import CellStatus
 
 
-def _arm(row) -> str:
-    return f"{row.policy} ({row.dram_gb:g} GiB)" if row.policy_has_budgets else row.policy
+def _named(frame: pd.DataFrame, routed: bool = False) -> pd.DataFrame:
+    """``frame`` with each arm's name: the policy, with its DRAM budget where the policy was searched at several,
+    and with ``routed`` (capacity rows), its replicas and router where it has them."""
+    several = frame.groupby(["gpu", "policy"]).dram_gb.transform("nunique") > 1
+    names = []
+    for row, budgets in zip(frame.itertuples(), several):
+        name = f"{row.policy} ({row.dram_gb:g} GiB)" if budgets else row.policy
+        if routed and isinstance(getattr(row, "router", None), str):
+            name += f" x{int(row.replicas)} {row.router}"
+        names.append(name)
+    return frame.assign(arm=names)
 
 
-def _named(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with each arm's name: the policy, with its DRAM budget where the policy was searched at several."""
-    budgets = frame.groupby(["gpu", "policy"]).dram_gb.transform("nunique")
-    frame = frame.assign(policy_has_budgets=budgets > 1)
-    return frame.assign(arm=[_arm(row) for row in frame.itertuples()]).drop(columns="policy_has_budgets")
+def _gpus(row) -> int:
+    """The GPUs one capacity is carried on: a replica's, times the replicas of a routed arm."""
+    replicas = getattr(row, "replicas", 1)
+    return int(row.tp) * (int(replicas) if replicas == replicas and replicas else 1)
 
 
 def _measured_or_simulated(row) -> str:
@@ -28,9 +36,9 @@ def _measured_or_simulated(row) -> str:
 def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
     """Per GPU type and arm: its capacity with the load above it that was not met, its goodput and cost there, and
     how it was found (simulated, measured, or simulated then measured)."""
-    frame = _named(capacity)
+    frame = _named(capacity, routed=True)
     frame = frame.assign(found=[_measured_or_simulated(row) for row in frame.itertuples()])
-    columns = ["gpu", "arm", "tp", "capacity_jps", "first_unmet_jps", "goodput_jps", "goodput_lo_jps",
+    columns = ["gpu", "arm", "tp", "replicas", "capacity_jps", "first_unmet_jps", "goodput_jps", "goodput_lo_jps",
                "goodput_hi_jps", "cost_per_1k_jobs", "found", "vllm_at_capacity", "above_jps", "vllm_at_above",
                "vllm_capacity_jps", "vllm_first_unmet_jps", "vllm_measured_above_jps", "vllm_at_measured_above"]  # fmt: skip
     return frame[[column for column in columns if column in frame]]
@@ -48,22 +56,24 @@ def sentences(capacity: pd.DataFrame, fleet: pd.DataFrame | None) -> list[str]:
     the capacity per GPU of the best arm against the worst."""
     said = []
     slo = capacity.slo.iloc[0]
-    for gpu, arms in _named(capacity).groupby("gpu", sort=False):
+    for gpu, arms in _named(capacity, routed=True).groupby("gpu", sort=False):
         if fleet is not None and len(fleet[fleet.gpu == gpu]):
             said.append(_fleet_sentence(gpu, _named(fleet[fleet.gpu == gpu]), slo))
             continue
-        known = arms.dropna(subset=["capacity_jps"]).sort_values("capacity_jps", ascending=False)
+        known = arms.dropna(subset=["capacity_jps"])
+        known = known.assign(per_gpu=[row.capacity_jps / _gpus(row) for row in known.itertuples()])
+        known = known.sort_values("per_gpu", ascending=False)
         if not len(known):
             said.append(f"On {gpu}, no policy meets {slo} at the lowest load searched.")
             continue
         best, worst = known.iloc[0], known.iloc[-1]
-        per_gpu = f"{best.capacity_jps / best.tp:.3g} JPS per GPU"
-        if len(known) == 1 or best.capacity_jps == worst.capacity_jps:
-            said.append(f"On {gpu} at {slo}, {', '.join(known.arm)} carr{'y' if len(known) > 1 else 'ies'} {per_gpu}.")
+        if len(known) == 1 or best.per_gpu == worst.per_gpu:
+            said.append(f"On {gpu} at {slo}, {', '.join(known.arm)} carr{'y' if len(known) > 1 else 'ies'} "
+                        f"{best.per_gpu:.3g} JPS per GPU.")  # fmt: skip
             continue
-        gain = (best.capacity_jps / worst.capacity_jps - 1) * 100
-        said.append(f"On {gpu} at {slo}, {best.arm} carries {per_gpu} where {worst.arm} carries "
-                    f"{worst.capacity_jps / worst.tp:.3g} (+{gain:.0f}%).")  # fmt: skip
+        gain = (best.per_gpu / worst.per_gpu - 1) * 100
+        said.append(f"On {gpu} at {slo}, {best.arm} carries {best.per_gpu:.3g} JPS per GPU where {worst.arm} carries "
+                    f"{worst.per_gpu:.3g} (+{gain:.0f}%).")  # fmt: skip
     return said
 
 

@@ -23,16 +23,24 @@ FLEET_GUESS_FACTOR = 4
 
 @dataclass(frozen=True)
 class Arm:
-    """What one capacity is found for."""
+    """What one capacity is found for: a policy at a DRAM budget on a GPU type, its replicas of ``tp`` GPUs each
+    behind a router or one replica alone."""
 
     gpu: str
     policy: str
     dram_gb: float
     tp: int = 1
+    replicas: int = 1
+    router: str | None = None  # in front of the replicas; None: one replica, talked to directly
 
     @property
     def label(self) -> str:
-        return f"{self.policy}@{self.dram_gb:g}GiB"
+        routed = f" x{self.replicas} {self.router}" if self.router else ""
+        return f"{self.policy}@{self.dram_gb:g}GiB{routed}"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk)
             if ask.confirm and engine is EngineKind.SIM and capacity.jps is not None:
                 row |= _confirm(gpu_spec, rounds, arm, capacity, within)
             capacities.append(row)
-            if ask.traffic_jps is not None and capacity.jps is not None:
+            if ask.traffic_jps is not None and capacity.jps is not None and arm.router is None:
                 fleets += [_fleet(gpu_spec, rounds, arm, capacity, router, ask) for router in spec.routers]
         atomic_write_csv(pd.DataFrame(capacities), files.capacity)  # each GPU type's answers kept as they come
         if fleets:
@@ -90,8 +90,10 @@ class SloJudge:
         self.spec, self.rounds, self.engine = spec, rounds, engine
         self.files = SweepFiles(rounds.options.results_dir / spec.name)
         self.grids = _grids(spec)
-        self.arms = [Arm(spec.gpus[0], policy, dram, tp) for grid in self.grids for policy in grid.policies
-                     for dram in grid.dram_for(spec.gpus[0]) for tp in grid.tp_for(spec.gpus[0])]  # fmt: skip
+        gpu = spec.gpus[0]
+        self.arms = [Arm(gpu, policy, dram, tp, replicas, router.value if router else None) for grid in self.grids
+                     for policy in grid.policies for dram in grid.dram_for(gpu) for tp in grid.tp_for(gpu)
+                     for replicas, router in grid.replica_setups()]  # fmt: skip
         self.outcomes: dict[tuple[Arm, float], SloOutcome] = {}
         self._asked: set[float] = set()
 
@@ -107,7 +109,7 @@ class SloJudge:
               f"{', '.join(f'{jps:g}' for jps in loads)} jobs per second", flush=True)  # fmt: skip
         for grid in self.grids:
             self.rounds.run(grid.model_copy(update={"engine": self.engine, "jps": tuple(sorted(self._asked))}))
-        done = _done_cells(self.files, self.engine, self.spec.gpus[0], replicas=1)
+        done = _done_cells(self.files, self.engine, self.spec.gpus[0])
         for arm in self.arms:
             for load in loads:
                 if (outcome := _judged(self.files, _of_arm(done, arm, load), self.rounds.options.slo)) is not None:
@@ -170,10 +172,8 @@ def _fleet(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, 
         print(f"[{spec.name}] {arm.gpu} {arm.label}: {size} replica(s) behind {router.value} at {target:g} JPS, "
               "simulated", flush=True)  # fmt: skip
         rounds.run(fleet)
-        cells = _of_arm(_done_cells(files, EngineKind.SIM, arm.gpu, replicas=size), arm, target)
-        if size > 1:
-            cells = cells[cells.router == router.value]
-        outcome = _judged(files, cells, options.slo)
+        of_size = replace(arm, replicas=size, router=router.value if size > 1 else None)
+        outcome = _judged(files, _of_arm(_done_cells(files, EngineKind.SIM, arm.gpu), of_size, target), options.slo)
         outcomes[size] = outcome
         met_by_size[size] = outcome is not None and outcome.met is Met.MET
     size = fleet_size(met_by_size)
@@ -191,7 +191,8 @@ def _fleet(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, 
 
 
 def _capacity_row(arm: Arm, capacity: Capacity, judge: SloJudge, engine: EngineKind, ask: CapacityAsk) -> dict:
-    row = {"gpu": arm.gpu, "policy": arm.policy, "dram_gb": arm.dram_gb, "tp": arm.tp, "engine": engine.value,
+    row = {"gpu": arm.gpu, "policy": arm.policy, "dram_gb": arm.dram_gb, "tp": arm.tp, "replicas": arm.replicas,
+           "router": arm.router, "engine": engine.value,
            "slo": str(ask.slo), "capacity_jps": capacity.jps, "first_unmet_jps": capacity.first_unmet_jps,
            "loads_judged": len(judge.met_by_load(arm))}  # fmt: skip
     outcome = judge.outcomes.get((arm, capacity.jps)) if capacity.jps is not None else None
@@ -202,7 +203,7 @@ def _capacity_row(arm: Arm, capacity: Capacity, judge: SloJudge, engine: EngineK
                     f"{target.target.name}_hi_s": target.value.hi}  # fmt: skip
         price = dict(ask.prices).get(arm.gpu)
         if price:
-            row["cost_per_1k_jobs"] = cost_per_thousand_jobs(price, arm.tp, capacity.jps)
+            row["cost_per_1k_jobs"] = cost_per_thousand_jobs(price, arm.gpus, capacity.jps)
     return row
 
 
@@ -231,21 +232,26 @@ def _one_gpu(spec: SweepSpec, gpu: str) -> SweepSpec:
 
 
 def _one_arm(spec: SweepSpec, arm: Arm) -> SweepSpec:
+    """``spec``'s grid narrowed to ``arm`` (a lone replica through Serve is the serve-overhead setup)."""
+    routed = {"replicas": (arm.replicas,), "serve_overhead": arm.router is not None and arm.replicas == 1}
+    if arm.router is not None and arm.replicas > 1:
+        routed["routers"] = (RouterKind(arm.router),)
     return spec.model_copy(update={"policies": (arm.policy,), "dram_gb": (arm.dram_gb,), "dram_gb_by_gpu": {},
-                                   "tp": (arm.tp,)})  # fmt: skip
+                                   "tp": (arm.tp,), **routed})  # fmt: skip
 
 
-def _done_cells(files: SweepFiles, engine: EngineKind, gpu: str, replicas: int) -> pd.DataFrame:
+def _done_cells(files: SweepFiles, engine: EngineKind, gpu: str) -> pd.DataFrame:
     summary = pd.read_parquet(files.summary)
-    count = summary.replicas.fillna(1).astype(int) if "replicas" in summary else 1
-    tp = summary.tp.fillna(1).astype(int) if "tp" in summary else 1
-    return summary[(summary.engine == engine.value) & (summary.gpu == gpu) & (count == replicas)
-                   & (summary.status == CellStatus.DONE.value)].assign(tp=tp)  # fmt: skip
+    done = summary[(summary.engine == engine.value) & (summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
+    return done.assign(tp=done.tp.fillna(1).astype(int) if "tp" in done else 1,
+                       replicas=done.replicas.fillna(1).astype(int) if "replicas" in done else 1,
+                       router=done.router if "router" in done else None)  # fmt: skip
 
 
 def _of_arm(done: pd.DataFrame, arm: Arm, load: float) -> pd.DataFrame:
+    router = done.router.isna() if arm.router is None else done.router == arm.router
     return done[(done.policy == arm.policy) & np.isclose(done.dram_gb, arm.dram_gb) & (done.tp == arm.tp)
-                & np.isclose(done.jps, load)]  # fmt: skip
+                & (done.replicas == arm.replicas) & router & np.isclose(done.jps, load)]  # fmt: skip
 
 
 def _judged(files: SweepFiles, cells: pd.DataFrame, slo: Slo) -> SloOutcome | None:
@@ -274,7 +280,7 @@ def _dry_run(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> 
 
 
 def _print(sweep: str, ask: CapacityAsk, capacities: pd.DataFrame, fleets: pd.DataFrame) -> None:
-    shown = [column for column in ("gpu", "policy", "dram_gb", "engine", "capacity_jps", "first_unmet_jps",
+    shown = [column for column in ("gpu", "policy", "dram_gb", "replicas", "router", "engine", "capacity_jps", "first_unmet_jps",
                                    "goodput_jps", "cost_per_1k_jobs", "vllm_at_capacity", "vllm_at_above",
                                    "vllm_capacity_jps", "vllm_at_measured_above") if column in capacities]  # fmt: skip
     print(f"[{sweep}] capacity at {ask.slo} (the highest load met with confidence; first_unmet_jps: the next load "

@@ -30,6 +30,10 @@ from orchestrator.paths import PROJECT_ROOT
         (["--stages", "pressure", "--pressure-policies", "lmcache,fcfs"],
          "--pressure-policies 'lmcache,fcfs': the first is the baseline; valid: fcfs first"),
         (["--gpu", "A100", "--stages", "pressure"], "no pressure point on A100: the offload window at 0.5 JPS"),
+        (["--stages", "capacity", "--capacity-cells", "fcfs:0"], "--capacity-cells 'fcfs:0': a load must be positive"),
+        (["--stages", "capacity", "--capacity-cells", "native-offload:1"],
+         "--capacity-cells: native-offload need(s) a CUDA GPU; on cpu valid"),
+        (["--stages", "capacity", "--capacity-cells", "fcfs:1", "--slo", "p90=1s"], "--slo 'p90=1s': cannot read"),
     ],
 )
 def test_bad_input_fails_in_one_line_before_anything_starts(tmp_path, capsys, flags, named):
@@ -39,6 +43,21 @@ def test_bad_input_fails_in_one_line_before_anything_starts(tmp_path, capsys, fl
     err = capsys.readouterr().err
     assert err.startswith(f"error: {named}") and err.count("\n") == 1
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_the_capacity_stage_runs_its_loads_on_the_pressure_plans_pool_and_tier():
+    """On an H100, each POLICY:JPS of --capacity-cells is the pressure plan's cell of that policy at that load."""
+    from orchestrator.gpu_evidence import parser, plan_from
+
+    plan = plan_from(parser().parse_args(["--gpu", "H100", "--out", "o", "--budget-s", "500", "--stages", "capacity",
+                                          "--capacity-cells", "fcfs:1.241,native-offload:2.985", "--slo", "jct_p90=30s",
+                                          "--pressure-window-s", "15"]))  # fmt: skip
+    point = plan.pressure_point
+    assert [(cell.policy, cell.jps, cell.dram_gb) for cell in plan.capacity] == [("fcfs", 1.241, 0.0),
+                                                                                   ("native-offload", 2.985, point.dram_gb)]
+    for cell in plan.capacity:
+        assert cell.engine_options.num_kv_blocks == point.kv_blocks and cell.workload.duration_s == 15
+    assert str(plan.slo) == "jct_p90=30s" and plan.pressure == ()
 
 
 def test_stages_that_do_not_fit_the_budget_are_skipped_with_their_estimate_and_the_rest_say_why_not(tmp_path, capsys):

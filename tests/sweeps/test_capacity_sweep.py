@@ -18,7 +18,7 @@ from tests.sweep.conftest import runs_by_key
 SWEEP = "capacity"
 PRICE = 4.0
 TARGET = 12.0
-FLAGS = ["--slo", "jct_p90=60s", "--gpu", "H200", "--policies", "fcfs,continuum", "--duration-s", "20", "--jps-min",
+FLAGS = ["--slo", "jct_p90=60s", "--gpu", "H200", "--policies", "fcfs,continuum", "--duration-s", "10", "--jps-min",
          "1", "--jps-max", "16", "--resolution", "1", "--traffic-jps", str(TARGET), "--routers", "session-affinity",
          "--gpu-price", f"H200={PRICE:g}", "--progress-interval-s", "60"]  # fmt: skip
 

@@ -59,8 +59,9 @@ DRIVER_GRACE_S = 120.0
 # recovers a preempted job apart from its own failures), up to this many lost nodes per cell and run.
 MAX_NODE_LOSSES = 5
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
-IDLE_POLL_S = 0.1
 EXIT_STOPPED = 75  # EX_TEMPFAIL: a fault outside the sweep stopped it; the same command, re-run later, goes on
+POLL_S = 0.5  # how long the loop waits for an outcome before it looks at the queues and the cluster again
+SIM_POLL_S = 0.1  # ... in a sweep whose every cell is simulated: its cells take under a second
 
 
 def run_sweep(spec: SweepSpec, options: SweepOptions, tracker: SweepTracker | None = None) -> int:
@@ -155,6 +156,7 @@ class _Sweep:
         self.unavailable: dict[str, str] = {}  # placements given up on during the run, with the reason
         self.wall_times: list[float] = []
         self.stop_signal: int | None = None
+        self.poll_s = SIM_POLL_S if all(cell.engine is EngineKind.SIM for cell in self.cells) else POLL_S
         tracker.when_waiting(self.reporter.event, stopping=lambda: self.stop_signal is not None)
 
     def run(self) -> int:
@@ -191,7 +193,7 @@ class _Sweep:
             while not self.stop_signal and (any(self.queues.values()) or self.pool.in_flight()):
                 self._scale()
                 self._assign()
-                self._collect(timeout_s=0.5)
+                self._collect(timeout_s=self.poll_s)
                 self._enforce_backstop()
                 if self.reporter.due():
                     self.reporter.update(self._snapshot())
@@ -306,8 +308,8 @@ class _Sweep:
         import ray
 
         by_ref = {worker.attempt.ref: worker for worker in self.pool.in_flight()}
-        if not by_ref:  # workers starting: look again soon (a simulated cell takes less than a second)
-            time.sleep(min(timeout_s, IDLE_POLL_S))
+        if not by_ref:
+            time.sleep(timeout_s)
             return
         ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
         for ref in ready:
