@@ -280,8 +280,8 @@ def _dry_run(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> 
 
 
 def _print(sweep: str, ask: CapacityAsk, capacities: pd.DataFrame, fleets: pd.DataFrame) -> None:
-    shown = [column for column in ("gpu", "policy", "dram_gb", "replicas", "router", "engine", "capacity_jps", "first_unmet_jps",
-                                   "goodput_jps", "cost_per_1k_jobs", "vllm_at_capacity", "vllm_at_above",
+    shown = [column for column in ("gpu", "policy", "dram_gb", "replicas", "router", "engine", "capacity_jps",
+                                   "first_unmet_jps", "goodput_jps", "cost_per_1k_jobs", "vllm_at_capacity", "vllm_at_above",
                                    "vllm_capacity_jps", "vllm_at_measured_above") if column in capacities]  # fmt: skip
     print(f"[{sweep}] capacity at {ask.slo} (the highest load met with confidence; first_unmet_jps: the next load "
           "searched, which was not):")  # fmt: skip
