@@ -82,7 +82,8 @@ def _fleet_sentence(gpu: str, fleet: pd.DataFrame, slo: str) -> str:
     target = fleet.target_jps.iloc[0]
     if not len(sized):
         return f"On {gpu}, no fleet checked meets {slo} at {target:g} JPS."
-    needs = [f"{row.arm} needs {int(row.gpus)} {gpu}s ({row.router})" for row in sized.itertuples()]
+    needs = [f"{row.arm} needs {int(row.gpus)} {gpu}{'s' if row.gpus != 1 else ''} ({row.router})"
+             for row in sized.itertuples()]  # fmt: skip
     return f"For {target:g} JPS at {slo}, " + ", ".join(needs[:-1]) + (" where " if len(needs) > 1 else "") + needs[-1] + "."
 
 
