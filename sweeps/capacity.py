@@ -34,7 +34,7 @@ from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 from orchestrator.workload.traces.schema import load_trace
 from sweeps.cpu_tiny import SPEC as CPU_TINY
-from sweeps.crossover import vars_without
+from sweeps.crossover import search_flags, vars_without
 from sweeps.large_dram import SPEC as SOURCE_STUDY
 
 # Fleets are sized behind the router an agent deployment would pick (a job's turns on one replica) and the project's
@@ -47,14 +47,8 @@ CPU_SPEC = CPU_TINY.model_copy(update={"name": "capacity-cpu", "jps": (1.0,)})
 def main(argv: list[str] | None = None) -> int:
     p = parser(SPEC)
     p.description = __doc__.split("\n")[0]
-    p.add_argument("--gpu", help="one GPU type to search on (same as --gpus with one type), or cpu: the CPU engine "
-                   "with sweeps/cpu_tiny.py's model, workload and pool")
-    p.add_argument("--jps-min", type=float, default=0.25, help="lowest load searched; default: 0.25")
-    p.add_argument("--jps-max", type=float, default=16.0, help="highest load searched; default: 16")
-    p.add_argument("--resolution", type=float, default=0.25, help="width in jobs per second of each capacity's "
-                   "bracket; default: 0.25")
-    p.add_argument("--confirm", action="store_true", help="measure each simulated capacity on real vLLM at itself and "
-                   "1.25 times it, and find the measured capacity where they disagree")
+    search_flags(p, SearchRange(0.25, 16.0, 0.25), confirm="measure each simulated capacity on real vLLM at itself "
+                 "and 1.25 times it, and find the measured capacity where they disagree")
     p.add_argument("--traffic-jps", type=float, help="size a fleet for this many jobs per second, per policy and router")
     p.add_argument("--traffic-load", type=float, help="with --trace: size a fleet for this multiple of the trace's "
                    "own arrival rate")

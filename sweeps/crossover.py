@@ -48,13 +48,8 @@ CPU_SPEC = CPU_TINY.model_copy(update={"name": "crossover", "jps": (1.0,)})
 def main(argv: list[str] | None = None) -> int:
     p = parser(SPEC)
     p.description = __doc__.split("\n")[0]
-    p.add_argument("--gpu", help="the GPU type to search on (same as --gpus with one type), or cpu: the CPU engine "
-                   "with sweeps/cpu_tiny.py's model, workload and pool")
-    p.add_argument("--jps-min", type=float, default=1.0, help="lowest load searched; default: 1")
-    p.add_argument("--jps-max", type=float, default=15.0, help="highest load searched; default: 15")
-    p.add_argument("--resolution", type=float, default=0.5, help="width in jobs per second of each bracket found")
-    p.add_argument("--confirm", action="store_true", help="measure each bracket on real vLLM after a simulated "
-                   "search, and locate the measured change where it lies elsewhere")
+    search_flags(p, SearchRange(1.0, 15.0, 0.5), confirm="measure each bracket on real vLLM after a simulated "
+                 "search, and locate the measured change where it lies elsewhere")
     args = p.parse_args(argv)
     if args.gpu:
         args.gpus = [args.gpu]
@@ -70,6 +65,19 @@ def _search(args) -> int:
     if not args.name:
         spec = spec.model_copy(update={"name": search_name(spec)})
     return run_search(spec, options, engine, within, args.confirm)
+
+
+def search_flags(p, defaults: SearchRange, confirm: str) -> None:
+    """The flags of a search over load (this one's and sweeps/capacity.py's): where, how fine, and ``--confirm``."""
+    p.add_argument("--gpu", help="the GPU type to search on (same as --gpus with one type), or cpu: the CPU engine "
+                   "with sweeps/cpu_tiny.py's model, workload and pool")
+    p.add_argument("--jps-min", type=float, default=defaults.jps_min,
+                   help=f"lowest load searched; default: {defaults.jps_min:g}")
+    p.add_argument("--jps-max", type=float, default=defaults.jps_max,
+                   help=f"highest load searched; default: {defaults.jps_max:g}")
+    p.add_argument("--resolution", type=float, default=defaults.resolution,
+                   help=f"width in jobs per second of each bracket found; default: {defaults.resolution:g}")
+    p.add_argument("--confirm", action="store_true", help=confirm)
 
 
 def vars_without(args, flag: str):
