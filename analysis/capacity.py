@@ -21,12 +21,6 @@ def _named(frame: pd.DataFrame, routed: bool = False) -> pd.DataFrame:
     return frame.assign(arm=names)
 
 
-def _gpus(row) -> int:
-    """The GPUs one capacity is carried on: a replica's, times the replicas of a routed arm."""
-    replicas = getattr(row, "replicas", 1)
-    return int(row.tp) * (int(replicas) if replicas == replicas and replicas else 1)
-
-
 def _measured_or_simulated(row) -> str:
     if isinstance(getattr(row, "vllm_at_capacity", None), str):
         return "simulated, then measured"
@@ -38,7 +32,7 @@ def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
     how it was found (simulated, measured, or simulated then measured)."""
     frame = _named(capacity, routed=True)
     frame = frame.assign(found=[_measured_or_simulated(row) for row in frame.itertuples()])
-    columns = ["gpu", "arm", "tp", "replicas", "capacity_jps", "first_unmet_jps", "goodput_jps", "goodput_lo_jps",
+    columns = ["gpu", "arm", "tp", "replicas", "gpus", "capacity_jps", "first_unmet_jps", "goodput_jps", "goodput_lo_jps",
                "goodput_hi_jps", "cost_per_1k_jobs", "found", "vllm_at_capacity", "above_jps", "vllm_at_above",
                "vllm_capacity_jps", "vllm_first_unmet_jps", "vllm_measured_above_jps", "vllm_at_measured_above"]  # fmt: skip
     return frame[[column for column in columns if column in frame]]
@@ -61,7 +55,7 @@ def sentences(capacity: pd.DataFrame, fleet: pd.DataFrame | None) -> list[str]:
             said.append(_fleet_sentence(gpu, _named(fleet[fleet.gpu == gpu]), slo))
             continue
         known = arms.dropna(subset=["capacity_jps"])
-        known = known.assign(per_gpu=[row.capacity_jps / _gpus(row) for row in known.itertuples()])
+        known = known.assign(per_gpu=known.capacity_jps / known.gpus)  # a routed arm's capacity is its replicas' together
         known = known.sort_values("per_gpu", ascending=False)
         if not len(known):
             said.append(f"On {gpu}, no policy meets {slo} at the lowest load searched.")

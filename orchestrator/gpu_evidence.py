@@ -365,10 +365,12 @@ class EvidenceRun:
             detail = f"{failed[0].name}: {failed[0].detail}" if failed else _cell_line(outcome, summary)
         return StageResult(name, status, 0.0, detail, table, facts), outcome
 
-    def _save_cell(self, directory: Path, outcome: CellOutcome) -> CellSummary | None:
-        """The cell's files as a sweep keeps them, and its replica's log (the start is at its top) less the cell's
-        own lines, which are its server.log: LMCache logs every store, so a whole second copy doubles the archive."""
-        summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace) if outcome.status.is_done else None
+    def _save_cell(self, directory: Path, outcome: CellOutcome, slo: Slo | None = None) -> CellSummary | None:
+        """The cell's files as a sweep keeps them (its summary judged against ``slo`` where there is one), and its
+        replica's log (the start is at its top) less the cell's own lines, which are its server.log: LMCache logs
+        every store, so a whole second copy doubles the archive."""
+        summary = (summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, slo, outcome.config.cell.jps)
+                   if outcome.status.is_done else None)  # fmt: skip
         write_attempt_files(CellFiles(directory), outcome, summary, row=None)
         (directory / "replica.log").write_text(without_cell_lines(self.worker.replica_log(), outcome.server_log))
         return summary
@@ -412,17 +414,28 @@ class EvidenceRun:
         return StageResult("profile", "done", 0.0, detail, table, {"error_after": error})
 
     def _source_study(self) -> None:
-        for cell in self.plan.source_study:
-            needs_start = not self.worker.keeps_replica_for(self._settled(cell))
-            self.stage(f"source {cell.policy} {cell.jps:g} JPS", self.budget.cell_estimate_s(cell.workload, needs_start),
-                       lambda cell=cell: self._source_cell(cell))  # fmt: skip
+        self._cell_stages("source", self.plan.source_study, self._source_cell)
 
-    def _source_cell(self, cell: CellSpec) -> StageResult:
+    def _cell_stages(self, stage: str, cells: tuple[CellSpec, ...],
+                     body: Callable[[CellSpec, str], StageResult]) -> None:  # fmt: skip
+        """A stage per cell, named by ``stage``, its policy and load, each estimated with its start where its replica
+        is not the one kept."""
+        for cell in cells:
+            needs_start = not self.worker.keeps_replica_for(self._settled(cell))
+            name = f"{stage} {cell.policy} {cell.jps:g} JPS"
+            self.stage(name, self.budget.cell_estimate_s(cell.workload, needs_start),
+                       lambda cell=cell, name=name: body(cell, name))  # fmt: skip
+
+    def _measured(self, cell: CellSpec, directory: Path,
+                  slo: Slo | None = None) -> tuple[CellOutcome, CellSummary | None]:  # fmt: skip
+        """``cell`` run on the kept or a new replica (its start recorded for the budget) and saved in ``directory``."""
         outcome = self.worker.run(self._settled(cell), self._limits())
         if (start_s := outcome.config.replica_start_s) is not None:
             self.budget.record_start(start_s)
-        summary = self._save_cell(self.work / "source-study" / f"{cell.policy}-{cell.jps:g}jps", outcome)
-        name = f"source {cell.policy} {cell.jps:g} JPS"
+        return outcome, self._save_cell(directory, outcome, slo)
+
+    def _source_cell(self, cell: CellSpec, name: str) -> StageResult:
+        outcome, summary = self._measured(cell, self.work / "source-study" / f"{cell.policy}-{cell.jps:g}jps")
         if summary is None or summary.jct_mean_s is None:
             return StageResult(name, "failed", 0.0, _why_not_done(outcome))
         published = _published_jct(cell)
@@ -461,36 +474,29 @@ class EvidenceRun:
 
     def _capacity(self) -> None:
         """Each cell judged against the SLO, measured beside the simulator's judgement of the same cell."""
-        for cell in self.plan.capacity:
-            needs_start = not self.worker.keeps_replica_for(self._settled(cell))
-            self.stage(f"capacity {cell.policy} {cell.jps:g} JPS", self.budget.cell_estimate_s(cell.workload, needs_start),
-                       lambda cell=cell: self._capacity_cell(cell))  # fmt: skip
+        self._cell_stages("capacity", self.plan.capacity, self._capacity_cell)
 
-    def _capacity_cell(self, cell: CellSpec) -> StageResult:
-        name, slo = f"capacity {cell.policy} {cell.jps:g} JPS", self.plan.slo
-        outcome = self.worker.run(self._settled(cell), self._limits())
-        if (start_s := outcome.config.replica_start_s) is not None:
-            self.budget.record_start(start_s)
-        self._save_cell(self.work / "capacity" / f"{cell.policy}-{cell.jps:g}jps", outcome)
-        if not outcome.status.is_done:
+    def _capacity_cell(self, cell: CellSpec, name: str) -> StageResult:
+        slo = self.plan.slo
+        outcome, measured = self._measured(cell, self.work / "capacity" / f"{cell.policy}-{cell.jps:g}jps", slo)
+        if measured is None:
             return StageResult(name, "failed", 0.0, _why_not_done(outcome))
-        measured = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, slo, cell.jps)
-        predicted = None
-        if cell.gpu in GPU_TYPES:
-            twin = self.worker.run(simulated(cell), RunLimits())
-            predicted = summarize(twin.requests, twin.jobs, twin.scheduler_trace, slo, cell.jps)
+        twin = self._twin(cell)
+        predicted = summarize(twin.requests, twin.jobs, twin.scheduler_trace, slo, cell.jps) if twin else None
         facts = {"policy": cell.policy, "jps": cell.jps, "slo": str(slo), "measured": _slo_facts(measured),
                  "predicted": _slo_facts(predicted) if predicted else None,
-                 "replica_start_s": start_s}  # fmt: skip
+                 "replica_start_s": outcome.config.replica_start_s}  # fmt: skip
         detail = f"{slo}: measured {_slo_line(measured)}" + (f"; predicted {_slo_line(predicted)}" if predicted else "")
         return StageResult(name, "done", 0.0, detail, facts=facts)
 
+    def _twin(self, cell: CellSpec) -> CellOutcome | None:
+        """``cell`` in the simulator (None where it has no roofline: cpu)."""
+        return self.worker.run(simulated(cell), RunLimits()) if cell.gpu in GPU_TYPES else None
+
     def _predicted(self, cell: CellSpec) -> CellFacts | None:
         """The simulator's prediction of ``cell`` (None where it has no roofline: cpu)."""
-        if cell.gpu not in GPU_TYPES:
-            return None
-        twin = simulated(cell)
-        return cell_facts(twin, self.worker.run(twin, RunLimits()))
+        twin = self._twin(cell)
+        return cell_facts(simulated(cell), twin) if twin else None
 
     def _pressure_cell(self, cell: CellSpec, prediction: CellFacts | None,
                        measured: dict[str, tuple[CellFacts, CellOutcome]]) -> StageResult:  # fmt: skip

@@ -46,6 +46,9 @@ class CapacityAsk:
     traffic_jps: float | None = None  # size a fleet for this load
     prices: tuple[tuple[str, float], ...] = ()  # per GPU-hour, by GPU type
 
+    def price(self, gpu: str) -> float | None:
+        return dict(self.prices).get(gpu)
+
 
 def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> int:
     """Every arm's capacity on every GPU type of ``spec``, confirmed and sized into fleets as ``ask`` says; writes
@@ -177,7 +180,7 @@ def _fleet(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, 
         outcomes[size] = outcome
         met_by_size[size] = outcome is not None and outcome.met is Met.MET
     size = fleet_size(met_by_size)
-    price = dict(ask.prices).get(arm.gpu)
+    price = ask.price(arm.gpu)
     row = {"gpu": arm.gpu, "policy": arm.policy, "dram_gb": arm.dram_gb, "tp": arm.tp, "router": router.value,
            "slo": str(options.slo), "target_jps": target, "capacity_jps": capacity.jps, "first_guess": guess,
            "replicas": size, "gpus": size * arm.tp if size else None,
@@ -192,7 +195,7 @@ def _fleet(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, 
 
 def _capacity_row(arm: Arm, capacity: Capacity, judge: SloJudge, engine: EngineKind, ask: CapacityAsk) -> dict:
     row = {"gpu": arm.gpu, "policy": arm.policy, "dram_gb": arm.dram_gb, "tp": arm.tp, "replicas": arm.replicas,
-           "router": arm.router, "engine": engine.value,
+           "router": arm.router, "gpus": arm.gpus, "engine": engine.value,
            "slo": str(ask.slo), "capacity_jps": capacity.jps, "first_unmet_jps": capacity.first_unmet_jps,
            "loads_judged": len(judge.met_by_load(arm))}  # fmt: skip
     outcome = judge.outcomes.get((arm, capacity.jps)) if capacity.jps is not None else None
@@ -201,7 +204,7 @@ def _capacity_row(arm: Arm, capacity: Capacity, judge: SloJudge, engine: EngineK
         for target in outcome.targets:
             row |= {f"{target.target.name}_s": target.value.estimate, f"{target.target.name}_lo_s": target.value.lo,
                     f"{target.target.name}_hi_s": target.value.hi}  # fmt: skip
-        price = dict(ask.prices).get(arm.gpu)
+        price = ask.price(arm.gpu)
         if price:
             row["cost_per_1k_jobs"] = cost_per_thousand_jobs(price, arm.gpus, capacity.jps)
     return row

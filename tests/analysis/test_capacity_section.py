@@ -15,7 +15,8 @@ def _capacity() -> pd.DataFrame:
             ("H100", "lmcache", 400, 1, 1, None, 4.0), ("H100", "continuum", 400, 1, 2, "session-affinity", 7.0),
             ("H200", "fcfs", 400, 1, 1, None, 3.0)]  # fmt: skip
     frame = pd.DataFrame(rows, columns=["gpu", "policy", "dram_gb", "tp", "replicas", "router", "capacity_jps"])
-    return frame.assign(slo=SLO, engine="sim", first_unmet_jps=frame.capacity_jps + 0.25,
+    return frame.assign(slo=SLO, engine="sim", gpus=frame.tp * frame.replicas,
+                        first_unmet_jps=frame.capacity_jps + 0.25,
                         cost_per_1k_jobs=[1.0, 0.8, 0.5, 0.6, 0.9])  # fmt: skip
 
 
