@@ -37,12 +37,9 @@ import pandas as pd
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct, mean_time
 from orchestrator.records.schema import JobStatus
-from orchestrator.records.verdict import Verdict, VerdictKind
+from orchestrator.records.verdict import MIN_EFFECT_PCT, Verdict, VerdictKind
 from orchestrator.sim.error_bands import SimErrors
 
-# The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
-# uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
-MIN_EFFECT_PCT = 1.0
 GROUP = ["gpu", "dram_gb", "jps", "engine", "replicas"]
 
 

@@ -44,7 +44,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from orchestrator.checks import Check, checked_cell, format_table, node_checks, stack_check
-from orchestrator.evidence.budget import DOCTOR_S, FIRST_START_S, PROFILE_S, RESET_S, Budget
+from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
 from orchestrator.evidence.pack import PACKED_FILES, EvidenceHeader, StageResult, pack, stage_table, without_cell_lines
 from orchestrator.evidence.pressure import (
     BASELINE,
@@ -119,8 +119,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the source-study cells' arrival window; default: the study's 45 s on a GPU, 5 on cpu")
     p.add_argument("--dram-gb", type=float, default=8.0, help="the CPU tier of lmcache and native-offload (GiB)")
     p.add_argument("--first-start-s", type=float, help="the first server start's estimate before one is measured "
-                   f"(default: {FIRST_START_S['gpu']:g} on a GPU, {FIRST_START_S['cpu']:g} on cpu); a previous "
-                   "call's measured start is a closer one")
+                   "(default: the type's measured first start, orchestrator/data/starts.toml); a previous call's "
+                   "measured start is a closer one")
     p.add_argument("--kv-blocks", help="fix the KV pool in blocks, or auto (run_cell's default per device)")
     p.add_argument("--pressure-policies", default=",".join(PRESSURE_POLICIES), help="the pressure stage's policies, "
                    "in the order they run (the first is the baseline every other is compared with)")
@@ -464,10 +464,8 @@ class EvidenceRun:
                 continue
             needs_start = not self.worker.keeps_replica_for(self._settled(entry.cell))
             prediction = predicted.get(entry.policy)
-            if prediction is not None and prediction.span_s is not None:
-                estimate = (self.budget.start_estimate_s() if needs_start else 0.0) + prediction.span_s + RESET_S
-            else:
-                estimate = self.budget.cell_estimate_s(entry.cell.workload, needs_start)
+            span_s = prediction.span_s if prediction is not None else None
+            estimate = self.budget.cell_estimate_s(entry.cell.workload, needs_start, span_s)
             self.stage(name, estimate, lambda cell=entry.cell: self._pressure_cell(cell, prediction, measured))
         if BASELINE in measured and len(measured) > 1:  # a policy to hold against the baseline
             self._record(_verdict_stage(measured, predicted))
@@ -662,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="kvsweep-evidence-"))
     work.mkdir(parents=True, exist_ok=True)
-    budget = Budget(args.budget_s, "cpu" if plan.target == CPU else "gpu", args.first_start_s)
+    budget = Budget(args.budget_s, plan.target, args.first_start_s)
     command = shlex.join(["python", "-m", "orchestrator.gpu_evidence", *(argv if argv is not None else sys.argv[1:])])
     print(f"evidence for {plan.target} in at most {args.budget_s:.0f} s: stages {', '.join(plan.stages)}; "
           f"files in {work}, packed into {args.out}", flush=True)  # fmt: skip

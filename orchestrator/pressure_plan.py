@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from orchestrator.evidence.budget import FIRST_START_S, RESET_S, START_SLACK
+from orchestrator.budget.cost import START_SLACK, CostModel
 from orchestrator.evidence.pressure import (
     BASELINE,
     PRESSURE_POLICIES,
@@ -44,10 +44,6 @@ from orchestrator.sim.error_bands import load_errors, write_errors
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
-
-# What the H200 sessions measured with the kit: a first start on a fresh machine, and a later one of the same model.
-MEASURED_FIRST_START_S = 100.0
-MEASURED_LATER_START_S = 72.0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -73,7 +69,8 @@ def predictions(gpu: str, model: str) -> dict:
     outcomes = {cell.policy: worker.run(simulated(cell), RunLimits()) for cell in cells}
     facts = {cell.policy: cell_facts(cell, outcomes[cell.policy]) for cell in cells}
     spans = sum(f.span_s or 0.0 for f in facts.values())
-    starts = MEASURED_FIRST_START_S + (len(cells) - 1) * MEASURED_LATER_START_S * START_SLACK
+    measured = CostModel().shipped(gpu)
+    starts = measured.first_s + (len(cells) - 1) * measured.later_s * START_SLACK
     return {
         "gpu": gpu, "model": model, "point": asdict(point), "seed": cells[0].seed, "window_s": point.window_s,
         "cells": {cell.policy: {"regime": (regime := preflight(cell).regime) and regime.value, "cell_key": cell.key,
@@ -81,8 +78,8 @@ def predictions(gpu: str, model: str) -> dict:
                   for cell in cells},
         "margins": {m.policy: m.predicted_pct for m in margins(outcomes, facts)},
         "winner": winner(facts),
-        "budget": {"starts": len(cells), "start_s": starts, "spans_s": spans, "resets_s": len(cells) * RESET_S,
-                   "planner_first_start_s": FIRST_START_S["gpu"]},
+        "budget": {"starts": len(cells), "start_s": starts, "spans_s": spans, "resets_s": len(cells) * measured.reset_s,
+                   "first_start_s": measured.first_s, "later_start_s": measured.later_s},
     }  # fmt: skip
 
 
@@ -113,8 +110,8 @@ def predictions_markdown(plans: list[dict]) -> str:
                        stored, str(facts.preemptions), "-" if margin is None else f"{margin:+.1f}%"]  # fmt: skip
             lines.append(f"| {policy} | " + " | ".join(figures) + " |")
         lines += ["", f"Predicted winner: **{plan['winner']}**. The plan needs {budget['starts']} server starts (one "
-                  f"per policy): about {budget['start_s']:.0f} s with the H200 sessions' measured starts "
-                  f"({MEASURED_FIRST_START_S:g} s first, {MEASURED_LATER_START_S:g} s later, with a fifth more), "
+                  f"per policy): about {budget['start_s']:.0f} s with the measured starts of the type "
+                  f"({budget['first_start_s']:g} s first, {budget['later_start_s']:g} s later, with a fifth more), "
                   f"{budget['spans_s']:.0f} s of load and {budget['resets_s']:.0f} s of reset proofs.", ""]  # fmt: skip
     return "\n".join(lines)
 

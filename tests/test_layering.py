@@ -33,6 +33,7 @@ PURE_MODULES = (
     *modules_of("orchestrator.records"),
     *modules_of("orchestrator.routing"),
     *modules_of("orchestrator.evidence"),
+    *modules_of("orchestrator.budget"),
     "orchestrator.crossover.bisection",
     "orchestrator.capacity.plan",
     "orchestrator.replica.config",

@@ -1,10 +1,10 @@
 """The evidence run's time budget: a stage starts only when its estimate fits in what is left (pure but for the
 clock, which tests replace).
 
-The estimates are upper-leaning guesses before anything ran, then what the run measured: after a server start
-the next is estimated at the latest one with a fifth more (the first start on a GPU compiles the model and fills
-the compile cache, which every later start of the same model loads instead). A cell's load is its arrival window
-plus the tail of its last jobs.
+Cells are estimated by the cost model every budgeted run spends by (``budget.cost``): a start from the measured
+starts of the place (the target GPU type, or cpu), or the caller's better figure, then the latest start the run
+measured with a fifth more (the first start on a GPU compiles the model and fills the compile cache, which every
+later start of the same model loads instead); a cell's load is its arrival window plus the tail of its last jobs.
 """
 
 from __future__ import annotations
@@ -13,16 +13,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.budget.cost import CostModel
+from orchestrator.gpus import CPU
 from orchestrator.workload.spec import WorkloadSpec
 
-# Before anything is measured. A GPU's first start compiles the model and captures its CUDA graphs (minutes for an
-# 8B model on a cold cache); the CPU engine starts eager.
-FIRST_START_S = {"gpu": 240.0, "cpu": 60.0}
 DOCTOR_S = 30.0  # two fresh interpreters importing torch and vLLM
-START_SLACK = 1.2  # the next start against the latest one
-RESET_S = 10.0  # the proof of a clean reset after a cell: two canary requests
 PROFILE_S = 15.0  # reading a trace and one least-squares fit
-TURN_S = {"gpu": 1.0, "cpu": 2.0}  # a generous turn of the source study's workload, queueing included
 
 
 @dataclass
@@ -30,14 +26,19 @@ class Budget:
     """``total_s`` seconds from the moment it is made; ``clock`` is ``time.monotonic`` but in tests."""
 
     total_s: float
-    device: str  # "gpu" or "cpu": which first-start estimate applies
-    first_start_s: float | None = None  # the first start's estimate where a caller knows better than FIRST_START_S
+    place: str  # the target GPU type, or cpu: whose measured starts apply
+    first_start_s: float | None = None  # the first start's estimate where a caller knows better than the table
     clock: Callable[[], float] = time.monotonic
     started: float = field(init=False)
-    latest_start_s: float | None = field(init=False, default=None)
+    costs: CostModel = field(init=False)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+        self.costs = CostModel(first_start_s={self.place: self.first_start_s} if self.first_start_s else None)
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.place == CPU else "gpu"
 
     def left_s(self) -> float:
         return self.total_s - (self.clock() - self.started)
@@ -50,15 +51,13 @@ class Budget:
         return f"needs about {estimate_s:.0f} s, {max(0.0, left):.0f} s of the {self.total_s:.0f} s budget left"
 
     def record_start(self, seconds: float) -> None:
-        self.latest_start_s = seconds
+        self.costs.record_start(self.place, False, seconds)
 
     def start_estimate_s(self) -> float:
-        if self.latest_start_s is None:
-            return self.first_start_s if self.first_start_s is not None else FIRST_START_S[self.device]
-        return self.latest_start_s * START_SLACK
+        return self.costs.start_s(self.place, tiered=False, first=not self.costs.has_started(self.place))
 
-    def cell_estimate_s(self, workload: WorkloadSpec, needs_start: bool) -> float:
-        """A cell: its server's start when it needs one, its load, and the reset proven after it."""
-        means = workload.mean_shape()
-        load = workload.arrival_window_s + means.turns * (means.tool_time_s + TURN_S[self.device])
-        return (self.start_estimate_s() if needs_start else 0.0) + load + RESET_S
+    def cell_estimate_s(self, workload: WorkloadSpec, needs_start: bool, predicted_span_s: float | None = None) -> float:
+        """A cell: its server's start when it needs one, its load (its predicted span where the simulator gave one),
+        and the reset proven after it."""
+        return self.costs.cell_s(self.place, workload, self.device, predicted_span_s, tiered=False,
+                                 needs_start=needs_start, first=not self.costs.has_started(self.place))

@@ -12,6 +12,8 @@
     DIR/<sweep>/capacity.csv               each policy's highest load within an SLO (sweeps/capacity.py) ...
     DIR/<sweep>/fleet.csv                  ... and the replicas a target traffic needs
     DIR/<sweep>/preflight.csv              each cell to run's preflight regime and its reasons
+    DIR/<sweep>/predictions.csv            a budgeted sweep's prediction of each real cell (``records.prediction``) ...
+    DIR/<sweep>/budget_plan.csv            ... and its order, each cell's cost and whether the budget covers it
 
 Writers (the driver, the worker's replica) and readers (analysis) take their paths from here.
 """
@@ -28,6 +30,8 @@ REPORT_TABLES_DIR = "tables"
 VERDICTS_FILE = "verdicts.csv"
 CROSSOVER_FILE = "crossover.csv"
 CAPACITY_FILE = "capacity.csv"
+PREDICTIONS_FILE = "predictions.csv"
+BUDGET_PLAN_FILE = "budget_plan.csv"
 FLEET_FILE = "fleet.csv"
 PREFLIGHT_FILE = "preflight.csv"
 STAGING_DIR = ".staging"
@@ -118,6 +122,14 @@ class SweepFiles:
     @property
     def preflight(self) -> Path:
         return self.directory / PREFLIGHT_FILE
+
+    @property
+    def predictions(self) -> Path:
+        return self.directory / PREDICTIONS_FILE
+
+    @property
+    def budget_plan(self) -> Path:
+        return self.directory / BUDGET_PLAN_FILE
 
     @property
     def staging(self) -> Path:

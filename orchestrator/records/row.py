@@ -92,6 +92,10 @@ class SummaryRow:
     goodput_jps: float | None = None  # jobs per second within the SLO: that share of the offered load
     goodput_lo_jps: float | None = None  # ... its 95% interval
     goodput_hi_jps: float | None = None
+    # Where the simulator predicted the cell before it was measured (a budgeted sweep; records/prediction.py).
+    predicted_jct_mean_s: float | None = None  # its censored mean job time, predicted
+    predicted_band_pct: float | None = None  # the simulator's error band for the cell's GPU type and policy
+    sim_error_pct: float | None = None  # (predicted - measured) / measured
     reason: str | None = None  # why a cell is pending
     # The attempt behind a done row (``attempt_columns``).
     run_id: str | None = None  # the attempt's MLflow run

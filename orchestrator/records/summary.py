@@ -15,6 +15,7 @@ import pandas as pd
 
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
 from orchestrator.records.pins import TRACE_KINDS, pin_outcomes, summarize_pins
+from orchestrator.records.prediction import Prediction
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
 from orchestrator.records.slo import REQUEST_COLUMNS, Slo, Trial, evaluate
 from orchestrator.records.trace_file import trace_events
@@ -81,6 +82,11 @@ class CellSummary:
     goodput_jps: float | None = None  # that share of the offered load
     goodput_lo_jps: float | None = None
     goodput_hi_jps: float | None = None
+    # Where the simulator predicted the cell first (a budgeted sweep; ``records/prediction.py``): its predicted
+    # censored mean job time, the band it carries, and the prediction's error against the measurement.
+    predicted_jct_mean_s: float | None = None
+    predicted_band_pct: float | None = None
+    sim_error_pct: float | None = None
 
     def turn(self, number: int) -> TurnSummary | None:
         return next((turn for turn in self.turns if turn.turn == number), None)
@@ -98,9 +104,10 @@ class CellSummary:
 
 
 def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trace: bytes = b"",
-              slo: Slo | None = None, offered_jps: float = 0.0) -> CellSummary:  # fmt: skip
+              slo: Slo | None = None, offered_jps: float = 0.0, prediction: Prediction | None = None) -> CellSummary:  # fmt: skip
     """The cell's statistics from its records and, for its pins, its scheduler trace's contents; with ``slo``,
-    whether it meets it and its goodput at the ``offered_jps`` its schedule arrived at."""
+    whether it meets it and its goodput at the ``offered_jps`` its schedule arrived at; with ``prediction``, the
+    simulator's error on it."""
     jcts = [job.jct_s for job in jobs if job.jct_s is not None]
     lags_ms = [record.dispatch_lag_s * 1000 for record in requests]
     censored = _censored_mean(jobs)
@@ -132,6 +139,7 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trac
         turns_moved_pct=_turns_moved_pct(requests),
         turns=turns,
         **(_against(slo, requests, jobs, offered_jps) if slo is not None and jobs else {}),
+        **(prediction.judged(censored.estimate if censored else None) if prediction is not None else {}),
     )
 
 

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
+# The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
+# uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
+MIN_EFFECT_PCT = 1.0
+
 
 class VerdictKind(str, enum.Enum):
     WIN = "win"  # the leader beats every rival beyond the uncertainty and completes as many jobs

@@ -7,7 +7,8 @@
         [--kv-blocks N]
         [--max-num-seqs N] [--max-model-len N] [--max-context N] [--gpu-memory-utilization F] [--tp 1,4]
         [--max-attempts N] [--cell-timeout-s F] [--hang-timeout-s F] [--start-stall-s F] [--client-actors N]
-        [--ray-address ADDR] [--slo jct_p90=60s,...] [--name NAME] [--dry-run] [--rerun]
+        [--ray-address ADDR] [--slo jct_p90=60s,...] [--gpu-budget 2h|H100=2h,...] [--name NAME] [--dry-run]
+        [--rerun]
 
 Lists take commas or spaces. ``D`` is a number, a preset distribution's name or a distribution as JSON
 (``workload/distributions.py``). Bad input is one ``error:`` line and exit code 2, before Ray or the
@@ -23,6 +24,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.budget.spec import GpuBudget
+from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
@@ -123,6 +126,10 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--slo", help="judge every cell against this service-level objective: comma-separated "
                    "METRIC_STAT=TIME targets, METRIC jct, ttft or tbt, STAT mean or pNN, e.g. jct_p90=60s,ttft_p99=2s; "
                    "each done cell gets slo_met (met, missed or unsure, at 95%%) and its goodput (docs/capacity.md)")
+    p.add_argument("--gpu-budget", help="device time to spend, for all GPU types (2h) or per type (H100=2h,H200=30m; "
+                   "cpu is the CPU engine): every cell is predicted in the simulator first, then the cells whose "
+                   "measurement can change the answer are measured first, until the next one's estimate does not fit; "
+                   "a re-run goes on in the same order (docs/budgeted-sweeps.md)")
     p.add_argument("--name", help=f"sweep name (results subdirectory, MLflow experiment); default: {spec.name}")
     p.add_argument("--progress-interval-s", type=float, default=SweepOptions.progress_interval_s,
                    help="plain progress lines every this many seconds")
@@ -245,6 +252,9 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
 
     spec = apply_flags(spec, args)
     slo = Slo.parse(args.slo) if args.slo else None
+    gpu_budget = GpuBudget.parse(args.gpu_budget) if args.gpu_budget else None
+    if gpu_budget is not None:
+        check_budget(spec, gpu_budget)
     check_requests_fit(spec)
     for flag in ("scale_up_timeout_s", "tracking_patience_s"):
         if not getattr(args, flag) > 0:
@@ -256,16 +266,34 @@ def prepare(spec: SweepSpec, args: argparse.Namespace):
     options = SweepOptions(
         results_dir, tracking_uri, args.dry_run, args.rerun, args.ray_address, args.progress_interval_s,
         scale_up_timeout_s=args.scale_up_timeout_s, autoscaler_config=args.autoscaler_config,
-        tracking_patience_s=args.tracking_patience_s, slo=slo,
+        tracking_patience_s=args.tracking_patience_s, slo=slo, gpu_budget=gpu_budget,
     )  # fmt: skip
     return spec, options
 
 
+def check_budget(spec: SweepSpec, budget: GpuBudget) -> None:
+    """Raises ``InputError`` for a budget the sweep cannot spend: on types it lacks, on a sweep that measures nothing,
+    or on the fake engine's cpu device (the simulator models that device only from the real CPU engine)."""
+    budget.check_types(spec.gpus)
+    if spec.engine is EngineKind.SIM:
+        raise InputError(f"--gpu-budget {budget} with --engine sim: nothing is measured; valid with --engine auto, "
+                         "vllm or fake")  # fmt: skip
+    if spec.engine is EngineKind.FAKE and CPU in spec.gpus and budget.measures(CPU):
+        raise InputError(f"--gpu-budget {budget} on the fake engine's cpu device: the simulator predicts that device "
+                         "only from the real CPU engine's profile; valid: the fake engine on GPU types (--gpus H100)")  # fmt: skip
+
+
 def sweep_main(spec: SweepSpec, argv: list[str] | None = None) -> int:
+    from orchestrator.sweep.runtime.budgeted import run_budgeted_sweep
     from orchestrator.sweep.runtime.driver import run_sweep
 
     args = parser(spec).parse_args(argv)
-    return run_with_one_line_errors(lambda: run_sweep(*prepare(spec, args)))
+
+    def run() -> int:
+        prepared, options = prepare(spec, args)
+        return (run_budgeted_sweep if options.gpu_budget is not None else run_sweep)(prepared, options)
+
+    return run_with_one_line_errors(run)
 
 
 def run_with_one_line_errors(run) -> int:

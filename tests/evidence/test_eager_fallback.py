@@ -41,7 +41,7 @@ class FailingStarts:
 def test_after_a_failed_compiled_start_the_cell_and_every_later_one_run_eager_and_say_why(tmp_path):
     args = parser().parse_args(["--gpu", "H200", "--out", str(tmp_path / "out"), "--budget-s", "3600", "--stages",
                                 "cells", "--policies", "fcfs,continuum"])  # fmt: skip
-    run = EvidenceRun(plan_from(args), Budget(3600, "gpu"), tmp_path / "work", tmp_path / "out", "the test")
+    run = EvidenceRun(plan_from(args), Budget(3600, "H200"), tmp_path / "work", tmp_path / "out", "the test")
     run.worker.shutdown()
     run.worker = worker = FailingStarts()
     stages = run.run()

@@ -7,6 +7,7 @@ import tarfile
 
 import pytest
 
+from orchestrator.budget.cost import CostModel
 from orchestrator.evidence.budget import Budget
 from orchestrator.evidence.pack import ARCHIVE_FILE, PACKED_FILES, EvidenceHeader, StageResult, pack, without_cell_lines
 from orchestrator.evidence.startup import start_split
@@ -49,9 +50,10 @@ class Clock:
 
 def test_a_stage_starts_only_when_its_estimate_fits_and_each_start_is_estimated_from_the_latest():
     clock = Clock()
-    budget = Budget(300.0, "gpu", clock=clock)
+    budget = Budget(300.0, "H200", clock=clock)
     workload = WorkloadSpec(jps=1, duration_s=10)  # 8 turns with 0.5 s tool calls
-    assert budget.cell_estimate_s(workload, needs_start=True) == 240 + 10 + 8 * 1.5 + 10
+    first = CostModel().shipped("H200").first_s  # the measured first start the project ships
+    assert budget.cell_estimate_s(workload, needs_start=True) == pytest.approx(first + 10 + 8 * 1.5 + 10)
     assert budget.refusal(272.0) is None
     clock.now += 100
     assert budget.refusal(272.0) == "needs about 272 s, 200 s of the 300 s budget left"
@@ -61,7 +63,7 @@ def test_a_stage_starts_only_when_its_estimate_fits_and_each_start_is_estimated_
     assert budget.cell_estimate_s(workload, needs_start=False) == 32
     clock.now += 500
     assert budget.refusal(1.0) == "needs about 1 s, 0 s of the 300 s budget left"
-    told = Budget(300.0, "gpu", first_start_s=95.0, clock=clock)  # a previous call measured the machine's start
+    told = Budget(300.0, "H200", first_start_s=95.0, clock=clock)  # a previous call measured the machine's start
     assert told.cell_estimate_s(workload, needs_start=True) == 95 + 32
 
 

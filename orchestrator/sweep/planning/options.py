@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.budget.spec import GpuBudget
 from orchestrator.records.slo import Slo
 
 
@@ -23,3 +24,4 @@ class SweepOptions:
     tracking_patience_s: float = 300.0  # how long the tracking store may not answer before the sweep stops
     slo: Slo | None = None  # each done cell is judged against it (records/slo.py): met, goodput
     report: bool = True  # the HTML report at the end; a search running many rounds builds it once, last
+    gpu_budget: GpuBudget | None = None  # predict every cell, then measure in the order that matters (runtime.budgeted)

@@ -28,11 +28,14 @@ import json
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.budget.spend import Spending
 from orchestrator.records.cell import CellOutcome, CellStatus
+from orchestrator.records.prediction import read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import read_verdicts
 from orchestrator.sim.config import check_simulable
@@ -64,10 +67,12 @@ POLL_S = 0.5  # how long the loop waits for an outcome before it looks at the qu
 SIM_POLL_S = 0.1  # ... in a sweep whose every cell is simulated: its cells take under a second
 
 
-def run_sweep(spec: SweepSpec, options: SweepOptions, tracker: SweepTracker | None = None) -> int:
+def run_sweep(spec: SweepSpec, options: SweepOptions, tracker: SweepTracker | None = None,
+              measuring: MeasuringOrder | None = None) -> int:  # fmt: skip
     """Plan the sweep on the cluster, then open its tracking (or go on with ``tracker``, the sweep's, open from an
     earlier run in this process), then run it (with ``dry_run``, describe the plan instead); the process exit
-    code."""
+    code. ``measuring``: a budgeted run's order and spending (``runtime.budgeted``); else cells run in grid order
+    with no limit."""
     connect_ray(options.ray_address)
     plan = plan_sweep(spec, options)
     if options.dry_run:
@@ -78,7 +83,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions, tracker: SweepTracker | No
     lock = _lock(plan.results.sweep_dir)
     try:
         tracker = tracker or open_tracker(spec, options)
-        return _Sweep(plan, tracker, options).run()
+        return _Sweep(plan, tracker, options, measuring).run()
     finally:
         lock.close()
 
@@ -87,6 +92,15 @@ def open_tracker(spec: SweepSpec, options: SweepOptions) -> SweepTracker:
     """The sweep's tracking, its experiment and parent run created where they are absent."""
     return SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec),
                              options.tracking_patience_s)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MeasuringOrder:
+    """How a budgeted run measures: its real cells in this order (by cell key), starting each only where its
+    estimate fits what ``spending`` has left."""
+
+    rank: Mapping[str, int]
+    spending: Spending
 
 
 @dataclass(frozen=True)
@@ -103,13 +117,15 @@ def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
     """The sweep's cells on the connected cluster (what it has and can launch), with one clear error for a
     replica that no node of its type can hold or a GPU type the simulator cannot run."""
     inventory = read_inventory(read_launchable_types(options.autoscaler_config))
-    cells = expand(spec, inventory.has)
-    slot_gib = _slot_gib(cells)
+    budgeted = options.gpu_budget.by_type if options.gpu_budget is not None else {}
+    # A type the budget names is measured (its cells pend until the cluster has it), not simulated as auto would.
+    cells = expand(spec, lambda gpu: inventory.has(gpu) or gpu in budgeted)
+    per_slot_gib = slot_gib(cells)
     for cell in cells:
         if cell.engine is not EngineKind.SIM and inventory.has(cell.gpu):
             inventory.check_replica_memory(cell.gpu, cell.dram_gb, cell.replica_host_gib)
             if cell.gang_size:
-                inventory.check_gang(cell.gpu, cell.gang_groups, slot_gib[cell.placement])
+                inventory.check_gang(cell.gpu, cell.gang_groups, per_slot_gib[cell.placement])
     simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
     if simulated:
         try:
@@ -139,11 +155,15 @@ class _Sweep:
     """The loop: assign queued cells to idle workers, collect outcomes, retry crashed cells, enforce the
     backstop, show progress; the pool owns the workers and scale-up, the ledger every write."""
 
-    def __init__(self, plan: SweepPlan, tracker: SweepTracker, options: SweepOptions):
+    def __init__(self, plan: SweepPlan, tracker: SweepTracker, options: SweepOptions,
+                 measuring: MeasuringOrder | None = None):  # fmt: skip
         self.spec = plan.spec
+        self.measuring = measuring
+        self.left_for_later: dict[str, str] = {}  # per placement, why its next cell did not fit the budget
         self.cells = plan.cells
         self.options = options
-        self.ledger = CellLedger(plan.spec.name, tracker, plan.results, _package_versions(), options.slo)
+        self.ledger = CellLedger(plan.spec.name, tracker, plan.results, _package_versions(), options.slo,
+                                 read_predictions(plan.results.files.predictions))  # fmt: skip
         self.pool = WorkerPool(plan.inventory, options.scale_up_timeout_s)
         self.reporter = ProgressReporter(options.progress_interval_s, options.live)
         self.queues: dict[str, list[CellSpec]] = defaultdict(list)
@@ -208,10 +228,15 @@ class _Sweep:
         present = [cell for cell in self.cells if inventory.has(cell.placement)]
         to_run = [cell for cell in present if self.options.rerun or not self.ledger.is_done(cell.key)]
         # A routed cell on GPUs waits for its gang of idle workers: cells of single workers go first, so that it
-        # does not hold idle GPUs while others queue behind it.
-        for cell in sorted(to_run, key=lambda cell: cell.gang_size > 0):
+        # does not hold idle GPUs while others queue behind it. A budgeted run keeps its order instead.
+        if self.measuring is not None:
+            ranks = self.measuring.rank
+            queued = sorted(to_run, key=lambda cell: ranks.get(cell.key, -1))  # simulated cells cost no device time
+        else:
+            queued = sorted(to_run, key=lambda cell: cell.gang_size > 0)
+        for cell in queued:
             self.queues[cell.placement].append(cell)
-        self.slot_gib = dict(_slot_gib(to_run))
+        self.slot_gib = dict(slot_gib(to_run))
         self.reporter.event(
             f"[{self.spec.name}] {len(self.cells)} cells: {len(to_run)} to run, {len(present) - len(to_run)} already "
             f"done, {len(self.cells) - len(present)} pending (GPU type absent); results in "
@@ -243,6 +268,8 @@ class _Sweep:
         """Why ``cell`` cannot run in this cluster, or None if it can."""
         if cell.placement in self.unavailable:
             return self.unavailable[cell.placement]
+        if cell.placement in self.left_for_later and not self.ledger.is_done(cell.key):
+            return f"left for later: {self.left_for_later[cell.placement]}"
         if not self.pool.inventory.has(cell.placement):
             return f"no {cell.gpu} in the cluster and none its autoscaler can launch"
         return None
@@ -258,7 +285,10 @@ class _Sweep:
             elif readiness.state is WorkerState.UP:
                 idle[worker.slot.gpu].append(worker)
         for placement, workers in idle.items():
-            self._start_queued(self.queues[placement], workers)
+            if self.measuring is not None:
+                self._start_in_order(placement, workers)
+            else:
+                self._start_queued(self.queues[placement], workers)
 
     def _start_queued(self, queue: list[CellSpec], idle: list[Worker]) -> None:
         """Give each idle worker the first queued cell that reuses its replica, else the first cell of one worker;
@@ -278,6 +308,36 @@ class _Sweep:
                 self._start(cell, gang)
                 for worker in gang:
                     idle.remove(worker)
+
+    def _start_in_order(self, placement: str, idle: list[Worker]) -> None:
+        """A budgeted run's queue, strictly in its order: the head cell goes to an idle worker whose replica it
+        reuses, else to any (a gang once all its workers are idle), if its estimate fits what the budget has left.
+        The first that does not fit leaves the rest of its placement's queue for a later run."""
+        queue, spending = self.queues[placement], self.measuring.spending
+        while queue and idle:
+            cell = queue[0]
+            if cell.gang_size:
+                if (workers := gang_of(idle, cell.gang_groups)) is None:
+                    return
+                needs_start = True
+            else:
+                workers = [next((worker for worker in idle if worker.group == cell.server_group), idle[0])]
+                needs_start = workers[0].group != cell.server_group
+            if cell.engine is not EngineKind.SIM:  # a simulated cell costs no device time
+                if (refusal := spending.refusal(cell, needs_start)) is not None:
+                    self._leave_for_later(placement, refusal)
+                    return
+                spending.begin(cell, needs_start)
+            self._start(queue.pop(0), workers)
+            for worker in workers:
+                idle.remove(worker)
+
+    def _leave_for_later(self, placement: str, why: str) -> None:
+        """The queued cells of ``placement`` stay predicted for a later run, which starts them in the same order."""
+        self.left_for_later[placement] = why
+        self.reporter.event(f"budget: {len(self.queues[placement])} {placement} cells left for a later run ({why})")
+        self.queues[placement].clear()
+        self._write_summary()
 
     def _start(self, cell: CellSpec, workers: list[Worker]) -> None:
         self.attempts_this_run[cell.key] += 1
@@ -354,6 +414,8 @@ class _Sweep:
     def _record(self, attempt: InFlight, outcome: CellOutcome) -> None:
         cell = attempt.cell
         row = self.ledger.record(attempt.started, outcome)
+        if self.measuring is not None and cell.engine is not EngineKind.SIM:
+            self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, row.replica_start_s)
         if outcome.status.is_done:
             self.wall_times.append(row.wall_s)
             started = f"; its replica started in {row.replica_start_s:.0f} s" if row.replica_start_s is not None else ""
@@ -450,6 +512,8 @@ class _Sweep:
         not_done = [key for key, status in statuses.items() if status is not CellStatus.DONE]
         self.ledger.tracker.close(complete=not not_done and not pending)
         reasons = sorted({self._pending_reason(cell) for cell in pending})
+        if self.measuring is not None:
+            print(f"[{self.spec.name}] {self._budget_line(pending)}", flush=True)
         print(
             f"[{self.spec.name}] {len(statuses) - len(not_done)}/{len(self.cells)} cells done, {len(not_done)} not done, "
             f"{len(pending)} pending ({'; '.join(reasons) or 'none'}); summary: {self.ledger.results.files.summary}",
@@ -460,7 +524,26 @@ class _Sweep:
         return 1 if not_done else 0
 
 
-def _slot_gib(cells: list[CellSpec]) -> dict[str, float]:
+    def _budget_line(self, pending: list[CellSpec]) -> str:
+        """What a budgeted run measured, what it left for later and why."""
+        spending = self.measuring.spending
+        budget = spending.budget
+        spent = ", ".join(f"{gpu}: {spending.measured[gpu]} attempts, {seconds:.0f} s"
+                          + (f" of {budget.by_type[gpu]:.0f} s" if gpu in budget.by_type else "")
+                          for gpu, seconds in spending.spent_s.items())  # fmt: skip
+        total = f" of {budget.total_s:.0f} s in all" if budget.total_s is not None else ""
+        measured = f"measured {sum(spending.measured.values())} attempts in {sum(spending.spent_s.values()):.0f} s{total}"
+        left = [cell for cell in pending if cell.placement in self.left_for_later]
+        if not left:
+            return f"--gpu-budget {budget}: {measured} ({spent or 'nothing to measure'}); nothing left for later"
+        why = "; ".join(f"{placement}: {len([c for c in left if c.placement == placement])} cells, {reason}"
+                        for placement, reason in self.left_for_later.items())  # fmt: skip
+        return (f"--gpu-budget {budget}: {measured} ({spent}); left for later: {len(left)} cells ({why}); their "
+                f"predictions stand ({self.ledger.results.files.predictions.name}); re-run with more --gpu-budget to "
+                "measure them in the same order, or without it to measure them all")
+
+
+def slot_gib(cells: list[CellSpec]) -> dict[str, float]:
     """Per placement, the host memory every slot reserves: the largest share of a replica its cells put on one slot
     (a whole replica, or a tensor-parallel replica's share per GPU)."""
     largest: dict[str, float] = defaultdict(float)
@@ -512,7 +595,7 @@ def _package_versions() -> dict[str, str]:
 def _print_plan(plan: SweepPlan, history: dict[str, list[CellRun]], rerun: bool) -> None:
     spec, cells, inventory, results = plan.spec, plan.cells, plan.inventory, plan.results
     print(f"sweep {spec.name}: {len(cells)} cells (engine {spec.engine.value}); results {results.sweep_dir}")
-    for placement, largest in _slot_gib(cells).items():
+    for placement, largest in slot_gib(cells).items():
         slots = inventory.slots(placement, largest) if inventory.is_up(placement) else []
         where = inventory.availability(placement) if placement != "sim" else "simulated on the driver's node"
         if slots:

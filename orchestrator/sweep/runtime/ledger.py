@@ -11,10 +11,11 @@ while staging leaves nothing staged, and the sweep stops (``runtime.stops``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from orchestrator.records.cell import CellOutcome, CellStatus
+from orchestrator.records.prediction import Prediction
 from orchestrator.records.row import Attempt, SummaryRow, attempt_tags
 from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
@@ -33,9 +34,10 @@ class StartedAttempt:
 
 class CellLedger:
     def __init__(self, sweep: str, tracker: SweepTracker, results: SweepResults, package_versions: dict[str, str],
-                 slo: Slo | None = None):  # fmt: skip
+                 slo: Slo | None = None, predictions: Mapping[str, Prediction] | None = None):  # fmt: skip
         self.sweep = sweep
         self.slo = slo
+        self.predictions = predictions or {}  # by cell key: what the simulator said of a cell before it was measured
         self.tracker = tracker
         self.results = results
         self._package_versions = package_versions
@@ -85,8 +87,8 @@ class CellLedger:
     def record(self, started: StartedAttempt, outcome: CellOutcome) -> SummaryRow:
         """Every file and tracking entry of a finished attempt, ``done`` last; the attempt's summary row."""
         cell = started.cell
-        summary = (summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, self.slo, cell.jps)
-                   if outcome.status.is_done else None)  # fmt: skip
+        summary = (summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, self.slo, cell.jps,
+                             self.predictions.get(cell.key)) if outcome.status.is_done else None)  # fmt: skip
         attempt = Attempt(started.run_id, started.number, outcome.started_unix, outcome.finished_unix, outcome.config)
         row = SummaryRow.of(self.sweep, cell, outcome.status, summary, attempt)
         staged = self._stage(started, outcome, summary, row)

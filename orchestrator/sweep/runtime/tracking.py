@@ -319,6 +319,9 @@ class SweepTracker:
     def log_parent_artifacts(self, directory: Path, artifact_path: str) -> None:
         self._client.log_artifacts(self._parent_run_id, str(directory), artifact_path)
 
+    def log_parent_file(self, path: Path, artifact_path: str) -> None:
+        self._client.log_artifact(self._parent_run_id, str(path), artifact_path)
+
     def close(self, complete: bool) -> None:
         self._client.set_tag(self._parent_run_id, "status", "complete" if complete else "partial")
         self._client.set_terminated(self._parent_run_id, "FINISHED")

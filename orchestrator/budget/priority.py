@@ -1,0 +1,129 @@
+"""Which cells to measure first: those whose measurement can change the answer (pure).
+
+Every cell is predicted before any is measured, and every comparison (a GPU type, DRAM budget, load and replica
+count, all its policies) has a predicted verdict (``analysis/verdicts.py`` on the simulated twins, bands included).
+The cells of a comparison share its reason, first that applies:
+
+1. not called: the simulator cannot call the comparison within its error (a margin inside the band: "too close to
+   call in simulation"), it predicts a trade-off (jobs lost, where it is least sure), or it has no verdict;
+2. next to a flip: the predicted verdict changes between this load and the next one on the same line (GPU type,
+   budget, replicas): where a winner flips, the measured flip may sit elsewhere;
+3. the tier serves: the preflight puts a policy with a CPU tier in the regime where its tier must serve (the live
+   set fits on the GPU, the corpus spills), which the simulator models least directly;
+4. clear: the simulator calls it beyond its band.
+
+Within a reason, comparisons closest to their band come first (a win's lower margin end, in bands beyond the band;
+a tie's upper end, in bands below it). Then, within a reason, the cells that share a server configuration (GPU
+type, policy, budget, replicas, TP) run back to back, so that one replica serves them, reset between cells.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from orchestrator.policies import get_policy
+from orchestrator.records.verdict import MIN_EFFECT_PCT, Verdict, VerdictKind
+from orchestrator.sim.error_bands import SimErrors
+from orchestrator.sizing.kv import Regime
+from orchestrator.sweep.planning.cells import CellSpec
+
+RULE = __doc__.split("\n\n", 1)[1].strip().replace("``", "")
+
+
+class Reason(enum.IntEnum):
+    NOT_CALLED = 1
+    NEXT_TO_FLIP = 2
+    TIER_SERVES = 3
+    CLEAR = 4
+
+    @property
+    def words(self) -> str:
+        return {Reason.NOT_CALLED: "not called", Reason.NEXT_TO_FLIP: "next to a flip",
+                Reason.TIER_SERVES: "the tier serves", Reason.CLEAR: "clear"}[self]  # fmt: skip
+
+
+Point = tuple[str, float, float, int]  # a comparison: GPU (with its TP), DRAM budget, load, replicas
+
+
+def point_of(cell: CellSpec) -> Point:
+    """The comparison ``cell`` belongs to, as its verdict names it (a tensor-parallel GPU reads "H100 TP4")."""
+    gpu = f"{cell.gpu} TP{cell.tp}" if cell.tp > 1 else cell.gpu
+    return gpu, cell.dram_gb, cell.jps, cell.replicas
+
+
+def verdict_point(verdict: Verdict) -> Point:
+    return verdict.gpu, verdict.dram_gb, verdict.jps, verdict.replicas
+
+
+@dataclass(frozen=True)
+class Ranked:
+    cell: CellSpec
+    reason: Reason
+    why: str
+    distance: float  # in bands: how far the predicted verdict is from being uncertain (0: not at all)
+
+
+def rank_cells(cells: Sequence[CellSpec], predicted: Sequence[Verdict], errors: SimErrors,
+               regimes: Mapping[str, Regime | None]) -> list[Ranked]:  # fmt: skip
+    """``cells`` in the order to measure them, each with its reason and why in words."""
+    by_point = {verdict_point(verdict): verdict for verdict in predicted}
+    flips = _flips(predicted)
+    policies: dict[Point, set[str]] = {}
+    tier_serves: dict[Point, bool] = {}
+    for cell in cells:
+        point = point_of(cell)
+        policies.setdefault(point, set()).add(cell.policy)
+        tiered = get_policy(cell.policy).has_cpu_tier and regimes.get(cell.key) is Regime.OFFLOAD_WINDOW
+        tier_serves[point] = tier_serves.get(point, False) or tiered
+    reasons = {point: _reason(by_point.get(point), flips.get(point), tier_serves[point], errors, policies[point])
+               for point in policies}  # fmt: skip
+    grid = {point: index for index, point in enumerate(policies)}
+    ranked = sorted((Ranked(cell, *reasons[point_of(cell)]) for cell in cells),
+                    key=lambda r: (r.reason, r.distance, grid[point_of(r.cell)]))  # fmt: skip
+    ordered: list[Ranked] = []
+    for reason in Reason:
+        members = [r for r in ranked if r.reason is reason]
+        for group in dict.fromkeys(r.cell.server_group for r in members):
+            ordered += [r for r in members if r.cell.server_group == group]
+    return ordered
+
+
+def _reason(verdict: Verdict | None, flip: str | None, tier_serves: bool, errors: SimErrors,
+            policies: set[str]) -> tuple[Reason, str, float]:  # fmt: skip
+    if verdict is None or verdict.kind is VerdictKind.UNDECIDED:
+        return Reason.NOT_CALLED, "no predicted verdict", 0.0
+    band = max([errors.band_pct(verdict.gpu.split(" TP")[0], verdict.leader or "", other) for other in policies
+                if other != verdict.leader] or [0.0])  # fmt: skip
+    threshold = max(band, MIN_EFFECT_PCT)
+    predicted = f"predicted {verdict.in_words()}"
+    if verdict.kind is VerdictKind.TRADE_OFF:
+        return Reason.NOT_CALLED, f"{predicted}: job losses are where the simulator is least sure", 0.0
+    margin = f"a margin of {verdict.margin_pct:.1f}% [{verdict.margin_lo_pct:.1f}, {verdict.margin_hi_pct:.1f}]"
+    if verdict.kind is VerdictKind.TIE and MIN_EFFECT_PCT < verdict.margin_lo_pct <= threshold:
+        return Reason.NOT_CALLED, f"{predicted}: {margin}, its lower end within the {band:.1f}% band", 0.0
+    if verdict.kind is VerdictKind.WIN:
+        distance = max(0.0, (verdict.margin_lo_pct - threshold) / threshold)
+        called = f"its lower end {distance:.1f} bands beyond the {band:.1f}% band"
+    else:  # a tie the simulator calls: how far its margin's upper end stays below the band
+        distance = max(0.0, (threshold - verdict.margin_hi_pct) / threshold)
+        called = f"{margin}, within the {band:.1f}% band"
+    if flip is not None:
+        return Reason.NEXT_TO_FLIP, f"{predicted}; {flip}", distance
+    if tier_serves:
+        return Reason.TIER_SERVES, f"{predicted}; the CPU tier must serve here (the corpus spills)", distance
+    return Reason.CLEAR, f"{predicted}: {called}", distance
+
+
+def _flips(predicted: Sequence[Verdict]) -> dict[Point, str]:
+    """The points either side of each change of predicted verdict along a line, with the change in words."""
+    near: dict[Point, str] = {}
+    line = sorted(predicted, key=lambda v: (v.gpu, v.dram_gb, v.replicas, v.jps))
+    for below, above in zip(line, line[1:]):
+        same_line = (below.gpu, below.dram_gb, below.replicas) == (above.gpu, above.dram_gb, above.replicas)
+        if same_line and below.label != above.label:
+            words = f"the predicted verdict changes from {below.label} at {below.jps:g} to {above.label} at {above.jps:g} JPS"
+            near.setdefault(verdict_point(below), words)
+            near.setdefault(verdict_point(above), words)
+    return near

@@ -1,0 +1,179 @@
+"""A sweep on a GPU budget (``--gpu-budget``): predict every cell, measure first the cells whose measurement can
+change the answer, stop where the budget ends, and leave the rest for a later run in the same order.
+
+1. Where the sweep measures the CPU engine, its profile first (``runtime.profiling``): the simulator models that
+   engine only from it. Its cells are what every prediction of that engine needs, not cells of the grid: they are
+   not charged to the budget, and their time is printed.
+2. Every real cell's simulated twin (the same cell with ``engine=sim``), run as ordinary cells of the same sweep
+   (tracked and kept: a later run predicts nothing again); ``predictions.csv`` written and logged on the sweep's
+   MLflow run before any real cell starts.
+3. The order (``budget.priority``: from the twins' verdicts, bands included, and the cells' preflight) and the plan
+   (``budget.plan``: each cell's estimated cost, and which the budget covers), written as ``budget_plan.csv``; a
+   dry run prints it and stops there.
+4. The real cells, in that order, each started only where its estimate fits what is left (the driver's
+   ``MeasuringOrder``); the run ends with one line saying what it measured and what it left for later, and why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pandas as pd
+
+from orchestrator.budget.cost import CostModel, start_place
+from orchestrator.budget.plan import plan_cells, plan_frame, plan_lines
+from orchestrator.budget.priority import rank_cells
+from orchestrator.budget.spend import Spending
+from orchestrator.gpus import CPU
+from orchestrator.policies import get_policy
+from orchestrator.records.cell import CellStatus
+from orchestrator.records.layout import SweepFiles
+from orchestrator.records.prediction import Prediction, predictions_frame
+from orchestrator.records.store import atomic_write_csv
+from orchestrator.records.verdict import Verdict
+from orchestrator.sim.error_bands import load_errors
+from orchestrator.sim.profile import CpuProfile
+from orchestrator.sim.version import sim_version
+from orchestrator.sweep.cluster.connect import connect_ray
+from orchestrator.sweep.cluster.inventory import Inventory
+from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.options import SweepOptions
+from orchestrator.sweep.planning.preflight import preflight
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.runtime.driver import (
+    EXIT_INTERRUPTED,
+    MeasuringOrder,
+    open_tracker,
+    plan_sweep,
+    run_sweep,
+    slot_gib,
+)
+from orchestrator.sweep.runtime.profiling import measure_cpu_profile, profile_spec, read_cpu_profile
+
+
+def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:
+    """Predict, order, plan, then measure within ``options.gpu_budget`` (with ``dry_run``, print the plan instead)."""
+    connect_ray(options.ray_address)
+    files = SweepFiles(options.results_dir / spec.name)
+    plan = plan_sweep(spec, options)
+    real = [cell for cell in plan.cells if cell.engine is not EngineKind.SIM]
+    quiet = replace(options, gpu_budget=None, report=False, dry_run=False)
+    profile = _cpu_profile(spec, options, quiet) if any(cell.gpu == CPU for cell in real) else None
+    predictions: dict[str, Prediction] = {}
+    verdicts: list[Verdict] = []
+    if profile is not None or not any(cell.gpu == CPU for cell in real):
+        print(f"[{spec.name}] predicting {len(real)} cells in the simulator before any is measured", flush=True)
+        twin_spec = spec.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile})
+        if (code := run_sweep(twin_spec, quiet)) == EXIT_INTERRUPTED:
+            return code
+        summary = pd.read_parquet(files.summary)
+        predictions = _predictions(real, summary, profile)
+        verdicts = _predicted_verdicts(summary, files)
+        atomic_write_csv(predictions_frame(list(predictions.values()), {c.key: _described(c) for c in real}),
+                         files.predictions)  # fmt: skip
+        if not options.dry_run:
+            open_tracker(spec, options).log_parent_file(files.predictions, "predictions")
+    done = _measured_keys(files)
+    ranked = rank_cells(real, verdicts, load_errors(), {cell.key: preflight(cell).regime for cell in real})
+    costs = _costs_so_far(files)
+    planned = plan_cells(ranked, Spending(options.gpu_budget, costs, predictions), _slots(plan.inventory, real), done)
+    atomic_write_csv(plan_frame(planned), files.budget_plan)
+    print("\n".join([f"[{spec.name}] the plan ({files.budget_plan}):", *plan_lines(planned, options.gpu_budget, len(done))]),
+          flush=True)  # fmt: skip
+    if options.dry_run:
+        return 0
+    rank = {ranked_cell.cell.key: index for index, ranked_cell in enumerate(ranked)}
+    spending = Spending(options.gpu_budget, _costs_so_far(files), predictions)
+    return run_sweep(spec, options, measuring=MeasuringOrder(rank, spending))
+
+
+def _cpu_profile(spec: SweepSpec, options: SweepOptions, quiet: SweepOptions) -> CpuProfile | None:
+    """The CPU engine's profile on this machine: measured (outside the budget) unless done; in a dry run, only
+    read (None where it is not measured yet: the plan then has no predictions)."""
+    if options.dry_run:
+        try:
+            return read_cpu_profile(spec, options.results_dir)
+        except (OSError, ValueError):
+            print(f"[{spec.name}] dry run: the CPU engine's profile is not measured yet; a run measures its "
+                  f"{profile_spec(spec).trials} cells first (outside the budget), then predicts every cell; until then "
+                  "the plan below has no predictions", flush=True)  # fmt: skip
+            return None
+    started = time.monotonic()
+    profile = measure_cpu_profile(spec, quiet)
+    print(f"[{spec.name}] the CPU engine's profile ({time.monotonic() - started:.0f} s, outside the budget): "
+          f"{profile.describe()}", flush=True)  # fmt: skip
+    return profile
+
+
+def twin_of(cell: CellSpec, profile: CpuProfile | None) -> CellSpec:
+    """The cell the simulator runs to predict ``cell``: the same cell on the simulated engine (a simulated cell is its
+    own twin)."""
+    if cell.engine is EngineKind.SIM:
+        return cell
+    return cell.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile if cell.gpu == CPU else None})
+
+
+def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfile | None) -> dict[str, Prediction]:
+    """Each real cell's prediction from its twin's done row."""
+    rows = summary[(summary.engine == EngineKind.SIM.value) & (summary.status == CellStatus.DONE.value)]
+    by_key = rows.set_index("cell_key")
+    errors, version = load_errors(), sim_version()
+    predictions = {}
+    for cell in real:
+        twin = twin_of(cell, profile).key
+        if twin not in by_key.index:
+            continue
+        row = by_key.loc[twin]
+        predictions[cell.key] = Prediction(
+            cell_key=cell.key, twin_key=twin, jct_mean_s=float(row.jct_censored_mean_s),
+            band=errors.cell_band(cell.gpu, cell.policy), span_s=_number(row.span_s),
+            completion_pct=_number(row.completion_pct), sim_version=version,
+        )  # fmt: skip
+    return predictions
+
+
+def _predicted_verdicts(summary: pd.DataFrame, files: SweepFiles) -> list[Verdict]:
+    """The verdicts of the simulated cells, with the simulator's bands (as the report computes them)."""
+    from analysis.load import cell_records
+    from analysis.verdicts import verdicts
+
+    simulated = summary[summary.engine == EngineKind.SIM.value]
+    found, _ = verdicts(simulated, cell_records(files), load_errors())
+    return found
+
+
+def _measured_keys(files: SweepFiles) -> frozenset[str]:
+    if not files.summary.exists():
+        return frozenset()
+    summary = pd.read_parquet(files.summary, columns=["cell_key", "engine", "status"])
+    done = summary[(summary.engine != EngineKind.SIM.value) & (summary.status == CellStatus.DONE.value)]
+    return frozenset(done.cell_key)
+
+
+def _costs_so_far(files: SweepFiles) -> CostModel:
+    """The cost model, with the server starts the sweep's earlier runs measured (latest last)."""
+    costs = CostModel()
+    if not files.summary.exists():
+        return costs
+    summary = pd.read_parquet(files.summary)
+    started = summary[(summary.engine != EngineKind.SIM.value) & summary.replica_start_s.notna()]
+    for row in started.sort_values("finished_unix").itertuples():
+        costs.record_start(start_place(row.engine, row.gpu), get_policy(row.policy).has_cpu_tier, row.replica_start_s)
+    return costs
+
+
+def _slots(inventory: Inventory, cells: list[CellSpec]) -> dict[str, int]:
+    """Per GPU type, the slots its cells run on (one where the cluster has none up yet)."""
+    gib = slot_gib(cells)
+    return {gpu: len(inventory.slots(gpu, gib[gpu])) if inventory.is_up(gpu) else 1 for gpu in gib}
+
+
+def _described(cell: CellSpec) -> dict:
+    return {"label": cell.label, "gpu": cell.gpu, "policy": cell.policy, "jps": cell.jps, "dram_gb": cell.dram_gb,
+            "seed": cell.seed, "replicas": cell.replicas, "router": cell.router.value if cell.router else None,
+            "tp": cell.tp}  # fmt: skip
+
+
+def _number(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
