@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 
 import matplotlib
 
@@ -40,10 +41,12 @@ def jct_vs_jps(per_policy: pd.DataFrame, policies: list[str], title: str) -> byt
     return _png(figure)
 
 
-def verdict_map(found: list[Verdict]) -> bytes:
+def verdict_map(found: list[Verdict], rests_on: Mapping[tuple, str] | None = None) -> bytes:
     """Per GPU, a grid of load (x) by DRAM budget (y): each square the winner's name and margin over the
     closest rival, shaded by the margin's lower bound; ties grey, named as ties; trade-offs hatched, naming
-    the faster policy and the jobs it lost."""
+    the faster policy (its margin over the leader read as a win's) and the jobs it lost. With ``rests_on`` (by
+    gpu, DRAM budget, load and replicas), each square also says whether its verdict is measured, predicted or
+    both."""
     gpus = sorted({verdict.gpu for verdict in found})
     figure, panels = plt.subplots(len(gpus), 1, figsize=(7.5, 1.4 + 1.1 * len(gpus) * 1.2), squeeze=False)
     policies = sorted({verdict.leader for verdict in found if verdict.significant})
@@ -54,6 +57,8 @@ def verdict_map(found: list[Verdict]) -> bytes:
         for verdict in of_gpu:
             corner = (loads.index(verdict.jps), budgets.index(verdict.dram_gb))
             text, patch = _verdict_square(verdict, colours)
+            if rests_on is not None:
+                text += f"\n({rests_on.get((verdict.gpu, verdict.dram_gb, verdict.jps, verdict.replicas), '?')})"
             panel.add_patch(plt.Rectangle(corner, 1, 1, **patch))
             panel.text(corner[0] + 0.5, corner[1] + 0.5, text, ha="center", va="center", fontsize=7)
         panel.set_xlim(0, len(loads))
@@ -72,7 +77,7 @@ def _verdict_square(verdict: Verdict, colours: dict[str, tuple]) -> tuple[str, d
         shade = 0.35 + 0.65 * min(max(verdict.margin_lo_pct, 0.0), 50.0) / 50.0
         return f"{verdict.leader}\n+{verdict.margin_pct:.0f}%", {"color": colours[verdict.leader], "alpha": shade}
     if verdict.kind is VerdictKind.TRADE_OFF:
-        text = f"trade-off\n{verdict.faster} -{verdict.faster_by_pct:.0f}%\nlost {verdict.jobs_lost}/{verdict.n_jobs}"
+        text = f"trade-off\n{verdict.faster} +{verdict.faster_by_pct:.0f}%\nlost {verdict.jobs_lost}/{verdict.n_jobs}"
         return text, {"facecolor": "0.95", "edgecolor": "0.6", "hatch": "//"}
     if verdict.kind is VerdictKind.TIE:
         return "tie\n" + "\n".join(verdict.tied_with[:3]), {"color": "0.85"}

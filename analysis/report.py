@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import capacity, plots, tables
+from analysis import capacity, plots, predicted, tables
 from analysis.load import SweepData, cell_records, load_sweep, sweep_files
 from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
@@ -184,11 +184,24 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     statistics behind the verdicts, for the GPU sections."""
     if not len(data.done):
         return pd.DataFrame(columns=["gpu", "policy"])
-    found, per_policy = verdicts(data.summary, cell_records(data.files), load_errors())
+    records = cell_records(data.files)
+    found, per_policy = verdicts(data.summary, records, load_errors())
+    predictions = pd.read_csv(data.files.predictions) if data.files.predictions.exists() else None
+    bases = []
+    if predictions is not None:  # every comparison once: the verdict that stands, and what it rests on
+        whole = pd.read_parquet(data.files.summary)
+        predicted_found, _ = verdicts(whole[whole.engine == "sim"], records, load_errors())
+        bases = predicted.verdict_bases(predicted_found + [v for v in found if v.engine != "sim"], predictions, whole)
+        found = predicted.standing_verdicts(bases)
     table = verdict_frame(found)
     report.heading("Verdicts")
-    report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie; "
-                  "hatched: a trade-off)", plots.verdict_map(found))  # fmt: skip
+    if bases:
+        report.figure("Winner per load and DRAM budget, by GPU, each square's verdict the one that stands: measured "
+                      "where every policy was measured, else predicted (labelled; shade: margin over the closest rival; "
+                      "grey: a tie; hatched: a trade-off)", plots.verdict_map(found, {b.point: b.rests_on for b in bases}))  # fmt: skip
+    else:
+        report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie; "
+                      "hatched: a trade-off)", plots.verdict_map(found))  # fmt: skip
     trials = int(table.n_trials.max()) if len(table) else 0
     report.paragraph(
         "A winner beats every other policy by at least 1% at the lower end of a 95% interval; otherwise the "
@@ -209,7 +222,32 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     report.table("policy_stats", "Per policy: mean job time (timed-out jobs at their cut) with its 95% interval, its "
                  "tail, completion, timeouts, errors, preemptions and TTFT",
                  per_policy.drop(columns=_turn_columns(per_policy)), provenance)  # fmt: skip
+    if predictions is not None:
+        _measured_and_predicted(report, data, predictions, bases, whole)
     return per_policy
+
+
+def _measured_and_predicted(report: ReportBuilder, data: SweepData, predictions: pd.DataFrame,
+                            bases: list[predicted.Basis], whole: pd.DataFrame) -> None:  # fmt: skip
+    """A sweep predicted before it was measured: what each verdict rests on, each measured cell against its
+    prediction, and the simulator's error per GPU type over the measured cells."""
+    errors = predicted.prediction_errors(predictions, whole)
+    report.heading("Measured and predicted")
+    version = predictions.sim_version.iloc[0] if len(predictions) else "?"
+    report.paragraph(f"Every real cell was predicted by the simulator ({version}) before any was measured "
+                     f"(predictions.csv); {len(errors)} of {len(predictions)} are measured. A verdict rests on measured "
+                     "cells where every policy of its comparison was measured, on predictions where none was, and on "
+                     "both where some were: it is then the prediction's, and the measured cells check their part of "
+                     "it. The errors below are held out: each prediction was made before its cell ran.")  # fmt: skip
+    report.table("verdict_basis", "Per comparison: what its verdict rests on, the verdict that stands, the predicted "
+                 "one beside it, and the policies measured and still open", predicted.basis_table(bases),
+                 "predictions.csv, summary.parquet")  # fmt: skip
+    if len(errors):
+        report.table("sim_error_by_gpu", "The simulator's error per GPU type over the measured cells (mean job time, "
+                     "predicted - measured, % of measured): RMS, mean (bias), worst, and the share within the band",
+                     predicted.error_by_gpu(errors), "measured cells against their predictions")  # fmt: skip
+        report.table("prediction_errors", "Each measured cell: its prediction with the simulator's band, the "
+                     "measurement, and the error", errors, "measured cells against their predictions")  # fmt: skip
 
 
 def _routing(report: ReportBuilder, data: SweepData) -> None:

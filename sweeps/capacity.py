@@ -34,7 +34,7 @@ from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 from orchestrator.workload.traces.schema import load_trace
 from sweeps.cpu_tiny import SPEC as CPU_TINY
-from sweeps.crossover import search_flags, vars_without
+from sweeps.crossover import refuse_budget, search_flags, vars_without
 from sweeps.large_dram import SPEC as SOURCE_STUDY
 
 # Fleets are sized behind the router an agent deployment would pick (a job's turns on one replica) and the project's
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _search(args) -> int:
+    refuse_budget(args)
     if not args.slo:
         raise InputError("--slo is required: the objective each capacity is found under, e.g. --slo jct_p90=60s")
     slo = Slo.parse(args.slo)

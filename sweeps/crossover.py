@@ -27,6 +27,7 @@ from orchestrator.gpus import CPU
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 from sweeps.cpu_tiny import SPEC as CPU_TINY
 
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _search(args) -> int:
+    refuse_budget(args)
     within = SearchRange(args.jps_min, args.jps_max, args.resolution)
     # --engine says where the search runs, not the sweep's engine: the CPU engine's sweep is checked as the real
     # one it is (the simulator can run it only once it is profiled).
@@ -65,6 +67,14 @@ def _search(args) -> int:
     if not args.name:
         spec = spec.model_copy(update={"name": search_name(spec)})
     return run_search(spec, options, engine, within, args.confirm)
+
+
+def refuse_budget(args) -> None:
+    """A search spends real time only through ``--confirm``: ``--gpu-budget`` (from the sweeps' shared flags) is for
+    grid sweeps."""
+    if args.gpu_budget:
+        raise InputError(f"--gpu-budget {args.gpu_budget}: a search spends real time through --confirm, a few cells "
+                         "per answer; valid on grid sweeps (sweeps/large_dram.py, sweeps/cpu_tiny.py, ...)")
 
 
 def search_flags(p, defaults: SearchRange, confirm: str) -> None:

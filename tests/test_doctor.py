@@ -3,7 +3,7 @@ offline bundle (tests/test_bundle.py)."""
 
 from types import SimpleNamespace
 
-from orchestrator.checks import _driver_check, _lmcache_evidence, _simple_offload_evidence, stack_check, format_table
+from orchestrator.checks import _driver_check, _lmcache_evidence, _simple_offload_evidence, format_table, stack_check
 from orchestrator.doctor import doctor_cells, not_checked_here
 from orchestrator.records.cell import EngineFacts, NodeStack, TierCounters
 

@@ -69,6 +69,7 @@ class CostModel:
         self.starts = dict(starts if starts is not None else load_starts())
         self._first_start_s = dict(first_start_s or {})  # a caller's better knowledge of a place's first start
         self._latest_start_s: dict[tuple[str, bool], float] = {}
+        self._started: set[str] = set()  # places where a server has started (or a plan has one start)
         self._load_ratios: dict[str, list[float]] = {}
 
     def shipped(self, place: str) -> StartTimes:
@@ -92,10 +93,15 @@ class CostModel:
         return (row.first_s if first else row.later_s) + extra
 
     def has_started(self, place: str) -> bool:
-        return any(where == place for where, _ in self._latest_start_s)
+        return place in self._started
+
+    def mark_started(self, place: str) -> None:
+        """A server starts at ``place``: the next start there is a later one."""
+        self._started.add(place)
 
     def record_start(self, place: str, tiered: bool, seconds: float) -> None:
         self._latest_start_s[(place, tiered)] = seconds
+        self._started.add(place)
 
     def load_s(self, place: str, workload: WorkloadSpec, device: str, predicted_span_s: float | None) -> float:
         """A cell's load at ``place``: its predicted span (else the generous guess), scaled by the place's

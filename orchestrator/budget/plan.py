@@ -51,9 +51,9 @@ def plan_cells(ranked: Sequence[Ranked], spending: Spending, slots: Mapping[str,
         estimate = spending.estimate_s(cell, needs_start) * max(1, cell.gang_size)
         if fits:
             spending.begin(cell, needs_start)
-            held[slot], loads[slot] = cell.server_group, loads[slot] + estimate
         else:
             stopped.add(cell.gpu)
+        held[slot], loads[slot] = cell.server_group, loads[slot] + estimate  # a later run goes on in this order
         planned.append(PlannedCell(len(planned) + 1, cell.key, cell.label, cell.gpu, ranked_cell.reason.words,
                                    ranked_cell.why, needs_start, estimate, fits,
                                    spending.left_s(cell.gpu) if fits else 0.0))  # fmt: skip

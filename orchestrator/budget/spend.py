@@ -64,6 +64,8 @@ class Spending:
 
     def begin(self, cell: CellSpec, needs_start: bool) -> None:
         self._running[cell.key] = Commitment(cell.gpu, self.estimate_s(cell, needs_start), _gpus(cell))
+        if needs_start:
+            self.costs.mark_started(start_place(cell.engine.value, cell.gpu))
 
     def end(self, cell: CellSpec, elapsed_s: float, start_s: float | None) -> None:
         """An attempt of ``cell`` ended after ``elapsed_s``, its server started in ``start_s`` where it started one:

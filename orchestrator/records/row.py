@@ -96,6 +96,7 @@ class SummaryRow:
     predicted_jct_mean_s: float | None = None  # its censored mean job time, predicted
     predicted_band_pct: float | None = None  # the simulator's error band for the cell's GPU type and policy
     sim_error_pct: float | None = None  # (predicted - measured) / measured
+    # A cell that is not done.
     reason: str | None = None  # why a cell is pending
     # The attempt behind a done row (``attempt_columns``).
     run_id: str | None = None  # the attempt's MLflow run

@@ -39,6 +39,9 @@ def run_in_process(tmp_path, capsys, *flags) -> tuple[int, str]:
         (["--gpus", "H100", "--policies", "fcfs,lmcache", "--dram-gb", "0"], "a DRAM budget of 0 GiB gives lmcache no CPU tier"),
         (["--tracking-uri", "foo://bar"], "--tracking-uri foo://bar: unknown scheme 'foo'; valid: sqlite:///PATH.db"),
         (["--slo", "jct_p90=1min"], "--slo 'jct_p90=1min': cannot read 'jct_p90=1min'; valid: comma-separated METRIC_STAT=TIME"),
+        (["--gpu-budget", "2 hours"], "--gpu-budget '2 hours': '2 hours' is not a positive time; valid: a time such as 2h"),
+        (["--gpu-budget", "H100=1h"], "--gpu-budget names H100, which is not among the sweep's GPU types (cpu)"),
+        (["--gpu-budget", "1h", "--engine", "fake"], "on the fake engine's cpu device: the simulator predicts that device only"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2_before_anything_is_tracked(tmp_path, capsys, flags, message):

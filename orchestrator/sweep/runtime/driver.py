@@ -528,11 +528,11 @@ class _Sweep:
         """What a budgeted run measured, what it left for later and why."""
         spending = self.measuring.spending
         budget = spending.budget
-        spent = ", ".join(f"{gpu}: {spending.measured[gpu]} attempts, {seconds:.0f} s"
+        spent = ", ".join(f"{gpu}: {_attempts(spending.measured[gpu])}, {seconds:.0f} s"
                           + (f" of {budget.by_type[gpu]:.0f} s" if gpu in budget.by_type else "")
                           for gpu, seconds in spending.spent_s.items())  # fmt: skip
         total = f" of {budget.total_s:.0f} s in all" if budget.total_s is not None else ""
-        measured = f"measured {sum(spending.measured.values())} attempts in {sum(spending.spent_s.values()):.0f} s{total}"
+        measured = f"measured {_attempts(sum(spending.measured.values()))} in {sum(spending.spent_s.values()):.0f} s{total}"
         left = [cell for cell in pending if cell.placement in self.left_for_later]
         if not left:
             return f"--gpu-budget {budget}: {measured} ({spent or 'nothing to measure'}); nothing left for later"
@@ -541,6 +541,10 @@ class _Sweep:
         return (f"--gpu-budget {budget}: {measured} ({spent}); left for later: {len(left)} cells ({why}); their "
                 f"predictions stand ({self.ledger.results.files.predictions.name}); re-run with more --gpu-budget to "
                 "measure them in the same order, or without it to measure them all")
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt{'' if count == 1 else 's'}"
 
 
 def slot_gib(cells: list[CellSpec]) -> dict[str, float]:

@@ -1,0 +1,133 @@
+"""Measured beside predicted, for a sweep whose cells were predicted before they were measured (``--gpu-budget``;
+pure functions of frames and verdicts).
+
+- Each measured cell with its prediction, band and the simulator's error on it.
+- Per GPU type, the simulator's error over the measured cells: held out (each prediction was made before its cell
+  ran), so it is the figure that says how far to trust the cells still predicted.
+- Per comparison, what its verdict rests on: measured cells (every policy measured), predictions (none), or both
+  (some measured: the verdict is still the prediction's, the measured cells checking their part of it). Where the
+  simulator could not call a comparison, what has been measured since and what is still open.
+
+The predicted verdicts come from the simulated twins, which the rest of the report hides where their cell was
+measured (``analysis.load``): they are computed here from the whole summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.records.cell import CellStatus
+from orchestrator.records.prediction import within_band
+from orchestrator.records.verdict import Verdict
+
+SIM = "sim"
+MEASURED, PREDICTED, BOTH = "measured", "predicted", "both"
+
+
+def measured_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary[(summary.engine != SIM) & (summary.status == CellStatus.DONE.value)]
+
+
+def prediction_errors(predictions: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Per measured cell: its prediction with its band, the measurement, and the error (predicted - measured, in
+    percent of the measured); censored mean job times on both sides, as the verdicts compare them."""
+    measured = measured_rows(summary)[["cell_key", "jct_censored_mean_s"]]
+    joined = predictions.merge(measured, on="cell_key")
+    error = (joined.jct_mean_s - joined.jct_censored_mean_s) / joined.jct_censored_mean_s * 100
+    band = joined.band * 100
+    return pd.DataFrame({
+        "gpu": joined.gpu, "policy": joined.policy, "jps": joined.jps, "dram_gb": joined.dram_gb,
+        "predicted_jct_s": joined.jct_mean_s, "band_pct": band, "predicted_lo_s": joined.jct_mean_s * (1 - joined.band),
+        "predicted_hi_s": joined.jct_mean_s * (1 + joined.band), "measured_jct_s": joined.jct_censored_mean_s,
+        "error_pct": error, "within_band": [within_band(e, b) for e, b in zip(error, band)],
+    })  # fmt: skip
+
+
+def error_by_gpu(errors: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU type, the simulator's error over its measured cells: RMS, mean (its bias: above 0, it predicts slower
+    than measured), the worst, and the share of cells within their band."""
+    rows = []
+    for gpu, group in errors.groupby("gpu"):
+        rows.append({"gpu": gpu, "cells": len(group), "rms_error_pct": float(np.sqrt((group.error_pct**2).mean())),
+                     "mean_error_pct": float(group.error_pct.mean()),
+                     "worst_error_pct": float(group.error_pct.loc[group.error_pct.abs().idxmax()]),
+                     "within_band_pct": float(group.within_band.mean() * 100)})  # fmt: skip
+    return pd.DataFrame(rows, columns=["gpu", "cells", "rms_error_pct", "mean_error_pct", "worst_error_pct",
+                                       "within_band_pct"])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Basis:
+    """One comparison: what its verdict rests on, the verdict that stands, and what the measurement checked."""
+
+    point: tuple  # gpu (with its TP), DRAM budget, load, replicas, as verdicts name them
+    rests_on: str  # measured, predicted or both
+    standing: Verdict  # the measured verdict where every policy was measured, else the predicted one
+    predicted: Verdict | None
+    measured: Verdict | None  # only where every policy of the comparison was measured
+    measured_policies: tuple[str, ...]
+    open_policies: tuple[str, ...]
+
+
+def verdict_bases(found: list[Verdict], predictions: pd.DataFrame, summary: pd.DataFrame) -> list[Basis]:
+    """Per comparison of the predicted cells, what its verdict rests on."""
+    done = set(measured_rows(summary).cell_key)
+    cells = predictions.assign(point=[_point(row) for row in predictions.itertuples()],
+                               arm=[_arm(row) for row in predictions.itertuples()])  # fmt: skip
+    predicted = {_verdict_point(v): v for v in found if v.engine == SIM}
+    measured = {_verdict_point(v): v for v in found if v.engine != SIM}
+    bases = []
+    for point, group in cells.groupby("point", sort=True):
+        arms_done = group.cell_key.isin(done)
+        ran = tuple(sorted(set(group.arm[arms_done])))
+        open_ = tuple(sorted(set(group.arm[~arms_done]) - set(ran)))
+        rests_on = MEASURED if not open_ else PREDICTED if not ran else BOTH
+        measured_verdict = measured.get(point) if rests_on == MEASURED else None
+        standing = measured_verdict or predicted.get(point)
+        if standing is not None:
+            bases.append(Basis(point, rests_on, standing, predicted.get(point), measured_verdict, ran, open_))
+    return bases
+
+
+def basis_table(bases: list[Basis]) -> pd.DataFrame:
+    rows = [{"gpu": b.point[0], "dram_gb": b.point[1], "jps": b.point[2], "replicas": b.point[3],
+             "rests_on": b.rests_on, "verdict": b.standing.in_words(),
+             "predicted": b.predicted.in_words() if b.predicted else "",
+             "agrees": (b.predicted.label == b.measured.label) if b.predicted and b.measured else None,
+             "measured_policies": ", ".join(b.measured_policies), "still_open": ", ".join(b.open_policies)}
+            for b in bases]  # fmt: skip
+    return pd.DataFrame(rows, columns=["gpu", "dram_gb", "jps", "replicas", "rests_on", "verdict", "predicted", "agrees",
+                                       "measured_policies", "still_open"])  # fmt: skip
+
+
+def standing_verdicts(bases: list[Basis]) -> list[Verdict]:
+    """One verdict per comparison, the one that stands; where the simulator could not call it ("too close to call in
+    simulation"), its note says what has been measured since and what is still open."""
+    standing = []
+    for basis in bases:
+        verdict = basis.standing
+        uncalled = basis.predicted is not None and basis.predicted.note.startswith("too close to call")
+        if uncalled and basis.rests_on == MEASURED:
+            verdict = replace(verdict, note=f"too close to call in simulation; measured since: {verdict.in_words()}")
+        elif uncalled and basis.rests_on == BOTH:
+            verdict = replace(verdict, note=f"too close to call in simulation; measured since: "
+                              f"{', '.join(basis.measured_policies)}; still open: {', '.join(basis.open_policies)}")  # fmt: skip
+        standing.append(verdict)
+    return standing
+
+
+def _point(row) -> tuple:
+    gpu = f"{row.gpu} TP{int(row.tp)}" if int(row.tp) > 1 else row.gpu
+    return gpu, float(row.dram_gb), float(row.jps), int(row.replicas)
+
+
+def _arm(row) -> str:
+    router = row.router if isinstance(row.router, str) else None
+    return f"{row.policy} @ {router}" if router else row.policy
+
+
+def _verdict_point(verdict: Verdict) -> tuple:
+    return verdict.gpu, float(verdict.dram_gb), float(verdict.jps), int(verdict.replicas)

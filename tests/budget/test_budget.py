@@ -1,0 +1,110 @@
+"""The budget, the cost model, the order of measurement and the plan (pure)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from orchestrator.budget.cost import CostModel, StartTimes
+from orchestrator.budget.plan import plan_cells
+from orchestrator.budget.priority import Reason, rank_cells
+from orchestrator.budget.spec import GpuBudget
+from orchestrator.budget.spend import Spending
+from orchestrator.records.prediction import Prediction
+from orchestrator.records.verdict import Verdict, VerdictKind
+from orchestrator.sim.error_bands import SimErrors
+from orchestrator.sizing.kv import Regime
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.validation import InputError
+from orchestrator.workload.spec import WorkloadSpec
+
+STARTS = {"H100": StartTimes(first_s=100.0, later_s=60.0, tier_extra_s=40.0, reset_s=10.0),
+          "H200": StartTimes(first_s=90.0, later_s=50.0, reset_s=10.0)}  # fmt: skip
+
+
+def test_a_budget_is_for_all_types_per_type_or_both_and_bad_input_names_the_part():
+    assert GpuBudget.parse("2h") == GpuBudget(7200.0, {})
+    assert GpuBudget.parse("H100=2h, H200=30m") == GpuBudget(None, {"H100": 7200.0, "H200": 1800.0})
+    budget = GpuBudget.parse("3h,cpu=90s")
+    assert budget == GpuBudget(10800.0, {"cpu": 90.0}) and str(budget) == "3h,cpu=1.5m"
+    assert GpuBudget.parse("H100=1h").measures("H100") and not GpuBudget.parse("H100=1h").measures("H200")
+    for text, named in [("2 hours", "'2 hours'"), ("H100=0m", "'H100=0m'"), ("X9=1h", "unknown GPU type 'X9'"),
+                        ("1h,2h", "two times"), ("H100=1h,H100=2h", "names H100 twice"), (",", "empty")]:  # fmt: skip
+        with pytest.raises(InputError, match=named):
+            GpuBudget.parse(text)
+    with pytest.raises(InputError, match="names H200, which is not among the sweep's GPU types"):
+        GpuBudget.parse("H200=1h").check_types(("H100",))
+
+
+def test_a_start_is_the_shipped_measurement_until_the_run_measures_one_then_the_latest_with_a_fifth_more():
+    costs = CostModel(STARTS)
+    assert costs.start_s("H100", tiered=False, first=True) == 100.0
+    assert costs.start_s("H100", tiered=False, first=False) == 60.0
+    assert costs.start_s("H100", tiered=True, first=False) == 100.0  # a CPU tier's allocation on top
+    assert costs.start_s("A100", tiered=False, first=True) == 100.0  # unmeasured: the slowest GPU row
+    costs.record_start("H100", False, 50.0)
+    assert costs.start_s("H100", tiered=False, first=False) == pytest.approx(60.0)
+    assert costs.start_s("H100", tiered=True, first=False) == pytest.approx(100.0)
+    told = CostModel(STARTS, first_start_s={"H100": 70.0})
+    assert told.start_s("H100", tiered=False, first=True) == 70.0
+
+
+def test_a_cells_load_is_its_predicted_span_scaled_by_what_its_place_measured():
+    costs = CostModel(STARTS)
+    workload = WorkloadSpec(jps=1, duration_s=10)  # 8 turns with 0.5 s tool calls
+    assert costs.load_s("H100", workload, "gpu", None) == 10 + 8 * 1.5  # no prediction: a generous turn per turn
+    assert costs.load_s("H100", workload, "gpu", 30.0) == 30.0
+    costs.record_load("H100", 45.0, 30.0)
+    assert costs.load_s("H100", workload, "gpu", 20.0) == pytest.approx(30.0)
+    assert costs.load_s("H200", workload, "gpu", 20.0) == 20.0  # another place learned nothing
+    assert costs.cell_s("H200", workload, "gpu", 20.0, tiered=False, needs_start=True, first=True) == 90 + 20 + 10
+
+
+def _verdict(jps: float, kind: VerdictKind, leader: str, margin: tuple[float, float, float], note: str = "") -> Verdict:
+    return Verdict(gpu="H100", dram_gb=64.0, jps=jps, engine="sim", kind=kind, leader=leader,
+                   tied_with=("continuum", "fcfs") if kind is VerdictKind.TIE else (), margin_pct=margin[0],
+                   margin_lo_pct=margin[1], margin_hi_pct=margin[2], n_trials=1, note=note)  # fmt: skip
+
+
+def _cells(jps=(1, 2, 4, 8, 16)):
+    spec = SweepSpec(name="order", engine=EngineKind.VLLM, gpus=("H100",), policies=("fcfs", "continuum"), jps=jps,
+                     dram_gb=(64,), model="llama-3.1-8b-instruct")  # fmt: skip
+    return expand(spec)
+
+
+def test_cells_the_simulator_cannot_call_come_first_then_those_next_to_a_flip_then_the_tier_then_the_clear():
+    cells = _cells()
+    errors = SimErrors({"fcfs": 0.05, "continuum": 0.05}, {"H100": 0.0})  # a band of 7.1%
+    predicted = [_verdict(1, VerdictKind.TIE, "fcfs", (0.1, -0.5, 0.6)),
+                 _verdict(2, VerdictKind.TIE, "fcfs", (0.2, -0.5, 0.8)),
+                 _verdict(4, VerdictKind.TIE, "continuum", (5.0, 3.0, 7.0), "too close to call in simulation"),
+                 _verdict(8, VerdictKind.WIN, "continuum", (40.0, 35.0, 45.0)),
+                 _verdict(16, VerdictKind.WIN, "continuum", (80.0, 75.0, 85.0))]  # fmt: skip
+    regimes = {cell.key: Regime.OFFLOAD_WINDOW if cell.jps == 1 else None for cell in cells}
+    ranked = rank_cells(cells, predicted, errors, regimes)
+    assert [(r.cell.jps, r.reason) for r in ranked[:2]] == [(4, Reason.NOT_CALLED)] * 2
+    assert "within the 7.1% band" in ranked[0].why
+    # 4 -> 8 is a change of verdict (tie to continuum): 8 sits next to it; the loads either side of it are clear.
+    assert {(r.cell.jps, r.reason) for r in ranked[2:4]} == {(8, Reason.NEXT_TO_FLIP)}
+    # fcfs has no CPU tier: jps 1's regime does not make its comparison one where the tier serves.
+    assert all(r.reason is Reason.CLEAR for r in ranked[4:])
+    clear = [r for r in ranked if r.reason is Reason.CLEAR]
+    # Within a reason, the cells of one server configuration run back to back.
+    policies = [r.cell.policy for r in clear]
+    assert policies == sorted(policies, key=policies.index) and len(set(policies)) == 2
+    # Nearest the band first: jps 2's tie reaches 0.8% (closer to the 7.1% band than jps 1's 0.6%), then the win.
+    assert [r.cell.jps for r in clear if r.cell.policy == policies[0]] == [2, 1, 16]
+
+
+def test_the_plan_stops_a_type_at_its_first_cell_that_does_not_fit_and_counts_a_start_per_server():
+    cells = _cells(jps=(1, 2, 4))
+    ranked = rank_cells(cells, [], SimErrors({}, {}), {})  # no predictions: every cell not called, grid order
+    predictions = {cell.key: Prediction(cell.key, "twin", 10.0, 0.1, 50.0, 100.0, "v") for cell in cells}
+    budget = GpuBudget(None, {"H100": 100 + 60 + 3 * 60})  # first start, one more start, three loads with resets
+    planned = plan_cells(ranked, Spending(budget, CostModel(STARTS), predictions), {"H100": 1})
+    assert [p.needs_start for p in planned] == [True, False, False, True, False, False]
+    assert [p.fits for p in planned] == [True, True, True, False, False, False]
+    assert [p.estimate_s for p in planned[:4]] == [160.0, 60.0, 60.0, 120.0]
+    assert math.isclose(planned[2].left_after_s, 340 - 280)
