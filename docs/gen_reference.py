@@ -202,6 +202,7 @@ BAD_INPUTS = (
     "capacity --results-dir DIR/r --gpu H100",
     "capacity --results-dir DIR/r --slo jct_p90=60s --gpu H100 --gpu-price H200=3.5",
     "report DIR/empty",
+    "refit DIR/empty --gpu H100",
     "cell --jps 0",
     "evidence --gpu H300 --out DIR/e --budget-s 60",
     "sizing --model llama-3.1-8b-instruct --gpu H300",

@@ -39,10 +39,8 @@ from orchestrator.replica.probe import PREEMPTIONS
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
-from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
+from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.loop import Replicas, simulate
-from orchestrator.sim.profile import cpu_sim_engine
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
@@ -251,18 +249,8 @@ class CellWorker:
     def _simulate(self, cell: CellSpec, schedule: Schedule, started: float) -> CellOutcome:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
         self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, 0)
-        options, workload = cell.engine_options, cell.workload
-        if cell.cpu_profile is not None:
-            engine = cpu_sim_engine(cell.cpu_profile, cell.model, cell.policy, cell.dram_gb, workload,
-                                    options.num_kv_blocks)  # fmt: skip
-        else:
-            engine = sim_engine(
-                Device.gpu(cell.gpu), cell.model, cell.policy, cell.dram_gb, workload,
-                block_size=options.block_size_on(cell.gpu), num_kv_blocks=options.num_kv_blocks,
-                gpu_memory_utilization=options.gpu_memory_utilization,
-                max_num_batched_tokens=options.max_num_batched_tokens, max_num_seqs=options.max_num_seqs, tp=cell.tp,
-            )  # fmt: skip
-        result = simulate(workload, engine, schedule, Replicas(cell.replicas, cell.router, seed=cell.seed))
+        engine = cell_sim_engine(cell)
+        result = simulate(cell.workload, engine, schedule, Replicas(cell.replicas, cell.router, seed=cell.seed))
         scheduler = engine.scheduler
         counts = asdict(result.stats).items()
         summary = " ".join(f"{name}={value:.6g}" for name, value in counts if isinstance(value, (int, float)))
