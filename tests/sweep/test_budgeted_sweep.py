@@ -10,8 +10,7 @@ from orchestrator.records.prediction import read_predictions
 from orchestrator.sweep.runtime.budgeted import run_budgeted_sweep
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 
-SPEC = fake_spec("budgeted", gpus=("H100",), policies=("fcfs", "continuum"), jps=(1, 2, 3), dram_gb=(1,),
-                 workload=fake_spec("budgeted").workload.model_copy(update={"duration_s": 3}))  # fmt: skip
+SPEC = fake_spec("budgeted", gpus=("H100",), policies=("fcfs", "continuum"), jps=(1, 2, 3), dram_gb=(1,))
 OVERRUN = 0.10  # of the budget, at most
 
 
