@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records.cell import CellStatus
-from orchestrator.records.prediction import within_band
-from orchestrator.records.verdict import Verdict
+from orchestrator.records.prediction import relative_error_pct, within_band
+from orchestrator.records.verdict import TOO_CLOSE, Verdict
 
 SIM = "sim"
 MEASURED, PREDICTED, BOTH = "measured", "predicted", "both"
@@ -36,7 +36,7 @@ def prediction_errors(predictions: pd.DataFrame, summary: pd.DataFrame) -> pd.Da
     percent of the measured); censored mean job times on both sides, as the verdicts compare them."""
     measured = measured_rows(summary)[["cell_key", "jct_censored_mean_s"]]
     joined = predictions.merge(measured, on="cell_key")
-    error = (joined.jct_mean_s - joined.jct_censored_mean_s) / joined.jct_censored_mean_s * 100
+    error = [relative_error_pct(p, m) for p, m in zip(joined.jct_mean_s, joined.jct_censored_mean_s)]
     band = joined.band * 100
     return pd.DataFrame({
         "gpu": joined.gpu, "policy": joined.policy, "jps": joined.jps, "dram_gb": joined.dram_gb,
@@ -81,10 +81,11 @@ def verdict_bases(found: list[Verdict], predictions: pd.DataFrame, summary: pd.D
     measured = {_verdict_point(v): v for v in found if v.engine != SIM}
     bases = []
     for point, group in cells.groupby("point", sort=True):
-        arms_done = group.cell_key.isin(done)
-        ran = tuple(sorted(set(group.arm[arms_done])))
-        open_ = tuple(sorted(set(group.arm[~arms_done]) - set(ran)))
-        rests_on = MEASURED if not open_ else PREDICTED if not ran else BOTH
+        cell_done = group.cell_key.isin(done)
+        # An arm is measured when all its cells (every seed and trial) are.
+        ran = tuple(sorted(arm for arm, of_arm in group.groupby("arm") if of_arm.cell_key.isin(done).all()))
+        open_ = tuple(sorted(set(group.arm) - set(ran)))
+        rests_on = MEASURED if not open_ else PREDICTED if not cell_done.any() else BOTH
         measured_verdict = measured.get(point) if rests_on == MEASURED else None
         standing = measured_verdict or predicted.get(point)
         if standing is not None:
@@ -103,17 +104,19 @@ def basis_table(bases: list[Basis]) -> pd.DataFrame:
                                        "measured_policies", "still_open"])  # fmt: skip
 
 
-def standing_verdicts(bases: list[Basis]) -> list[Verdict]:
+def standing_verdicts(bases: list[Basis], found: list[Verdict]) -> list[Verdict]:
     """One verdict per comparison, the one that stands; where the simulator could not call it ("too close to call in
-    simulation"), its note says what has been measured since and what is still open."""
-    standing = []
+    simulation"), its note says what has been measured since and what is still open. Comparisons no prediction
+    covers (a type the sweep only simulates) keep their verdict from ``found``."""
+    covered = {basis.point for basis in bases}
+    standing = [verdict for verdict in found if _verdict_point(verdict) not in covered]
     for basis in bases:
         verdict = basis.standing
-        uncalled = basis.predicted is not None and basis.predicted.note.startswith("too close to call")
+        uncalled = basis.predicted is not None and basis.predicted.note.startswith(TOO_CLOSE)
         if uncalled and basis.rests_on == MEASURED:
-            verdict = replace(verdict, note=f"too close to call in simulation; measured since: {verdict.in_words()}")
+            verdict = replace(verdict, note=f"{TOO_CLOSE}; measured since: {verdict.in_words()}")
         elif uncalled and basis.rests_on == BOTH:
-            verdict = replace(verdict, note=f"too close to call in simulation; measured since: "
+            verdict = replace(verdict, note=f"{TOO_CLOSE}; measured since: "
                               f"{', '.join(basis.measured_policies)}; still open: {', '.join(basis.open_policies)}")  # fmt: skip
         standing.append(verdict)
     return standing

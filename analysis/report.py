@@ -192,7 +192,7 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
         whole = pd.read_parquet(data.files.summary)
         predicted_found, _ = verdicts(whole[whole.engine == "sim"], records, load_errors())
         bases = predicted.verdict_bases(predicted_found + [v for v in found if v.engine != "sim"], predictions, whole)
-        found = predicted.standing_verdicts(bases)
+        found = predicted.standing_verdicts(bases, found)
     table = verdict_frame(found)
     report.heading("Verdicts")
     if bases:

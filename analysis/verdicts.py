@@ -37,7 +37,7 @@ import pandas as pd
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct, mean_time
 from orchestrator.records.schema import JobStatus
-from orchestrator.records.verdict import MIN_EFFECT_PCT, Verdict, VerdictKind
+from orchestrator.records.verdict import MIN_EFFECT_PCT, TOO_CLOSE, Verdict, VerdictKind, changes
 from orchestrator.sim.error_bands import SimErrors
 
 GROUP = ["gpu", "dram_gb", "jps", "engine", "replicas"]
@@ -171,7 +171,7 @@ def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: SimErrors | None 
     note = "" if n_trials > 1 else "one trial: intervals over jobs, no run-to-run spread"
     if sim_error is not None and any(MIN_EFFECT_PCT < margins[p].lo <= bands[p] for p in tied):
         settle = ", ".join(sorted({leader.policy, *tied}))
-        note = f"too close to call in simulation (within the simulator's error); measure {settle} to settle it"
+        note = f"{TOO_CLOSE} (within the simulator's error); measure {settle} to settle it"
     lossy = {"faster": faster[0].policy, "jobs_lost": sum(int((1 - c).sum()) for c in faster[0].completed),
              "n_jobs": sum(len(c) for c in faster[0].completed),
              "faster_by_pct": (1 - _mean_time(faster[0]) / _mean_time(leader)) * 100} if faster else {}  # fmt: skip
@@ -220,16 +220,8 @@ def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
 def flips(found: list[Verdict]) -> pd.DataFrame:
     """Where the verdict changes between adjacent loads of one GPU, DRAM budget, engine and replica count: the loads
     that bracket each change, and the verdict on either side."""
-
-    def line(verdict: Verdict) -> tuple:
-        return verdict.gpu, verdict.dram_gb, verdict.engine, verdict.replicas
-
-    rows = []
-    by_line = sorted(found, key=lambda verdict: (*line(verdict), verdict.jps))
-    for below, above in zip(by_line, by_line[1:]):
-        if line(below) == line(above) and below.label != above.label:
-            rows.append({"gpu": below.gpu, "dram_gb": below.dram_gb, "engine": below.engine, "replicas": below.replicas,
-                         "jps_below": below.jps, "jps_above": above.jps, "below": below.label,
-                         "above": above.label})  # fmt: skip
+    rows = [{"gpu": below.gpu, "dram_gb": below.dram_gb, "engine": below.engine, "replicas": below.replicas,
+             "jps_below": below.jps, "jps_above": above.jps, "below": below.label, "above": above.label}
+            for below, above in changes(found)]  # fmt: skip
     return pd.DataFrame(rows, columns=["gpu", "dram_gb", "engine", "replicas", "jps_below", "jps_above", "below",
                                        "above"])

@@ -45,7 +45,7 @@ COMMANDS: dict[str, Command] = {
     "bundle": Command("orchestrator.bundle", "an offline wheelhouse of a tested stack for air-gapped nodes"),
     "calibrate": Command("orchestrator.sim.calibrate", "the simulator's calibration against the measured cells"),
     "profile": Command("orchestrator.sim.gpu_profile", "a GPU's step traces as the simulator's rates"),
-    "refit": Command("orchestrator.budget.refit", "a budgeted sweep's cells re-predicted with rates refit from its measured ones"),
+    "refit": Command("orchestrator.refit", "a budgeted sweep's cells re-predicted with rates refit from its measured ones"),
 }
 
 

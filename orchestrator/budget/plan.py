@@ -15,7 +15,7 @@ import pandas as pd
 
 from orchestrator.budget.priority import RULE, Ranked
 from orchestrator.budget.spec import GpuBudget, in_words
-from orchestrator.budget.spend import Spending
+from orchestrator.budget.spend import Spending, gpus_held
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class PlannedCell:
 def plan_cells(ranked: Sequence[Ranked], spending: Spending, slots: Mapping[str, int],
                done: frozenset[str] = frozenset()) -> list[PlannedCell]:  # fmt: skip
     """``ranked`` (less the ``done`` keys) as a run would take them, on ``slots`` per GPU type (one where the cluster
-    has none yet), spending from ``spending`` as it goes (pass a fresh one: its estimates are the plan's)."""
+    has none yet), spending from ``spending`` as it goes (pass a fresh one with a clock that stands still: nothing
+    runs, so every planned cell stays committed at its estimate)."""
     servers: dict[str, list[tuple]] = {}  # per GPU type, what each slot's server holds (None: nothing yet)
     busy: dict[str, list[float]] = {}
     stopped: set[str] = set()
@@ -45,15 +46,17 @@ def plan_cells(ranked: Sequence[Ranked], spending: Spending, slots: Mapping[str,
         held = servers.setdefault(cell.gpu, [None] * max(1, slots.get(cell.gpu, 1)))
         loads = busy.setdefault(cell.gpu, [0.0] * len(held))
         slot = held.index(cell.server_group) if cell.server_group in held else loads.index(min(loads))
-        needs_start = held[slot] != cell.server_group
+        needs_start = held[slot] != cell.server_group or cell.gang_size > 0  # a gang starts its replicas anew
         refusal = None if cell.gpu in stopped else spending.refusal(cell, needs_start)
         fits = cell.gpu not in stopped and refusal is None
-        estimate = spending.estimate_s(cell, needs_start) * max(1, cell.gang_size)
+        estimate = spending.estimate_s(cell, needs_start) * gpus_held(cell)
         if fits:
             spending.begin(cell, needs_start)
         else:
             stopped.add(cell.gpu)
-        held[slot], loads[slot] = cell.server_group, loads[slot] + estimate  # a later run goes on in this order
+        # A cell past the budget still takes its slot: the plan's starts and costs are also the next run's, which
+        # measures these cells in this order.
+        held[slot], loads[slot] = cell.server_group, loads[slot] + estimate
         planned.append(PlannedCell(len(planned) + 1, cell.key, cell.label, cell.gpu, ranked_cell.reason.words,
                                    ranked_cell.why, needs_start, estimate, fits,
                                    spending.left_s(cell.gpu) if fits else 0.0))  # fmt: skip

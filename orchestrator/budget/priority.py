@@ -24,11 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.policies import get_policy
-from orchestrator.records.verdict import MIN_EFFECT_PCT, Verdict, VerdictKind
+from orchestrator.records.verdict import MIN_EFFECT_PCT, TOO_CLOSE, Verdict, VerdictKind, changes
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import CellSpec
 
+# The rule is written once, here, and the dry run prints it as written.
 RULE = __doc__.split("\n\n", 1)[1].strip().replace("``", "")
 
 
@@ -74,7 +75,7 @@ def rank_cells(cells: Sequence[CellSpec], predicted: Sequence[Verdict], errors: 
     tier_serves: dict[Point, bool] = {}
     for cell in cells:
         point = point_of(cell)
-        policies.setdefault(point, set()).add(cell.policy)
+        policies.setdefault(point, set()).add(cell.policy)  # a routed arm's band is its KV policy's
         tiered = get_policy(cell.policy).has_cpu_tier and regimes.get(cell.key) is Regime.OFFLOAD_WINDOW
         tier_serves[point] = tier_serves.get(point, False) or tiered
     reasons = {point: _reason(by_point.get(point), flips.get(point), tier_serves[point], errors, policies[point])
@@ -94,21 +95,22 @@ def _reason(verdict: Verdict | None, flip: str | None, tier_serves: bool, errors
             policies: set[str]) -> tuple[Reason, str, float]:  # fmt: skip
     if verdict is None or verdict.kind is VerdictKind.UNDECIDED:
         return Reason.NOT_CALLED, "no predicted verdict", 0.0
-    band = max([errors.band_pct(verdict.gpu.split(" TP")[0], verdict.leader or "", other) for other in policies
-                if other != verdict.leader] or [0.0])  # fmt: skip
+    leader = (verdict.leader or "").split(" @ ")[0]
+    # The band the verdict itself cleared or not: its GPU's as the verdict names it ("H100 TP4" takes the largest).
+    band = max([errors.band_pct(verdict.gpu, leader, other) for other in policies if other != leader] or [0.0])
     threshold = max(band, MIN_EFFECT_PCT)
     predicted = f"predicted {verdict.in_words()}"
+    margin = f"a margin of {verdict.margin_pct:.1f}% [{verdict.margin_lo_pct:.1f}, {verdict.margin_hi_pct:.1f}]"
     if verdict.kind is VerdictKind.TRADE_OFF:
         return Reason.NOT_CALLED, f"{predicted}: job losses are where the simulator is least sure", 0.0
-    margin = f"a margin of {verdict.margin_pct:.1f}% [{verdict.margin_lo_pct:.1f}, {verdict.margin_hi_pct:.1f}]"
-    if verdict.kind is VerdictKind.TIE and MIN_EFFECT_PCT < verdict.margin_lo_pct <= threshold:
+    if verdict.note.startswith(TOO_CLOSE):
         return Reason.NOT_CALLED, f"{predicted}: {margin}, its lower end within the {band:.1f}% band", 0.0
     if verdict.kind is VerdictKind.WIN:
         distance = max(0.0, (verdict.margin_lo_pct - threshold) / threshold)
         called = f"its lower end {distance:.1f} bands beyond the {band:.1f}% band"
-    else:  # a tie the simulator calls: how far its margin's upper end stays below the band
+    else:  # a tie: how far its margin's upper end stays below the band (0 where the jobs vary past it)
         distance = max(0.0, (threshold - verdict.margin_hi_pct) / threshold)
-        called = f"{margin}, within the {band:.1f}% band"
+        called = f"{margin}, " + ("below" if distance else "its interval reaching past") + f" the {band:.1f}% band"
     if flip is not None:
         return Reason.NEXT_TO_FLIP, f"{predicted}; {flip}", distance
     if tier_serves:
@@ -119,11 +121,8 @@ def _reason(verdict: Verdict | None, flip: str | None, tier_serves: bool, errors
 def _flips(predicted: Sequence[Verdict]) -> dict[Point, str]:
     """The points either side of each change of predicted verdict along a line, with the change in words."""
     near: dict[Point, str] = {}
-    line = sorted(predicted, key=lambda v: (v.gpu, v.dram_gb, v.replicas, v.jps))
-    for below, above in zip(line, line[1:]):
-        same_line = (below.gpu, below.dram_gb, below.replicas) == (above.gpu, above.dram_gb, above.replicas)
-        if same_line and below.label != above.label:
-            words = f"the predicted verdict changes from {below.label} at {below.jps:g} to {above.label} at {above.jps:g} JPS"
-            near.setdefault(verdict_point(below), words)
-            near.setdefault(verdict_point(above), words)
+    for below, above in changes(list(predicted)):
+        words = f"the predicted verdict changes from {below.label} at {below.jps:g} to {above.label} at {above.jps:g} JPS"
+        near.setdefault(verdict_point(below), words)
+        near.setdefault(verdict_point(above), words)
     return near

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from orchestrator.gpus import known_device_names
 from orchestrator.validation import InputError
@@ -51,7 +52,7 @@ class GpuBudget:
     """Device seconds a run may spend: ``total_s`` over every type (None: no limit over all), and per type."""
 
     total_s: float | None = None
-    by_type: Mapping[str, float] = field(default_factory=dict)
+    by_type: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def parse(cls, text: str) -> GpuBudget:
@@ -71,7 +72,7 @@ class GpuBudget:
             if gpu in by_type:
                 raise InputError(f"--gpu-budget {text!r} names {gpu} twice; {VALID}")
             by_type[gpu] = parse_duration_s(duration, repr(part))
-        return cls(total, by_type)
+        return cls(total, MappingProxyType(by_type))
 
     def measures(self, gpu: str) -> bool:
         """Whether cells of ``gpu`` get device time: every type under a budget for all, else the types named."""

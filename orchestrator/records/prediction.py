@@ -25,24 +25,17 @@ class Prediction:
     completion_pct: float | None
     sim_version: str  # ``sim/version.py``: which simulator predicted it
 
-    @property
-    def lo_s(self) -> float:
-        return self.jct_mean_s * (1 - self.band)
-
-    @property
-    def hi_s(self) -> float:
-        return self.jct_mean_s * (1 + self.band)
-
-    def error_pct(self, measured_jct_s: float | None) -> float | None:
-        """(predicted - measured) / measured, in percent; None without a measurement."""
-        if measured_jct_s is None or not measured_jct_s > 0:
-            return None
-        return (self.jct_mean_s - measured_jct_s) / measured_jct_s * 100
-
     def judged(self, measured_jct_s: float | None) -> dict:
         """The columns a measured cell's summary gets: its prediction, the band and the simulator's error."""
         return {"predicted_jct_mean_s": self.jct_mean_s, "predicted_band_pct": self.band * 100,
-                "sim_error_pct": self.error_pct(measured_jct_s)}  # fmt: skip
+                "sim_error_pct": relative_error_pct(self.jct_mean_s, measured_jct_s)}  # fmt: skip
+
+
+def relative_error_pct(predicted: float, measured: float | None) -> float | None:
+    """The simulator's error: (predicted - measured) / measured, in percent; None without a measurement."""
+    if measured is None or not measured > 0:
+        return None
+    return (predicted - measured) / measured * 100
 
 
 def within_band(error_pct: float, band_pct: float) -> bool:

@@ -19,6 +19,8 @@ import pandas as pd
 # The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
 # uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
 MIN_EFFECT_PCT = 1.0
+# How a simulated verdict whose margin does not clear the simulator's error begins its note.
+TOO_CLOSE = "too close to call in simulation"
 
 
 class VerdictKind(str, enum.Enum):
@@ -102,6 +104,18 @@ class Verdict:
 CSV_COLUMNS = list(Verdict(gpu="", dram_gb=0, jps=0, engine="", kind=VerdictKind.UNDECIDED, leader=None, tied_with=(),
                            margin_pct=math.nan, margin_lo_pct=math.nan, margin_hi_pct=math.nan,
                            n_trials=0).to_row())  # fmt: skip
+
+
+def changes(found: list[Verdict]) -> list[tuple[Verdict, Verdict]]:
+    """Each change of verdict between adjacent loads of one line (a GPU, DRAM budget, engine and replica count): the
+    verdicts either side of it."""
+
+    def line(verdict: Verdict) -> tuple:
+        return verdict.gpu, verdict.dram_gb, verdict.engine, verdict.replicas
+
+    by_line = sorted(found, key=lambda verdict: (*line(verdict), verdict.jps))
+    return [(below, above) for below, above in zip(by_line, by_line[1:])
+            if line(below) == line(above) and below.label != above.label]  # fmt: skip
 
 
 def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:

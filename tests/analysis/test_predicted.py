@@ -65,7 +65,9 @@ def test_a_verdict_rests_on_measured_cells_predictions_or_both_and_its_open_ques
     assert (both.rests_on, both.standing.engine, both.measured_policies, both.open_policies) == (
         BOTH, "sim", ("fcfs",), ("continuum",))
     assert (predicted.rests_on, predicted.standing.engine) == (PREDICTED, "sim")
-    standing = {(v.gpu, v.jps): v for v in standing_verdicts(list(bases.values()))}
+    simulated_only = _verdict("L40S", 2, "sim", VerdictKind.TIE, "fcfs")  # a type no prediction covers keeps its own
+    standing = {(v.gpu, v.jps): v for v in standing_verdicts(list(bases.values()), found + [simulated_only])}
+    assert standing[("L40S", 2)] is simulated_only
     assert [standing[(gpu, jps)].engine for gpu, jps in [("H100", 2), ("H100", 4), ("H200", 2)]] == ["vllm", "sim", "sim"]
     assert standing[("H100", 4)].note == "too close to call in simulation; measured since: fcfs; still open: continuum"
 

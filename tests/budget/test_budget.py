@@ -103,8 +103,28 @@ def test_the_plan_stops_a_type_at_its_first_cell_that_does_not_fit_and_counts_a_
     ranked = rank_cells(cells, [], SimErrors({}, {}), {})  # no predictions: every cell not called, grid order
     predictions = {cell.key: Prediction(cell.key, "twin", 10.0, 0.1, 50.0, 100.0, "v") for cell in cells}
     budget = GpuBudget(None, {"H100": 100 + 60 + 3 * 60})  # first start, one more start, three loads with resets
-    planned = plan_cells(ranked, Spending(budget, CostModel(STARTS), predictions), {"H100": 1})
+    planned = plan_cells(ranked, Spending(budget, CostModel(STARTS), predictions, clock=lambda: 0.0), {"H100": 1})
     assert [p.needs_start for p in planned] == [True, False, False, True, False, False]
     assert [p.fits for p in planned] == [True, True, True, False, False, False]
     assert [p.estimate_s for p in planned[:4]] == [160.0, 60.0, 60.0, 120.0]
     assert math.isclose(planned[2].left_after_s, 340 - 280)
+
+
+def test_a_running_cell_counts_at_its_estimate_or_what_it_has_run_and_a_refusal_may_wait_for_it():
+    first, second = _cells(jps=(1, 2))[:2]
+    predictions = {cell.key: Prediction(cell.key, "twin", 10.0, 0.1, 50.0, 100.0, "v") for cell in (first, second)}
+    now = [0.0]
+    spending = Spending(GpuBudget(None, {"H100": 300.0}), CostModel(STARTS), predictions, clock=lambda: now[0])
+    assert spending.refusal(first, needs_start=True) is None  # 160 s of 300
+    spending.begin(first, needs_start=True)
+    assert spending.left_s("H100") == 140.0
+    now[0] = 200.0  # it runs past its estimate: what it has run counts
+    assert spending.left_s("H100") == 100.0
+    assert spending.refusal(second, needs_start=False) is None  # 60 s
+    now[0] = 260.0
+    assert "needs about 60 s, 40 s of the budget left" in spending.refusal(second, needs_start=False)
+    assert spending.waiting_may_help("H100")  # the first may end: what is left is then known
+    spending.end(first, 260.0, start_s=90.0, done=True)
+    assert spending.spent_s == {"H100": 260.0} and not spending.waiting_may_help("H100")
+    # Its place learned: the first cell's load took 160 s where 50 were predicted, so the next 50 s takes 160, and a reset.
+    assert spending.estimate_s(second, needs_start=False) == pytest.approx(160.0 + 10.0)

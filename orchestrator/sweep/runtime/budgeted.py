@@ -29,7 +29,7 @@ from orchestrator.gpus import CPU
 from orchestrator.policies import get_policy
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
-from orchestrator.records.prediction import Prediction, predictions_frame
+from orchestrator.records.prediction import Prediction, predictions_frame, read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import Verdict
 from orchestrator.sim.error_bands import load_errors
@@ -43,6 +43,7 @@ from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import (
     EXIT_INTERRUPTED,
+    EXIT_STOPPED,
     MeasuringOrder,
     open_tracker,
     plan_sweep,
@@ -65,19 +66,21 @@ def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     if profile is not None or not any(cell.gpu == CPU for cell in real):
         print(f"[{spec.name}] predicting {len(real)} cells in the simulator before any is measured", flush=True)
         twin_spec = spec.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile})
-        if (code := run_sweep(twin_spec, quiet)) == EXIT_INTERRUPTED:
+        if (code := run_sweep(twin_spec, quiet)) in (EXIT_INTERRUPTED, EXIT_STOPPED):
             return code
         summary = pd.read_parquet(files.summary)
-        predictions = _predictions(real, summary, profile)
+        earlier = {} if options.rerun else read_predictions(files.predictions)
+        predictions = _predictions(real, summary, profile, earlier)
         verdicts = _predicted_verdicts(summary, files)
         atomic_write_csv(predictions_frame(list(predictions.values()), {c.key: _described(c) for c in real}),
                          files.predictions)  # fmt: skip
         if not options.dry_run:
             open_tracker(spec, options).log_parent_file(files.predictions, "predictions")
-    done = _measured_keys(files)
+    done = frozenset() if options.rerun else _measured_keys(files)  # --rerun measures every cell again
     ranked = rank_cells(real, verdicts, load_errors(), {cell.key: preflight(cell).regime for cell in real})
     costs = _costs_so_far(files)
-    planned = plan_cells(ranked, Spending(options.gpu_budget, costs, predictions), _slots(plan.inventory, real), done)
+    still = Spending(options.gpu_budget, costs, predictions, clock=lambda: 0.0)  # a plan runs nothing
+    planned = plan_cells(ranked, still, _slots(plan.inventory, real), done)
     atomic_write_csv(plan_frame(planned), files.budget_plan)
     print("\n".join([f"[{spec.name}] the plan ({files.budget_plan}):", *plan_lines(planned, options.gpu_budget, len(done))]),
           flush=True)  # fmt: skip
@@ -114,14 +117,19 @@ def twin_of(cell: CellSpec, profile: CpuProfile | None) -> CellSpec:
     return cell.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile if cell.gpu == CPU else None})
 
 
-def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfile | None) -> dict[str, Prediction]:
-    """Each real cell's prediction from its twin's done row."""
+def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfile | None,
+                 earlier: dict[str, Prediction]) -> dict[str, Prediction]:  # fmt: skip
+    """Each real cell's prediction from its twin's done row; one an earlier run made from the same twin is kept as it
+    was (with the simulator's version of then)."""
     rows = summary[(summary.engine == EngineKind.SIM.value) & (summary.status == CellStatus.DONE.value)]
     by_key = rows.set_index("cell_key")
     errors, version = load_errors(), sim_version()
     predictions = {}
     for cell in real:
         twin = twin_of(cell, profile).key
+        if cell.key in earlier and earlier[cell.key].twin_key == twin and twin in by_key.index:
+            predictions[cell.key] = earlier[cell.key]
+            continue
         if twin not in by_key.index:
             continue
         row = by_key.loc[twin]

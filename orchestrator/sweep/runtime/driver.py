@@ -94,7 +94,7 @@ def open_tracker(spec: SweepSpec, options: SweepOptions) -> SweepTracker:
                              options.tracking_patience_s)  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass
 class MeasuringOrder:
     """How a budgeted run measures: its real cells in this order (by cell key), starting each only where its
     estimate fits what ``spending`` has left."""
@@ -230,8 +230,8 @@ class _Sweep:
         # A routed cell on GPUs waits for its gang of idle workers: cells of single workers go first, so that it
         # does not hold idle GPUs while others queue behind it. A budgeted run keeps its order instead.
         if self.measuring is not None:
-            ranks = self.measuring.rank
-            queued = sorted(to_run, key=lambda cell: ranks.get(cell.key, -1))  # simulated cells cost no device time
+            ranks = self.measuring.rank  # it ranks the real cells; a simulated one sits in the sim queue alone
+            queued = sorted(to_run, key=lambda cell: ranks.get(cell.key, -1))
         else:
             queued = sorted(to_run, key=lambda cell: cell.gang_size > 0)
         for cell in queued:
@@ -268,7 +268,8 @@ class _Sweep:
         """Why ``cell`` cannot run in this cluster, or None if it can."""
         if cell.placement in self.unavailable:
             return self.unavailable[cell.placement]
-        if cell.placement in self.left_for_later and not self.ledger.is_done(cell.key):
+        left = cell.placement in self.left_for_later and not self.attempts_this_run[cell.key]  # tried here: its own end
+        if left and not self.ledger.is_done(cell.key):
             return f"left for later: {self.left_for_later[cell.placement]}"
         if not self.pool.inventory.has(cell.placement):
             return f"no {cell.gpu} in the cluster and none its autoscaler can launch"
@@ -325,7 +326,8 @@ class _Sweep:
                 needs_start = workers[0].group != cell.server_group
             if cell.engine is not EngineKind.SIM:  # a simulated cell costs no device time
                 if (refusal := spending.refusal(cell, needs_start)) is not None:
-                    self._leave_for_later(placement, refusal)
+                    if not spending.waiting_may_help(cell.gpu):
+                        self._leave_for_later(placement, refusal)
                     return
                 spending.begin(cell, needs_start)
             self._start(queue.pop(0), workers)
@@ -415,7 +417,8 @@ class _Sweep:
         cell = attempt.cell
         row = self.ledger.record(attempt.started, outcome)
         if self.measuring is not None and cell.engine is not EngineKind.SIM:
-            self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, row.replica_start_s)
+            self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, row.replica_start_s,
+                                        outcome.status.is_done)
         if outcome.status.is_done:
             self.wall_times.append(row.wall_s)
             started = f"; its replica started in {row.replica_start_s:.0f} s" if row.replica_start_s is not None else ""
@@ -525,22 +528,28 @@ class _Sweep:
 
 
     def _budget_line(self, pending: list[CellSpec]) -> str:
-        """What a budgeted run measured, what it left for later and why."""
+        """What a budgeted run measured, what it left for later and why, and what pends for another reason."""
         spending = self.measuring.spending
         budget = spending.budget
         spent = ", ".join(f"{gpu}: {_attempts(spending.measured[gpu])}, {seconds:.0f} s"
                           + (f" of {budget.by_type[gpu]:.0f} s" if gpu in budget.by_type else "")
-                          for gpu, seconds in spending.spent_s.items())  # fmt: skip
+                          for gpu, seconds in spending.spent_s.items()) or "nothing to measure"  # fmt: skip
         total = f" of {budget.total_s:.0f} s in all" if budget.total_s is not None else ""
-        measured = f"measured {_attempts(sum(spending.measured.values()))} in {sum(spending.spent_s.values()):.0f} s{total}"
-        left = [cell for cell in pending if cell.placement in self.left_for_later]
-        if not left:
-            return f"--gpu-budget {budget}: {measured} ({spent or 'nothing to measure'}); nothing left for later"
-        why = "; ".join(f"{placement}: {len([c for c in left if c.placement == placement])} cells, {reason}"
-                        for placement, reason in self.left_for_later.items())  # fmt: skip
-        return (f"--gpu-budget {budget}: {measured} ({spent}); left for later: {len(left)} cells ({why}); their "
-                f"predictions stand ({self.ledger.results.files.predictions.name}); re-run with more --gpu-budget to "
-                "measure them in the same order, or without it to measure them all")
+        line = (f"--gpu-budget {budget}: measured {_attempts(sum(spending.measured.values()))} in "
+                f"{sum(spending.spent_s.values()):.0f} s{total} ({spent})")  # fmt: skip
+        reasons = {cell.key: self._pending_reason(cell) or "" for cell in pending}
+        left = {cell.key for cell in pending if reasons[cell.key].startswith("left for later")}
+        if left:
+            why = "; ".join(f"{placement}: {sum(c.placement == placement for c in pending if c.key in left)} cells, {reason}"
+                            for placement, reason in self.left_for_later.items())  # fmt: skip
+            line += (f"; left for later: {len(left)} cells ({why}); their predictions stand "
+                     f"({self.ledger.results.files.predictions.name}); re-run with more --gpu-budget to measure them "
+                     "in the same order, or without it to measure them all")  # fmt: skip
+        else:
+            line += "; nothing left for later"
+        if others := sorted({reasons[key] for key in reasons.keys() - left}):
+            line += f"; {len(pending) - len(left)} cells pend ({'; '.join(others)})"
+        return line
 
 
 def _attempts(count: int) -> str:

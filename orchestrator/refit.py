@@ -2,7 +2,7 @@
 error before and after shown. Nothing is written to the project's calibration: the refit rates live in this run only,
 and the table goes to the sweep's directory.
 
-    python -m orchestrator.budget.refit DIR/<sweep> --gpu H100       (kvsweep refit DIR/<sweep> --gpu H100)
+    python -m orchestrator.refit DIR/<sweep> --gpu H100       (kvsweep refit DIR/<sweep> --gpu H100)
 
 The measured cells' scheduler traces are fitted as ``python -m orchestrator.sim.gpu_profile`` fits them (the
 roofline the simulator steps by). Every predicted cell of the type is then simulated again, on its own schedule, with
@@ -25,6 +25,7 @@ import pandas as pd
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.prediction import relative_error_pct
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.summary import summarize
 from orchestrator.sim.cell_engine import cell_sim_engine
@@ -57,6 +58,9 @@ def refit(sweep_dir: Path, gpu: str) -> tuple[MeasuredProfile, pd.DataFrame]:
         types = sorted(set(summary[summary.engine != "sim"].gpu) & set(GPU_TYPES))
         raise InputError(f"no measured {gpu} cell with a scheduler trace in {sweep_dir}; valid: --gpu a GPU type "
                          f"measured there ({', '.join(types) or 'none'})")  # fmt: skip
+    if not len(predictions):
+        raise InputError(f"{files.predictions} predicts no {gpu} cell; valid: --gpu a type the sweep predicted "
+                         f"({', '.join(sorted(set(pd.read_csv(files.predictions).gpu) & set(GPU_TYPES))) or 'none'})")  # fmt: skip
     twins = {row.cell_key: _cell(files, row.twin_key) for row in predictions.itertuples()}
     steps = pd.concat([trace_steps(path) for path in traces], ignore_index=True)
     cells = [(row.cell_key, row.label, twins[row.cell_key], row.jct_mean_s) for row in predictions.itertuples()]
@@ -80,8 +84,8 @@ def repredict(gpu: str, steps: pd.DataFrame, cells: list[tuple[str, str, CellSpe
     for key, label, twin, before in cells:
         after, measured = _predicted_jct_s(twin, device), measured_jct_s.get(key)
         rows.append({"cell_key": key, "label": label, "measured": measured is not None, "predicted_before_s": before,
-                     "predicted_after_s": after, "measured_s": measured, "error_before_pct": _error(before, measured),
-                     "error_after_pct": _error(after, measured)})  # fmt: skip
+                     "predicted_after_s": after, "measured_s": measured, "error_before_pct": relative_error_pct(before, measured),
+                     "error_after_pct": relative_error_pct(after, measured)})  # fmt: skip
     return profile, pd.DataFrame(rows)
 
 
@@ -110,16 +114,12 @@ def _predicted_jct_s(twin: CellSpec, device: Device) -> float:
     return summarize(result.requests, result.jobs).jct_censored_mean_s
 
 
-def _error(predicted: float, measured: float | None) -> float | None:
-    return None if measured is None or not measured > 0 else (predicted - measured) / measured * 100
-
-
 def _rms(errors: pd.Series) -> float:
     return float(np.sqrt((errors.dropna() ** 2).mean())) if errors.notna().any() else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.budget.refit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.refit", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", type=Path, help="a budgeted sweep's directory (DIR/<sweep>)")
     parser.add_argument("--gpu", required=True, help=f"the GPU type to refit: {', '.join(GPU_TYPES)}")
     args = parser.parse_args(argv)
