@@ -270,14 +270,15 @@ def _ranks(report: ReportBuilder, data: SweepData) -> None:
     """What each rank of a tensor-parallel replica held, where the sweep has such cells."""
     if not (data.summary.tp > 1).any() or not len(data.done):
         return
-    shapes = data.done.drop_duplicates(["gpu_type", "tp", "dram_gb"])
+    shapes = data.done.drop_duplicates(["gpu_type", "tp", "dram_gb", "kv_policy"])  # policies' tiers differ
     cells = [CellConfig.from_json(json.loads(data.files.cell(key).config.read_text())).cell for key in shapes.cell_key]
     report.heading("What each rank holds")
     report.paragraph("A replica of tp GPUs splits the weights and every token's KV heads over its ranks; the DRAM "
                      "budget is the replica's, which vLLM's offload and LMCache split per rank. The sizing library's "
                      "figures; each real cell's cell.json has the pool vLLM sized.")  # fmt: skip
-    report.table("ranks", "Per GPU type, degree and DRAM budget: weights (GB) and KV pool (GiB) per rank, the pool's "
-                 "tokens, the CPU tier (GiB) per rank", tables.rank_holdings(cells), "the sizing library")  # fmt: skip
+    report.table("ranks", "Per GPU type, degree, DRAM budget and the policies of one CPU tier: weights (GB) and KV pool "
+                 "(GiB) per rank, the pool's tokens, the CPU tier (GiB) per rank", tables.rank_holdings(cells),
+                 "the sizing library")  # fmt: skip
 
 
 def _serve_cost(report: ReportBuilder, data: SweepData) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.policies import get_policy
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.schema import RequestStatus
 from orchestrator.sizing.kv import retention_time_s
@@ -298,22 +299,27 @@ def policy_router(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def rank_holdings(cells: list[CellSpec]) -> pd.DataFrame:
-    """Per GPU type, tensor-parallel degree and DRAM budget of ``cells``: what each rank of a replica holds, by the
-    sizing library (the weights and KV pool it predicts to within 0.3% of what vLLM sized on an H200): its share of
-    the weights and of the KV pool, the pool's tokens (every rank holds its share of each token's heads), and its share
-    of the DRAM budget as a CPU tier."""
-    rows = {}
+    """Per GPU type, tensor-parallel degree, DRAM budget and CPU tier of ``cells``: what each rank of a replica holds,
+    by the sizing library (the weights and KV pool it predicts to within 0.3% of what vLLM sized on an H200): its share
+    of the weights and of the KV pool, the pool's tokens (every rank holds its share of each token's heads), and its
+    share of the CPU tier its policies allocate from the budget (``Policy.tier_gib``: none for a policy without one),
+    with those policies."""
+    rows: dict[tuple, dict] = {}
     for cell in cells:
-        shape = (cell.gpu, cell.tp, cell.dram_gb)
-        if shape in rows or cell.gpu not in GPU_TYPES:
+        tier_gib = get_policy(cell.policy).tier_gib(cell.dram_gb)
+        shape = (cell.gpu, cell.tp, cell.dram_gb, tier_gib)
+        if shape in rows:
+            rows[shape]["policies"] = ", ".join(sorted({*rows[shape]["policies"].split(", "), cell.policy}))
+            continue
+        if cell.gpu not in GPU_TYPES:
             continue
         try:
             arch = load_model(cell.model)
         except ValueError:
             continue
-        sizing = replica_sizing(cell, arch, cpu_gib=cell.dram_gb)
-        rows[shape] = {"gpu": cell.gpu, "tp": cell.tp, "dram_gb": cell.dram_gb,
+        sizing = replica_sizing(cell, arch, cpu_gib=tier_gib or None)
+        rows[shape] = {"gpu": cell.gpu, "tp": cell.tp, "dram_gb": cell.dram_gb, "policies": cell.policy,
                        "weights_gb_per_rank": sizing.rank_weight_bytes / 1e9,
                        "kv_gib_per_rank": sizing.rank_kv_bytes / GIB, "kv_tokens": sizing.gpu_kv_tokens,
-                       "cpu_tier_gib_per_rank": sizing.rank_cpu_kv_bytes / GIB}  # fmt: skip
+                       "cpu_tier_gib_per_rank": sizing.rank_cpu_kv_bytes / GIB if tier_gib else 0.0}  # fmt: skip
     return pd.DataFrame(list(rows.values()))

@@ -131,10 +131,15 @@ def test_per_replica_counts_what_each_replica_served_and_the_turns_that_moved_to
     assert per_replica(requests.assign(replica=0), trace).empty
 
 
-def test_what_each_rank_holds_is_one_row_per_gpu_degree_and_budget():
-    spec = SweepSpec(name="t", engine=EngineKind.SIM, gpus=("H100", "H200"), policies=("fcfs", "lmcache"), jps=(1, 3),
-                     dram_gb=(400,), model="llama-3.1-70b", tp=(4,))  # fmt: skip
-    table = rank_holdings(expand(spec)).set_index("gpu")
+def test_what_each_rank_holds_is_one_row_per_gpu_degree_budget_and_the_tier_its_policies_allocate():
+    spec = SweepSpec(name="t", engine=EngineKind.SIM, gpus=("H100", "H200"), policies=("fcfs", "lmcache", "continuum",
+                     "lmcache-nocache"), jps=(1, 3), dram_gb=(400,), model="llama-3.1-70b", tp=(4,))  # fmt: skip
+    rows = rank_holdings(expand(spec))
+    tiers = {(row.gpu, row.policies): row.cpu_tier_gib_per_rank for row in rows.itertuples()}
+    # Each policy's own tier (Policy.tier_gib): none without one, the budget, or the ablation's 1 GiB; a quarter per rank.
+    assert tiers == {(gpu, policies): tier for gpu in ("H100", "H200")
+                     for policies, tier in (("continuum, fcfs", 0.0), ("lmcache", 100.0), ("lmcache-nocache", 0.25))}
+    table = rows[rows.policies == "lmcache"].set_index("gpu")
     assert list(table.index) == ["H100", "H200"] and (table.tp == 4).all()
-    assert table.weights_gb_per_rank.round(1).tolist() == [35.3, 35.3] and (table.cpu_tier_gib_per_rank == 100).all()
+    assert table.weights_gb_per_rank.round(1).tolist() == [35.3, 35.3]
     assert table.loc["H100", "kv_tokens"] == 429_984 and round(table.loc["H100", "kv_gib_per_rank"], 1) == 32.8

@@ -128,3 +128,22 @@ def test_a_running_cell_counts_at_its_estimate_or_what_it_has_run_and_a_refusal_
     assert spending.spent_s == {"H100": 260.0} and not spending.waiting_may_help("H100")
     # Its place learned: the first cell's load took 160 s where 50 were predicted, so the next 50 s takes 160, and a reset.
     assert spending.estimate_s(second, needs_start=False) == pytest.approx(160.0 + 10.0)
+
+
+def test_under_a_budget_for_all_a_type_that_runs_out_stops_alone_and_a_type_not_named_gets_no_time():
+    spec = SweepSpec(name="two", engine=EngineKind.VLLM, gpus=("H100", "H200"), policies=("fcfs",), jps=(1, 2),
+                     dram_gb=(64,), model="llama-3.1-8b-instruct")  # fmt: skip
+    cells = expand(spec)
+    predictions = {cell.key: Prediction(cell.key, "twin", 10.0, 0.1, 50.0 if cell.gpu == "H200" else 400.0, 100.0, "v")
+                   for cell in cells}  # fmt: skip
+    ranked = rank_cells(cells, [], SimErrors({}, {}), {})
+    planned = plan_cells(ranked, Spending(GpuBudget(700.0, {}), CostModel(STARTS), predictions, clock=lambda: 0.0),
+                         {"H100": 1, "H200": 1})  # fmt: skip
+    fits = {(p.gpu, p.label.split("jps=")[1].split()[0]): p.fits for p in planned}
+    # H100: 510 s, then 410 s more does not fit the 190 s left and H100 stops; H200's first cell (150 s) still fits,
+    # its second (60 s) not the 40 s left.
+    assert fits == {("H100", "1"): True, ("H100", "2"): False, ("H200", "1"): True, ("H200", "2"): False}
+    named = plan_cells(ranked, Spending(GpuBudget(None, {"H200": 700.0}), CostModel(STARTS), predictions,
+                                        clock=lambda: 0.0), {"H100": 1, "H200": 1})  # fmt: skip
+    assert [p.fits for p in named if p.gpu == "H100"] == [False, False]
+    assert [p.fits for p in named if p.gpu == "H200"] == [True, True]

@@ -16,6 +16,13 @@ def test_low_load_fits_on_an_h200_so_an_offload_tier_is_flagged_as_a_no_op():
     assert not preflight(cells("fcfs", "H200")[1]).warn  # nothing to offload, nothing to warn about
 
 
+def test_a_policys_cpu_tier_is_sized_as_its_own_rule_says_not_as_the_dram_budget():
+    lmcache = cells("lmcache", "H200")[6]
+    nocache = lmcache.model_copy(update={"policy": "lmcache-nocache"})  # the ablation's 1 GiB tier, whatever the budget
+    tier_of = {cell.policy: preflight(cell).note.split("CPU tier ")[1] for cell in (lmcache, nocache)}
+    assert tier_of == {"lmcache": "3,277K tokens", "lmcache-nocache": "8K tokens"}
+
+
 def test_more_load_or_a_smaller_gpu_moves_a_cell_toward_queueing():
     order = [Regime.FITS_ON_GPU, Regime.OFFLOAD_WINDOW, Regime.QUEUEING]
     h200 = [order.index(preflight(cell).regime) for _, cell in sorted(cells("fcfs", "H200").items())]

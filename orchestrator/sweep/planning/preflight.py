@@ -42,8 +42,9 @@ def preflight(cell: CellSpec) -> Preflight:
     options = cell.engine_options
     sets = agent_working_sets(cell.workload, arch, gpu, cell.replicas)
     block = options.block_size_on(cell.gpu)
-    has_cpu_tier = get_policy(cell.policy).has_cpu_tier
-    sizing = replica_sizing(cell, arch, cpu_gib=cell.dram_gb if has_cpu_tier and cell.dram_gb > 0 else None)
+    policy = get_policy(cell.policy)
+    has_cpu_tier = policy.has_cpu_tier
+    sizing = replica_sizing(cell, arch, cpu_gib=policy.tier_gib(cell.dram_gb) or None)  # lmcache-nocache's is 1 GiB
     gpu_tokens = options.num_kv_blocks * block if options.num_kv_blocks is not None else sizing.gpu_kv_tokens
     fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
     each = " per replica" if cell.replicas > 1 else ""
