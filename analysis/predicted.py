@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from orchestrator.budget.priority import verdict_point
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.prediction import relative_error_pct, within_band
 from orchestrator.records.verdict import TOO_CLOSE, Verdict
@@ -77,8 +78,8 @@ def verdict_bases(found: list[Verdict], predictions: pd.DataFrame, summary: pd.D
     done = set(measured_rows(summary).cell_key)
     cells = predictions.assign(point=[_point(row) for row in predictions.itertuples()],
                                arm=[_arm(row) for row in predictions.itertuples()])  # fmt: skip
-    predicted = {_verdict_point(v): v for v in found if v.engine == SIM}
-    measured = {_verdict_point(v): v for v in found if v.engine != SIM}
+    predicted = {verdict_point(v): v for v in found if v.engine == SIM}
+    measured = {verdict_point(v): v for v in found if v.engine != SIM}
     bases = []
     for point, group in cells.groupby("point", sort=True):
         cell_done = group.cell_key.isin(done)
@@ -109,7 +110,7 @@ def standing_verdicts(bases: list[Basis], found: list[Verdict]) -> list[Verdict]
     simulation"), its note says what has been measured since and what is still open. Comparisons no prediction
     covers (a type the sweep only simulates) keep their verdict from ``found``."""
     covered = {basis.point for basis in bases}
-    standing = [verdict for verdict in found if _verdict_point(verdict) not in covered]
+    standing = [verdict for verdict in found if verdict_point(verdict) not in covered]
     for basis in bases:
         verdict = basis.standing
         uncalled = basis.predicted is not None and basis.predicted.note.startswith(TOO_CLOSE)
@@ -130,7 +131,3 @@ def _point(row) -> tuple:
 def _arm(row) -> str:
     router = row.router if isinstance(row.router, str) else None
     return f"{row.policy} @ {router}" if router else row.policy
-
-
-def _verdict_point(verdict: Verdict) -> tuple:
-    return verdict.gpu, float(verdict.dram_gb), float(verdict.jps), int(verdict.replicas)
