@@ -79,9 +79,10 @@ class CostModel:
         gpus = [row for name, row in self.starts.items() if name not in (CPU, FAKE_PLACE)]
         return max(gpus, key=lambda row: row.first_s)
 
-    def start_s(self, place: str, tiered: bool, first: bool) -> float:
-        """A start at ``place`` (of a policy with a CPU tier where ``tiered``); ``first``: no server has started
-        there before it."""
+    def start_s(self, place: str, tiered: bool) -> float:
+        """The next start at ``place`` (of a policy with a CPU tier where ``tiered``): the first there, or a later
+        one once a server has started (or a plan has one start) there."""
+        first = not self.has_started(place)
         row = self.shipped(place)
         extra = row.tier_extra_s if tiered else 0.0
         if (latest := self._latest_start_s.get((place, tiered))) is not None:
@@ -116,6 +117,6 @@ class CostModel:
             self._load_ratios.setdefault(place, []).append(measured_s / estimated_base_s)
 
     def cell_s(self, place: str, workload: WorkloadSpec, device: str, predicted_span_s: float | None, *,
-               tiered: bool, needs_start: bool, first: bool) -> float:  # fmt: skip
-        start = self.start_s(place, tiered, first) if needs_start else 0.0
+               tiered: bool, needs_start: bool) -> float:  # fmt: skip
+        start = self.start_s(place, tiered) if needs_start else 0.0
         return start + self.load_s(place, workload, device, predicted_span_s) + self.shipped(place).reset_s

@@ -46,8 +46,7 @@ class Spending:
         """``cell``'s attempt, per GPU it holds: a start where it needs one, its load and the reset after it."""
         place = start_place(cell.engine.value, cell.gpu)
         return self.costs.cell_s(place, cell.workload, cell.device, self._predicted_span_s(cell),
-                                 tiered=get_policy(cell.policy).has_cpu_tier, needs_start=needs_start,
-                                 first=not self.costs.has_started(place))  # fmt: skip
+                                 tiered=get_policy(cell.policy).has_cpu_tier, needs_start=needs_start)  # fmt: skip
 
     def left_s(self, gpu: str) -> float:
         """What is left for ``gpu``: of its own budget and of the budget for all, the less."""

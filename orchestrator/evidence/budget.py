@@ -54,10 +54,10 @@ class Budget:
         self.costs.record_start(self.place, False, seconds)
 
     def start_estimate_s(self) -> float:
-        return self.costs.start_s(self.place, tiered=False, first=not self.costs.has_started(self.place))
+        return self.costs.start_s(self.place, tiered=False)
 
     def cell_estimate_s(self, workload: WorkloadSpec, needs_start: bool, predicted_span_s: float | None = None) -> float:
         """A cell: its server's start when it needs one, its load (its predicted span where the simulator gave one),
         and the reset proven after it."""
         return self.costs.cell_s(self.place, workload, self.device, predicted_span_s, tiered=False,
-                                 needs_start=needs_start, first=not self.costs.has_started(self.place))
+                                 needs_start=needs_start)

@@ -40,15 +40,16 @@ def test_a_budget_is_for_all_types_per_type_or_both_and_bad_input_names_the_part
 
 def test_a_start_is_the_shipped_measurement_until_the_run_measures_one_then_the_latest_with_a_fifth_more():
     costs = CostModel(STARTS)
-    assert costs.start_s("H100", tiered=False, first=True) == 100.0
-    assert costs.start_s("H100", tiered=False, first=False) == 60.0
-    assert costs.start_s("H100", tiered=True, first=False) == 100.0  # a CPU tier's allocation on top
-    assert costs.start_s("A100", tiered=False, first=True) == 100.0  # unmeasured: the slowest GPU row
+    assert costs.start_s("H100", tiered=False) == 100.0  # the first: nothing started there yet
+    assert costs.start_s("A100", tiered=False) == 100.0  # unmeasured: the slowest GPU row
+    costs.mark_started("H100")
+    assert costs.start_s("H100", tiered=False) == 60.0
+    assert costs.start_s("H100", tiered=True) == 100.0  # a CPU tier's allocation on top
     costs.record_start("H100", False, 50.0)
-    assert costs.start_s("H100", tiered=False, first=False) == pytest.approx(60.0)
-    assert costs.start_s("H100", tiered=True, first=False) == pytest.approx(100.0)
+    assert costs.start_s("H100", tiered=False) == pytest.approx(60.0)
+    assert costs.start_s("H100", tiered=True) == pytest.approx(100.0)
     told = CostModel(STARTS, first_start_s={"H100": 70.0})
-    assert told.start_s("H100", tiered=False, first=True) == 70.0
+    assert told.start_s("H100", tiered=False) == 70.0
 
 
 def test_a_cells_load_is_its_predicted_span_scaled_by_what_its_place_measured():
@@ -59,7 +60,7 @@ def test_a_cells_load_is_its_predicted_span_scaled_by_what_its_place_measured():
     costs.record_load("H100", 45.0, 30.0)
     assert costs.load_s("H100", workload, "gpu", 20.0) == pytest.approx(30.0)
     assert costs.load_s("H200", workload, "gpu", 20.0) == 20.0  # another place learned nothing
-    assert costs.cell_s("H200", workload, "gpu", 20.0, tiered=False, needs_start=True, first=True) == 90 + 20 + 10
+    assert costs.cell_s("H200", workload, "gpu", 20.0, tiered=False, needs_start=True) == 90 + 20 + 10
 
 
 def _verdict(jps: float, kind: VerdictKind, leader: str, margin: tuple[float, float, float], note: str = "") -> Verdict:
