@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from orchestrator.budget.priority import point as comparison
 from orchestrator.budget.priority import verdict_point
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.prediction import relative_error_pct, within_band
@@ -76,7 +77,8 @@ class Basis:
 def verdict_bases(found: list[Verdict], predictions: pd.DataFrame, summary: pd.DataFrame) -> list[Basis]:
     """Per comparison of the predicted cells, what its verdict rests on."""
     done = set(measured_rows(summary).cell_key)
-    cells = predictions.assign(point=[_point(row) for row in predictions.itertuples()],
+    cells = predictions.assign(point=[comparison(r.gpu, int(r.tp), r.dram_gb, r.jps, r.replicas)
+                                      for r in predictions.itertuples()],
                                arm=[_arm(row) for row in predictions.itertuples()])  # fmt: skip
     predicted = {verdict_point(v): v for v in found if v.engine == SIM}
     measured = {verdict_point(v): v for v in found if v.engine != SIM}
@@ -123,9 +125,6 @@ def standing_verdicts(bases: list[Basis], found: list[Verdict]) -> list[Verdict]
     return standing
 
 
-def _point(row) -> tuple:
-    gpu = f"{row.gpu} TP{int(row.tp)}" if int(row.tp) > 1 else row.gpu
-    return gpu, float(row.dram_gb), float(row.jps), int(row.replicas)
 
 
 def _arm(row) -> str:

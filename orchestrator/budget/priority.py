@@ -48,10 +48,14 @@ class Reason(enum.IntEnum):
 Point = tuple[str, float, float, int]  # a comparison: GPU (with its TP), DRAM budget, load, replicas
 
 
+def point(gpu: str, tp: int, dram_gb: float, jps: float, replicas: int) -> Point:
+    """A comparison as its verdict names it: a tensor-parallel GPU reads "H100 TP4" (``analysis.verdicts``)."""
+    return (f"{gpu} TP{tp}" if tp > 1 else gpu), float(dram_gb), float(jps), int(replicas)
+
+
 def point_of(cell: CellSpec) -> Point:
-    """The comparison ``cell`` belongs to, as its verdict names it (a tensor-parallel GPU reads "H100 TP4")."""
-    gpu = f"{cell.gpu} TP{cell.tp}" if cell.tp > 1 else cell.gpu
-    return gpu, cell.dram_gb, cell.jps, cell.replicas
+    """The comparison ``cell`` belongs to."""
+    return point(cell.gpu, cell.tp, cell.dram_gb, cell.jps, cell.replicas)
 
 
 def verdict_point(verdict: Verdict) -> Point:
