@@ -87,6 +87,7 @@ def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     if options.dry_run:
         return 0
     rank = {ranked_cell.cell.key: index for index, ranked_cell in enumerate(ranked)}
+    # A fresh cost model for the run: the plan's has its planned starts marked as if they had happened.
     spending = Spending(options.gpu_budget, _costs_so_far(files), predictions)
     return run_sweep(spec, options, measuring=MeasuringOrder(rank, spending))
 
