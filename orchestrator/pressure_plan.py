@@ -124,7 +124,7 @@ def comparison_rows(predicted: dict, evidence: dict) -> tuple[dict, list[CellCom
         raise ValueError(f"the evidence ran on {gpu!r}; the predictions are for {', '.join(plans)}")
     measured = {stage["name"].removeprefix("pressure "): stage["facts"]["measured"] for stage in evidence["stages"]
                 if stage["name"].startswith("pressure ") and stage.get("facts", {}).get("measured")}  # fmt: skip
-    return plans[gpu], compare(plans[gpu]["cells"], measured, gpu, load_errors())
+    return plans[gpu], compare(plans[gpu]["cells"], measured)
 
 
 def comparison_markdown(predicted: dict, evidence: dict) -> str:

@@ -31,7 +31,6 @@ from orchestrator.policies import get_policy
 from orchestrator.records.cell import CellOutcome
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
 from orchestrator.records.summary import summarize
-from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import load_model
@@ -275,10 +274,12 @@ class CellComparison:
         return None if error is None else abs(error) <= self.band
 
 
-def compare(predicted: Mapping[str, Mapping], measured: Mapping[str, Mapping], gpu: str,
-            errors: SimErrors) -> list[CellComparison]:  # fmt: skip
-    """Per policy that both have, the predicted facts beside the measured ones (each a ``CellFacts.as_dict``)."""
-    return [CellComparison(policy, errors.cell_band(gpu, policy), predicted[policy], measured[policy])
+def compare(predicted: Mapping[str, Mapping], measured: Mapping[str, Mapping]) -> list[CellComparison]:
+    """Per policy that both have, the predicted facts beside the measured ones (each a ``CellFacts.as_dict``).
+
+    Each cell is judged against the band its prediction was committed with, not today's: the bands widen as
+    measurements come in, and a held-out test must not move its own goalposts."""
+    return [CellComparison(policy, predicted[policy]["band"], predicted[policy], measured[policy])
             for policy in predicted if policy in measured]  # fmt: skip
 
 
