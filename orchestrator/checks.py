@@ -11,20 +11,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from orchestrator.evidence.tier import lmcache_stores, simple_offload_stores
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
-from orchestrator.policies import TierKind, get_policy
-from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof, TierCounters
-from orchestrator.records.trace import Unpin, UnpinReason
-from orchestrator.records.trace_file import trace_events
+from orchestrator.policies import get_policy
+from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, size
 from orchestrator.sizing.models import load_model
 from orchestrator.stacks import lmcache_ops_module, stack_of, untested
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.preflight import preflight
-from orchestrator.units import GIB
 from orchestrator.validation import first_line
 
 # The oldest driver of each CUDA major version's wheels (NVIDIA's minor-version compatibility rule).
@@ -159,32 +155,20 @@ def cell_evidence(target: str, cell: CellSpec, outcome: CellOutcome, reset: str 
     checks.append(_policy_evidence(target, cell, outcome))
     if (pool := kv_pool_check(target, cell, outcome)) is not None:
         checks.append(pool)
-    expected_unclean = get_policy(cell.policy).uses_lmcache
+    expected_unclean = get_policy(cell.policy).keeps_kv_across_reset
     if reset_error is None:
         checks.append(Check(target, f"reset {cell.policy}", True, f"proven clean: {reset}"))
     else:
-        note = " (expected: vLLM's LMCache connector keeps its tier; sweeps give each such cell a fresh replica)"
+        note = " (expected: its tier keeps its KV across vLLM's reset; sweeps give each such cell a fresh replica)"
         detail = reset_error + (note if expected_unclean else "")
         checks.append(Check(target, f"reset {cell.policy}", expected_unclean, detail))
     return checks
 
 
 def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check:
-    policy = get_policy(cell.policy)
     name = f"{cell.policy} did its job"
-    if policy.pins is not None:
-        events = trace_events(outcome.scheduler_trace)
-        carried = sum(isinstance(event, Unpin) and event.reason is UnpinReason.NEXT_TURN for event in events)
-        return Check(target, name, carried > 0, f"{carried} pins carried a job's KV to its next turn")
-    if policy.cpu_tier is TierKind.LMCACHE:
-        return _lmcache_evidence(target, name, outcome)
-    if policy.has_cpu_tier:
-        counters = outcome.config.tier_counters
-        if counters.kv_offload_store_bytes is None:
-            return _simple_offload_evidence(target, name, outcome)
-        stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
-        return Check(target, name, stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB; "
-                     f"it {_served(counters)}")  # fmt: skip
+    if (found := get_policy(cell.policy).evidence(outcome)) is not None:
+        return Check(target, name, found.ok, found.detail)
     later = [r for r in outcome.requests if r.turn and r.turn > 1 and r.best_cached_tokens]
     hit = sum(r.cached_tokens or 0 for r in later) / max(1, sum(r.best_cached_tokens for r in later))
     detail = f"turns 2+ hit {hit:.0%} of their best prefix-cache share"
@@ -193,31 +177,6 @@ def _policy_evidence(target: str, cell: CellSpec, outcome: CellOutcome) -> Check
         # not hold everything.
         return Check(target, name, hit > 0, f"{detail} (the pool overflows here: what it evicted was recomputed)")
     return Check(target, name, hit > 0.5, detail)
-
-
-def _lmcache_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
-    """LMCache's stores from its log lines in the cell's share of the server log, its loads from vLLM's external
-    prefix-cache counters (tokens found in LMCache's tier)."""
-    stores = lmcache_stores(outcome.server_log)
-    detail = (f"LMCache stored {sum(stores):,} tokens in {len(stores)} stores (its log); its tier "
-              f"{_served(outcome.config.tier_counters)}")  # fmt: skip
-    return Check(target, name, sum(stores) > 0, detail)
-
-
-def _simple_offload_evidence(target: str, name: str, outcome: CellOutcome) -> Check:
-    """A CPU tier whose connector exports no offload counters: its completed stores from its debug lines, its loads
-    from vLLM's external prefix-cache counters."""
-    blocks = sum(simple_offload_stores(outcome.server_log))
-    facts = outcome.config.engine_facts
-    tokens = f" ({blocks * facts.block_size:,} tokens)" if facts and facts.block_size else ""
-    detail = f"CPU tier stored {blocks:,} blocks{tokens} (its debug log); it {_served(outcome.config.tier_counters)}"
-    return Check(target, name, blocks > 0, detail)
-
-
-def _served(counters: TierCounters) -> str:
-    """What a connector's tier gave back, from vLLM's external prefix-cache counters (tokens looked up there)."""
-    hits, queries = counters.external_prefix_cache_hits or 0.0, counters.external_prefix_cache_queries or 0.0
-    return f"served {hits:,.0f} of {queries:,.0f} tokens vLLM looked up there"
 
 
 def kv_pool_check(target: str, cell: CellSpec, outcome: CellOutcome) -> Check | None:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 from orchestrator.checks import Check, can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, GPU_TYPES
+from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.policies import cpu_policy_names, get_policy
@@ -125,7 +126,7 @@ def run_doctor(targets: list[str], policies: dict[str, tuple[str, ...]], model_f
         slot = inventory.slots(target, max(cell.replica_host_gib for cell in cells))[0]
         print(f"doctor: checking a {target} node ({slot.node_id[:8]}) ...", flush=True)
         remote_checks = ray.remote(node_checks).options(**slot.actor_options())
-        needs_lmcache = any(get_policy(cell.policy).uses_lmcache for cell in cells)
+        needs_lmcache = any(NodeNeed.LMCACHE in get_policy(cell.policy).needs for cell in cells)
         node = ray.get(remote_checks.remote(target, model_for[target], weights, needs_lmcache))
         checks += node
         if not can_serve(node):

@@ -62,6 +62,7 @@ from orchestrator.evidence.pressure import (
 from orchestrator.evidence.pressure import WINDOW_S as PRESSURE_WINDOW_S
 from orchestrator.evidence.startup import start_split
 from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
+from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights, served_model
 from orchestrator.policies import POLICIES, get_policy
@@ -301,7 +302,7 @@ class EvidenceRun:
         def body() -> StageResult:
             cells = [entry.cell for entry in self.plan.cells if entry.cell is not None]
             cell = (cells or list(self.plan.source_study))[0]
-            needs_lmcache = any(get_policy(cell.policy).uses_lmcache for cell in cells)
+            needs_lmcache = any(NodeNeed.LMCACHE in get_policy(cell.policy).needs for cell in cells)
             checks = node_checks(self.plan.target, cell.model, cell.weights, needs_lmcache)
             # The stack check's detail names what the node has, as the doctor read it: no second probe.
             stack = next(check.detail for check in checks if check.name == "serving stack")
@@ -341,8 +342,9 @@ class EvidenceRun:
             outcome, checks = self._checked(ran)
         summary = self._save_cell(directory, outcome)
         if self.header.stack == UNREAD_STACK and outcome.config.stack is not None:  # no doctor ran: the cell read it
+            needs_lmcache = NodeNeed.LMCACHE in get_policy(cell.policy).needs
             self.header = replace(self.header, stack=stack_check(self.plan.target, outcome.config.stack,
-                                                                 get_policy(cell.policy).uses_lmcache).detail)
+                                                                 needs_lmcache).detail)
         replica_log = self.worker.replica_log()
         eager = ran.engine_options.enforce_eager if ran.engine_options.enforce_eager is not None else not self.on_gpu
         settings = "eager" if eager else "torch.compile and CUDA graphs"

@@ -1,4 +1,6 @@
-"""KV policies by name: each maps (engine, DRAM budget) to vLLM arguments, environment and request options.
+"""KV policies by name, each a composition of mechanisms (``orchestrator.mechanisms``): an ordering, a retention
+and a tier. The policy answers for its mechanisms together (its vLLM configuration, its sizes, its evidence, its
+node's needs); what each means lives in its mechanism's module.
 
 Ordering and pinning are separate axes so their effects can be told apart: ``job-fcfs`` is ordering only
 (vLLM priority scheduling by job arrival), ``continuum-pin-only`` is pinning only, ``continuum`` is both.
@@ -7,31 +9,18 @@ Every policy runs under the tracing scheduler (or a subclass), so every cell has
 
 from __future__ import annotations
 
-import enum
-import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from orchestrator.mechanisms.ordering import ARRIVAL, JOB, Ordering
+from orchestrator.mechanisms.registry import RETENTIONS, TIERS
+from orchestrator.mechanisms.retention import Retention
+from orchestrator.mechanisms.tier import Evidence, NodeNeed, Tier
+from orchestrator.records.cell import CellOutcome
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig, TtlMode
 from orchestrator.validation import InputError
 
-_SCHEDULERS = "orchestrator.replica.schedulers"
-TRACING = f"{_SCHEDULERS}.tracing.TracingScheduler"
-CONTINUUM = f"{_SCHEDULERS}.continuum.ContinuumScheduler"
-# On GPU vLLM schedules asynchronously by default; these keep that behaviour under our subclasses.
-ASYNC_TRACING = f"{_SCHEDULERS}.async_variants.AsyncTracingScheduler"
-ASYNC_CONTINUUM = f"{_SCHEDULERS}.async_variants.AsyncContinuumScheduler"
-
-
 NOCACHE_TIER_GB = 1.0  # GiB: the source study's LMCACHE_MAX_LOCAL_CPU_SIZE=1 ablation
-
-
-class TierKind(str, enum.Enum):
-    """A policy's CPU tier, as the simulator models it."""
-
-    LMCACHE = "lmcache"  # loads block the step; every prefill step waits for its save (wait_for_save)
-    NATIVE = "native"  # vLLM's OffloadingConnector: stores and loads run beside the forward pass
 
 
 class PolicyError(InputError):
@@ -42,39 +31,43 @@ class PolicyError(InputError):
 class Policy:
     name: str
     description: str
-    pins: ContinuumConfig | None = None  # None: finished turns are freed (stock vLLM)
-    job_priority: bool = False  # vLLM priority scheduling with the job's arrival index as priority
-    needs_cuda: bool = False
-    cpu_tier: TierKind | None = None  # the CPU tier its connector gives the engine
-    cpu_tier_gb: float | None = None  # the tier's size where it is not the DRAM budget
-    connector: Callable[[float], tuple[tuple[str, ...], dict[str, str]]] | None = field(default=None, repr=False)
-    connector_debug_log: bool = False  # its connector records what it did only in debug lines
+    ordering: Ordering = ARRIVAL
+    retention: Retention = Retention()
+    tier: Tier | None = None
+
+    @property
+    def needs(self) -> frozenset[NodeNeed]:
+        """What a node must offer its mechanisms beyond vLLM."""
+        return self.tier.needs if self.tier is not None else frozenset()
+
+    @property
+    def needs_cuda(self) -> bool:
+        return NodeNeed.CUDA in self.needs
 
     @property
     def has_cpu_tier(self) -> bool:
-        return self.cpu_tier is not None
+        return self.tier is not None
 
     @property
     def tier_is_the_budget(self) -> bool:
         """Its CPU tier is the cell's DRAM budget (so a budget of 0 leaves it without one)."""
-        return self.has_cpu_tier and self.cpu_tier_gb is None
+        return self.tier is not None and self.tier.is_the_budget
 
     @property
-    def uses_lmcache(self) -> bool:
-        """LMCache holds the tier: its compiled ops must load, and its tier survives a prefix-cache reset."""
-        return self.cpu_tier is TierKind.LMCACHE
+    def keeps_kv_across_reset(self) -> bool:
+        """vLLM's prefix-cache reset leaves KV in its tier (a replica reused for it is not proven clean)."""
+        return self.tier is not None and self.tier.keeps_kv_across_reset
 
     def tier_gib(self, dram_gb: float) -> float:
         """The CPU tier this policy's connector allocates for a DRAM budget of ``dram_gb`` GiB (0 without one)."""
-        if not self.has_cpu_tier:
-            return 0.0
-        return self.cpu_tier_gb if self.cpu_tier_gb is not None else dram_gb
+        return self.tier.size_gib(dram_gb) if self.tier is not None else 0.0
 
-    def connector_gb(self, dram_gb: float, tp: int) -> float:
-        """The size its connector is given for a replica's DRAM budget of ``dram_gb`` GiB over ``tp`` ranks. vLLM's
-        offload size is the replica's, which vLLM splits over the ranks (its ``kv_offloading_size``); LMCache's
-        connector builds an engine with its own CPU tier in every rank's worker, so each is given its share."""
-        return dram_gb / tp if self.uses_lmcache else dram_gb
+    def evidence(self, outcome: CellOutcome) -> Evidence | None:
+        """What a finished cell shows its mechanisms did (None: nothing of their own)."""
+        found = self.retention.evidence(outcome)
+        if found is None and self.tier is not None:
+            found = self.tier.evidence(outcome)
+        return found
 
     def engine_config(self, base: VllmEngineConfig, dram_gb: float) -> VllmEngineConfig:
         """``base`` configured for this policy with a CPU tier of ``dram_gb`` where the policy has one."""
@@ -83,74 +76,50 @@ class Policy:
                 f"policy {self.name!r} needs a CUDA GPU (its KV connector is CUDA-only in vLLM/LMCache); "
                 f"on the CPU engine use one of: {', '.join(cpu_policy_names())}"
             )
-        on_gpu = base.device == "gpu"
-        if self.pins is not None:
-            scheduler = ASYNC_CONTINUUM if on_gpu else CONTINUUM
-        else:
-            scheduler = ASYNC_TRACING if on_gpu else TRACING
-        args, env = self.connector(self.connector_gb(dram_gb, base.tensor_parallel_size)) if self.connector else ((), {})
-        env = {**env, **(self.pins.to_env() if self.pins else {})}
+        tier = self.tier
+        args, env = tier.connector(tier.connector_gib(dram_gb, base.tensor_parallel_size)) if tier else ((), {})
+        env = {**env, **self.retention.env()}
         return base.model_copy(
             update={
-                "scheduler_cls": scheduler,
-                "scheduling_policy": "priority" if self.job_priority else "fcfs",
+                "scheduler_cls": self.retention.scheduler_cls(on_gpu=base.device == "gpu"),
+                "scheduling_policy": self.ordering.vllm_scheduling_policy,
                 "extra_args": base.extra_args + args,
                 "extra_env": base.extra_env + tuple(sorted(env.items())),
-                "connector_debug_log": self.connector_debug_log,
+                "connector_debug_log": tier.connector_debug_log if tier else False,
             }
         )
 
 
-def _lmcache(cpu_gb_override: float | None = None):
-    def connector(dram_gb: float) -> tuple[tuple[str, ...], dict[str, str]]:
-        config = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
-        env = {
-            "LMCACHE_LOCAL_CPU": "True",
-            "LMCACHE_MAX_LOCAL_CPU_SIZE": f"{cpu_gb_override if cpu_gb_override is not None else dram_gb:g}",
-            "LMCACHE_CHUNK_SIZE": "256",
-        }
-        return ("--kv-transfer-config", json.dumps(config)), env
-
-    return connector
-
-
-def _native_offload(simple: bool):
-    def connector(dram_gb: float) -> tuple[tuple[str, ...], dict[str, str]]:
-        args = ("--kv-offloading-size", f"{dram_gb:g}", "--kv-offloading-backend", "native")
-        return args, ({"VLLM_USE_SIMPLE_KV_OFFLOAD": "1"} if simple else {})
-
-    return connector
-
+_PINS = RETENTIONS["continuum-pins"]
 
 POLICIES: dict[str, Policy] = {
     policy.name: policy
     for policy in (
         Policy("fcfs", "stock vLLM v1: request-level FCFS, prefix caching, finished turns freed to the LRU cache"),
-        Policy("job-fcfs", "program-level FCFS: vLLM priority scheduling by job arrival, no pins", job_priority=True),
+        Policy("job-fcfs", "program-level FCFS: vLLM priority scheduling by job arrival, no pins", ordering=JOB),
         Policy("continuum", "pins a job's KV across tool gaps (TTL 2 s), pinned jobs first, then job FCFS",
-               pins=ContinuumConfig(), job_priority=True),
+               ordering=JOB, retention=_PINS(ContinuumConfig())),
         Policy("continuum-adaptive", "continuum with the TTL estimated from each job's observed tool gaps",
-               pins=ContinuumConfig(ttl_mode=TtlMode.ADAPTIVE), job_priority=True),
+               ordering=JOB, retention=_PINS(ContinuumConfig(ttl_mode=TtlMode.ADAPTIVE))),
         Policy("continuum-pin-only", "continuum's pins with stock request-level FCFS order",
-               pins=ContinuumConfig(pinned_first=False)),
+               retention=_PINS(ContinuumConfig(pinned_first=False))),
         Policy("continuum-no-reserve", "continuum without the reserve: new jobs are admitted whenever blocks are free",
-               pins=ContinuumConfig(reserve_for_pinned=False), job_priority=True),
+               ordering=JOB, retention=_PINS(ContinuumConfig(reserve_for_pinned=False))),
         Policy("continuum-prototype", "the public prototype's rules: no reserve, pins give way only when nothing else "
                "runs, an expired pin holds while its job's next turn waits",
-               pins=ContinuumConfig(reserve_for_pinned=False, admission_release=AdmissionRelease.IDLE,
-                                    hold_while_waiting=True), job_priority=True),
+               ordering=JOB, retention=_PINS(ContinuumConfig(reserve_for_pinned=False,
+                                                             admission_release=AdmissionRelease.IDLE,
+                                                             hold_while_waiting=True))),
         Policy("continuum-yielding", "continuum whose pins always yield to a blocked admission",
-               pins=ContinuumConfig(admission_release=AdmissionRelease.ALWAYS), job_priority=True),
+               ordering=JOB, retention=_PINS(ContinuumConfig(admission_release=AdmissionRelease.ALWAYS))),
         Policy("lmcache", "LMCache CPU offload (LMCacheConnectorV1) with the DRAM budget as its CPU tier",
-               needs_cuda=True, cpu_tier=TierKind.LMCACHE, connector=_lmcache()),
+               tier=TIERS["lmcache"]()),
         Policy("lmcache-nocache", "LMCache with a 1 GiB CPU tier (the source study's ablation)",
-               needs_cuda=True, cpu_tier=TierKind.LMCACHE, cpu_tier_gb=NOCACHE_TIER_GB,
-               connector=_lmcache(NOCACHE_TIER_GB)),
+               tier=TIERS["lmcache"](fixed_gib=NOCACHE_TIER_GB)),
         Policy("native-offload", "vLLM's OffloadingConnector: eager async copy to a CPU tier of the DRAM budget",
-               needs_cuda=True, cpu_tier=TierKind.NATIVE, connector=_native_offload(simple=False)),
+               tier=TIERS["native"]()),
         Policy("simple-offload", "vLLM's SimpleCPUOffloadConnector with a CPU tier of the DRAM budget",
-               needs_cuda=True, cpu_tier=TierKind.NATIVE, connector=_native_offload(simple=True),
-               connector_debug_log=True),
+               tier=TIERS["simple"]()),
     )
 }  # fmt: skip
 

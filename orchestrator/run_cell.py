@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from orchestrator.checks import can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, known_device_names
+from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.policies import POLICIES, get_policy
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = []
     if not args.no_checks:
         print(f"checking this node for {cell.gpu} ...", flush=True)
-        needs_lmcache = get_policy(cell.policy).uses_lmcache
+        needs_lmcache = NodeNeed.LMCACHE in get_policy(cell.policy).needs
         checks = node_checks(cell.gpu, cell.model, cell.weights, needs_lmcache)
         if not can_serve(checks):
             print(format_table(checks), file=sys.stderr)

@@ -34,6 +34,7 @@ PURE_MODULES = (
     *modules_of("orchestrator.routing"),
     *modules_of("orchestrator.evidence"),
     *modules_of("orchestrator.budget"),
+    *modules_of("orchestrator.mechanisms"),
     "orchestrator.crossover.bisection",
     "orchestrator.capacity.plan",
     "orchestrator.replica.config",

@@ -72,7 +72,8 @@ def test_unknown_policy_names_the_known_ones():
 def test_ordering_and_pinning_are_separate_axes():
     def shape(name):
         engine = get_policy(name).engine_config(CPU, dram_gb=0)
-        return engine.scheduling_policy, engine.scheduler_cls.rsplit(".", 1)[1], get_policy(name).job_priority
+        sends_priority = get_policy(name).ordering.sends_priority
+        return engine.scheduling_policy, engine.scheduler_cls.rsplit(".", 1)[1], sends_priority
 
     assert shape("fcfs") == ("fcfs", "TracingScheduler", False)
     assert shape("job-fcfs") == ("priority", "TracingScheduler", True)

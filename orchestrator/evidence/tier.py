@@ -1,34 +1,14 @@
-"""What a cell's CPU tier did, from whichever record its connector keeps (pure).
-
-Stores: vLLM's ``kv_offload_*`` counters where its own OffloadingConnector exports them; LMCache's
-``Stored N out of total M tokens`` lines (vLLM exports no store counter for LMCache's connector, and its offload
-counters stay 0 beside it, as the first H200 cell showed); the ``Store event`` debug lines of vLLM 0.26's
-SimpleCPUOffloadConnector, which exports no counter at all. Loads: vLLM's external prefix-cache counters, the
-tokens vLLM looked up in the tier (a request's prompt beyond its GPU hit) and the tokens the tier had.
+"""What a cell's CPU tier did (pure): what it stored, from whichever record its connector keeps (its tier
+mechanism knows which: ``mechanisms.tier.Tier.stores``), and what it served, from vLLM's external prefix-cache
+counters: the tokens vLLM looked up in the tier (a request's prompt beyond its GPU hit) and the tokens it had.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from orchestrator.policies import Policy, TierKind
+from orchestrator.policies import Policy
 from orchestrator.records.cell import CellOutcome
-
-_LMCACHE_STORED = re.compile(r"LMCache INFO:.*?Stored (\d+) out of total \d+ tokens")
-# vLLM 0.26's SimpleCPUOffloadConnector records its stores only in these debug lines, which its policy's logging
-# configuration lets through (replica/vllm_logging.json).
-_SIMPLE_OFFLOAD_STORED = re.compile(r"Store event \d+ completed: cached (\d+) blocks to CPU")
-
-
-def lmcache_stores(server_log: str) -> list[int]:
-    """The tokens of each store LMCache logged."""
-    return [int(tokens) for tokens in _LMCACHE_STORED.findall(server_log)]
-
-
-def simple_offload_stores(server_log: str) -> list[int]:
-    """The blocks of each store the simple offload connector's debug lines record."""
-    return [int(count) for count in _SIMPLE_OFFLOAD_STORED.findall(server_log)]
 
 
 @dataclass(frozen=True)
@@ -53,18 +33,9 @@ class TierActivity:
 def tier_activity(policy: Policy, outcome: CellOutcome, kv_bytes_per_token: float) -> TierActivity | None:
     """What ``outcome``'s CPU tier stored and served (None for a policy without one); ``kv_bytes_per_token`` turns
     the byte counters into tokens."""
-    if not policy.has_cpu_tier:
+    if policy.tier is None:
         return None
     counters = outcome.config.tier_counters
-    served = counters.external_prefix_cache_hits or 0.0
-    looked_up = counters.external_prefix_cache_queries
-    logged = lmcache_stores(outcome.server_log)
-    if policy.cpu_tier is TierKind.LMCACHE and logged:
-        return TierActivity(float(sum(logged)), "LMCache's log", len(logged), served, looked_up)
-    if counters.kv_offload_store_bytes is not None:
-        return TierActivity(counters.kv_offload_store_bytes / kv_bytes_per_token, "vLLM's kv_offload counters",
-                            None, served, looked_up)  # fmt: skip
-    blocks = simple_offload_stores(outcome.server_log)
-    facts = outcome.config.engine_facts
-    block_size = facts.block_size if facts and facts.block_size else 0
-    return TierActivity(float(sum(blocks) * block_size), "its debug log", len(blocks), served, looked_up)
+    stored = policy.tier.stores(outcome, kv_bytes_per_token)
+    return TierActivity(stored.tokens, stored.record, stored.count, counters.external_prefix_cache_hits or 0.0,
+                        counters.external_prefix_cache_queries)  # fmt: skip

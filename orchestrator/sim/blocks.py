@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass
@@ -249,6 +250,14 @@ class BlockPool:
             del self._free_run[job]
 
 
+class TierHit(NamedTuple):
+    """A prompt's saved prefix in a tier's store: ``tokens`` in all, the first ``fast_tokens`` of them in host memory
+    (the rest on a slower level behind it, where the store has one)."""
+
+    tokens: int
+    fast_tokens: int
+
+
 class CpuTier:
     """A CPU KV tier (LMCache's local CPU backend, vLLM's native offload): each job's saved prefix, in
     tokens, evicted least recently used first once ``capacity_tokens`` is exceeded.
@@ -278,6 +287,11 @@ class CpuTier:
             return 0
         self._saved.move_to_end(job)
         return self._saved[job]
+
+    def lookup(self, job: str, segments: Sequence[tuple[str, int]]) -> TierHit:
+        """What the tier holds of a prompt of ``job`` that starts with the shared ``segments``, marked recently used."""
+        found = self.hit_chain(job, segments)
+        return TierHit(found, found)
 
     def hit_chain(self, job: str, segments: Sequence[tuple[str, int]]) -> int:
         """The saved prefix of a prompt that starts with the shared ``segments`` (id, tokens), marked recently used:

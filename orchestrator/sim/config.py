@@ -60,9 +60,9 @@ def sim_engine(
         max_num_batched_tokens=max_num_batched_tokens or device.default_max_num_batched_tokens,
         max_num_seqs=max_num_seqs or device.default_max_num_seqs,
         block_size=block_size,
-        job_priority=chosen.job_priority,
-        pins=chosen.pins,
-        tier=chosen.cpu_tier,
+        job_priority=chosen.ordering.job_priority,
+        pins=chosen.retention.pins,
+        tier=chosen.tier.sim_model if chosen.tier is not None else None,
         # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says; the budget is the replica's, its
         # ranks' shares of every token together.
         tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, precision.kv_dtype_bytes, tp)),

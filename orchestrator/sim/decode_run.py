@@ -59,7 +59,7 @@ def plan_decode_run(scheduler: SimScheduler, cost: StepCost, now: float) -> Deco
     num_steps = min(MAX_RUN_STEPS, min(request.output_tokens - request.num_output for request in batch) - 1)
     if num_steps < MIN_RUN_STEPS:
         return None
-    expiry = scheduler.pins.next_expiry() if scheduler.pins is not None else None
+    expiry = scheduler.retention.next_expiry()
     # Each running request's room check (``SimScheduler._make_room``) also counts its shared segments, even when it
     # needs no new block: it can only fail once the free count has dropped.
     shared_costs = [scheduler.shared_cost_of_running(request) for request in batch]

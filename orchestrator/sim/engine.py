@@ -11,11 +11,9 @@ load landing. Nothing here reads the wall clock.
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.policies import TierKind
 from orchestrator.records.cell import SimStats, TierCounters
 from orchestrator.records.trace import (
     Admit,
@@ -30,8 +28,6 @@ from orchestrator.records.trace import (
 from orchestrator.sim.decode_run import DecodeRun, plan_decode_run
 from orchestrator.sim.hardware import Calibration, StepCost
 from orchestrator.sim.scheduler import Release, SchedulerConfig, SimRequest, SimScheduler, StepPlan
-
-LMCACHE_CHUNK_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -100,23 +96,21 @@ class EngineCore:
         """When the engine, able to run nothing now, could next run something without a new event: a pin expires or
         a load lands. None when neither is ahead."""
         candidates = [request.ready_at for request in self.scheduler.running]
-        if self.scheduler.pins is not None:
-            candidates.append(self.scheduler.pins.next_expiry())
+        candidates.append(self.scheduler.retention.next_expiry())
         return min((at for at in candidates if at is not None and at > now), default=None)
 
     def step(self, plan: StepPlan, start: float) -> tuple[float, list[SimRequest]]:
         """Run ``plan`` from ``start`` to completion; returns when it ends and the requests it finished, in order."""
-        num_tokens = context = num_saved = num_save_chunks = 0
+        num_tokens = context = 0
         pairs = 0  # stays an int when only loads are scheduled: the trace has always written 0 there, not 0.0
+        saves = []  # prompt tokens each scheduled request saved to the CPU tier
         for request, num_new, before in plan.scheduled:
             num_tokens += num_new
             pairs += attention_pairs(num_new, before)
             context += before + num_new
-            saved = self.scheduler.save_prompt(request, num_new, before)
-            num_saved += saved
-            num_save_chunks += math.ceil(saved / LMCACHE_CHUNK_TOKENS)
+            saves.append(self.scheduler.save_prompt(request, num_new, before))
         forward_s = self.cost.forward_s(num_tokens, pairs, context, len(plan.scheduled)) if plan.scheduled else 0.0
-        end = self._wait_for_copies(plan, start, start + forward_s, num_saved, num_save_chunks)
+        end = self._wait_for_copies(plan, start, start + forward_s, saves)
         self.stats.steps += 1
         self.stats.busy_s += end - start
         self._trace_admissions(plan.admitted, start)
@@ -164,29 +158,26 @@ class EngineCore:
             stats.busy_s += end - start
         return run.ends[num_applied - 1]
 
-    def _wait_for_copies(self, plan: StepPlan, start: float, forward_end: float, num_saved: int,
-                         num_save_chunks: int) -> float:  # fmt: skip
-        """The step's end: its forward pass, its CPU-tier loads and, under LMCache, its saves."""
-        cost, stats = self.cost, self.stats
+    def _wait_for_copies(self, plan: StepPlan, start: float, forward_end: float, saves: list[int]) -> float:
+        """The step's end: its forward pass, and whatever of its CPU-tier loads and saves the tier makes it wait for."""
+        cost, stats, tier = self.cost, self.stats, self.scheduler.tier_mechanism
         if plan.loads:
-            # LMCache loads layer by layer beside the forward pass (wait_for_layer_load): the step ends when both
-            # are done, so only a load longer than the compute stalls it.
-            loaded = sum(num for _, num in plan.loads)
-            landed = self._h2d.transfer(start, cost.copy_s(loaded))
+            # Loads that land before the step ends run layer by layer beside the forward pass (LMCache's
+            # wait_for_layer_load): the step ends when both are done, so only a load longer than the compute stalls it.
+            loaded = sum(load.num_tokens for load in plan.loads)
+            slow = sum(load.num_slow_tokens for load in plan.loads)
+            landed = self._h2d.transfer(start, tier.load_s(cost, loaded, slow))
             stats.load_stall_s += max(0.0, landed - forward_end)
             forward_end = max(forward_end, landed)
             self._count_loads(loaded)
-        for request, num_tokens in plan.async_loads:
-            request.ready_at = self._h2d.transfer(start, cost.copy_s(num_tokens))
-            self._count_loads(num_tokens)
+        for load in plan.async_loads:
+            load.request.ready_at = self._h2d.transfer(start, tier.load_s(cost, load.num_tokens, load.num_slow_tokens))
+            self._count_loads(load.num_tokens)
         save_stall = 0.0
-        if num_saved:
+        if num_saved := sum(saves):
             copied = self._d2h.transfer(start, cost.copy_s(num_saved))
             stats.tier_store_bytes += num_saved * cost.kv_bytes_per_token
-            if self.scheduler.config.tier is TierKind.LMCACHE:  # wait_for_save: the copies, syncs and bookkeeping
-                calibration = cost.calibration
-                sync = calibration.lmcache_save_step_s + calibration.lmcache_save_chunk_s * num_save_chunks
-                save_stall = max(copied, forward_end) - forward_end + sync
+            save_stall = tier.save_stall_s(cost.calibration, saves, copied, forward_end)
         stats.save_stall_s += save_stall
         return forward_end + save_stall
 
@@ -208,7 +199,7 @@ class EngineCore:
 
     def _finish(self, request: SimRequest, now: float) -> None:
         unpins = self.scheduler.finish(request, now)
-        kept = self.scheduler.pins is not None and request.job_id in self.scheduler.pins
+        kept = self.scheduler.retention.holds(request.job_id)
         self.trace.append(Finish(
             t=now, request_id=request.request_id, job_id=request.job_id, turn=request.turn, is_last=request.is_last,
             action=FinishAction.PIN if kept else FinishAction.FREE, free_blocks=self.scheduler.pool.num_free,

@@ -96,7 +96,3 @@ class PriorityQueue(RequestQueue):
 
     def __iter__(self) -> Iterator[SimRequest]:
         return (entry[3] for entry in self._heap)
-
-
-def request_queue(by_priority: bool) -> RequestQueue:
-    return PriorityQueue() if by_priority else FcfsQueue()

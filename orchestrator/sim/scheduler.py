@@ -11,11 +11,11 @@ The structure follows ``vllm/v1/core/sched/scheduler.py``:
    under the budget), and the first request that cannot get blocks stops admission (head of line). A
    request is admitted only when its whole prompt would fit (``reserve_full_prompt``, vLLM 0.32's default).
 
-Policies hook in where they do in the real engine: Continuum (``pins``) pins a finished turn's blocks,
-releases pins on TTL, next turn and memory pressure, orders pinned jobs first and holds new jobs back for the
-jobs in flight's reserve; every one of those decisions is a call into ``continuum_rules`` over the same
-``PinTable``, which our vLLM scheduler plugin calls too, so the two cannot drift apart. A CPU tier (LMCache
-or vLLM's native offload) saves prompts and turns GPU misses into loads.
+A policy's mechanisms (``orchestrator.mechanisms``) hook in where they do in the real engine, and the scheduler
+asks them rather than knowing which it has: the ordering sorts the waiting queue and picks a preemption's victim;
+the retention (``SimRetention``: Continuum's pins, or none) is asked at every point a pin can be taken, released or
+wait for; the tier's store saves prompts and turns GPU misses into loads, and the tier says whether a load runs
+beside the forward passes, as vLLM's connector does.
 """
 
 from __future__ import annotations
@@ -23,19 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from orchestrator.policies import TierKind
+from orchestrator.mechanisms.registry import recorded_ordering, recorded_tier
+from orchestrator.mechanisms.retention import sim_retention
 from orchestrator.records.trace import UnpinReason
-from orchestrator.replica.schedulers.continuum_rules import (
-    keeps_finished_blocks,
-    must_wait_for_reserve,
-    take_for_aborted_job,
-    take_for_next_turn,
-    take_pressure_victim,
-    waiting_priority,
-)
-from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
-from orchestrator.sim.blocks import BlockPool, CpuTier, SharedHold
-from orchestrator.sim.request_queue import request_queue
+from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin
+from orchestrator.sim.blocks import BlockPool, SharedHold
 
 
 @dataclass(frozen=True)
@@ -45,9 +37,11 @@ class SchedulerConfig:
     max_num_batched_tokens: int
     max_num_seqs: int
     block_size: int = 16
-    job_priority: bool = False  # vLLM priority scheduling by job arrival index
+    # The policy's mechanisms as the record names them (``mechanisms.registry`` finds them again): its ordering
+    # (vLLM priority scheduling by job arrival index), its pin rules and its tier's simulated model.
+    job_priority: bool = False
     pins: ContinuumConfig | None = None
-    tier: TierKind | None = None
+    tier: str | None = None
     tier_tokens: int = 0
     # vLLM 0.32's ``scheduler_reserve_full_isl`` (on by default): a waiting request is admitted only when its
     # whole prompt fits in the free blocks, though it is given blocks one chunk at a time. Without it a long
@@ -93,6 +87,14 @@ class SimRequest:
         return self.priority, self.arrival
 
 
+class Load(NamedTuple):
+    """A request's prompt tokens loaded from the CPU tier instead of computed."""
+
+    request: SimRequest
+    num_tokens: int
+    num_slow_tokens: int  # of them, read from a level behind host memory (a disk tier's), where the store has one
+
+
 class Release(NamedTuple):
     """A pin released, and why."""
 
@@ -115,8 +117,8 @@ class StepPlan:
     scheduled: list[Scheduled] = field(default_factory=list)
     admitted: list[SimRequest] = field(default_factory=list)  # first admissions only
     preempted: int = 0
-    loads: list[tuple[SimRequest, int]] = field(default_factory=list)  # CPU-tier tokens, before the forward
-    async_loads: list[tuple[SimRequest, int]] = field(default_factory=list)  # landing beside the forward
+    loads: list[Load] = field(default_factory=list)  # landing before the forward's end
+    async_loads: list[Load] = field(default_factory=list)  # landing beside the forward passes
     unpins: list[Release] = field(default_factory=list)
 
 
@@ -132,21 +134,19 @@ class SimScheduler:
     def __init__(self, config: SchedulerConfig):
         self.config = config
         self.pool = BlockPool(config.num_blocks, config.num_shared_blocks)
-        self.tier = CpuTier(config.tier_tokens) if config.tier else None
-        self.pins = PinTable(config.pins) if config.pins else None
+        self.ordering = recorded_ordering(config.job_priority)
+        self.retention = sim_retention(config.pins)
+        self.tier_mechanism = recorded_tier(config.tier)
+        self.tier = self.tier_mechanism.sim_store(config.tier_tokens) if self.tier_mechanism else None
         self.running: list[SimRequest] = []
-        self.waiting = request_queue(config.job_priority)
+        self.waiting = self.ordering.waiting_queue()
         self.n_preemptions = 0
         self.tier_queried_tokens = 0  # a prompt's tokens beyond its GPU hit, looked up in the CPU tier at admission
         self._pinned_shared: dict[str, SharedHold] = {}  # a pinned job's shared segments, held with its pin
 
     # Requests in and out.
     def add(self, request: SimRequest) -> None:
-        if self.config.job_priority:
-            request.priority = request.job_index
-        if self.pins is not None:
-            self.pins.on_turn_arrived(request.job_id, request.arrival)
-            request.priority = waiting_priority(self.pins, request, request.priority)
+        request.priority = self.retention.arrived(request, self.ordering.priority(request))
         self.waiting.add(request)
 
     def abort(self, request: SimRequest) -> list[Release]:
@@ -157,7 +157,7 @@ class SimScheduler:
         else:
             self.waiting.remove(request)
         self._free(request)
-        pin = take_for_aborted_job(self.pins, request.job_id) if self.pins is not None else None
+        pin = self.retention.take_for_aborted_job(request.job_id)
         return [self._release(pin, UnpinReason.ABORT)] if pin is not None else []
 
     @property
@@ -166,14 +166,12 @@ class SimScheduler:
 
     @property
     def num_pinned_blocks(self) -> int:
-        return self.pins.num_pinned_blocks if self.pins else 0
+        return self.retention.num_pinned_blocks
 
     # One step.
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
-        if self.pins is not None:
-            plan.unpins += [self._release(pin, UnpinReason.TTL)
-                            for pin in self.pins.take_expired(now, self.waiting.job_ids())]  # fmt: skip
+        plan.unpins += [self._release(pin, UnpinReason.TTL) for pin in self.retention.take_expired(now, self.waiting)]
         budget = self.config.max_num_batched_tokens
         scheduled: set[int] = set()  # ids of the running requests still scheduled (a preemption undoes one)
         index = 0
@@ -200,8 +198,7 @@ class SimScheduler:
     def _allocate_running(self, request: SimRequest, num_new: int, plan: StepPlan, scheduled: set[int]) -> bool:
         needed = self.blocks_for(request, request.num_computed + num_new) - request.num_blocks
         while not self._allocate(request, needed, plan):
-            victim = (max(self.running, key=SimRequest.sort_key) if self.config.job_priority
-                      else self.running[-1])  # fmt: skip
+            victim = self.ordering.preemption_victim(self.running)
             self.running.remove(victim)
             scheduled.discard(id(victim))
             self._preempt(victim)
@@ -215,7 +212,8 @@ class SimScheduler:
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
             hit_tokens, from_pin = self._gpu_hit(request)
-            load_tokens = self._tier_hit(request, hit_tokens)
+            load = self._tier_hit(request, hit_tokens)
+            load_tokens = load.num_tokens
             computed = hit_tokens + load_tokens
             num_new = min(request.num_tokens - computed, budget)
             hit_blocks = max(0, hit_tokens // block - request.shared_blocks)
@@ -230,7 +228,7 @@ class SimScheduler:
                 break
             if not self._make_room(request, must_fit + hit_from_free, plan, shared_hit):
                 break
-            if from_pin and request.job_id not in self.pins:
+            if from_pin and not self.retention.holds(request.job_id):
                 # Its own pin gave way (the idle rule takes the latest pin, whoever's): its blocks are free
                 # and still cached, so the hit now comes out of the free queue, as in vLLM, where
                 # ``allocate_slots`` takes the hit blocks back after the pin released them.
@@ -250,12 +248,12 @@ class SimScheduler:
             if request.cached_tokens is None:
                 request.cached_tokens = computed
                 plan.admitted.append(request)
-            if load_tokens and self.config.tier is TierKind.NATIVE:
-                # The load runs beside the forward passes; the request computes once it has landed.
-                plan.async_loads.append((request, load_tokens))
+            if load_tokens and self.tier_mechanism.loads_beside_forward:
+                # The request computes once its load has landed.
+                plan.async_loads.append(load)
                 continue
             if load_tokens:
-                plan.loads.append((request, load_tokens))
+                plan.loads.append(load)
             plan.scheduled.append(Scheduled(request, num_new, computed))
             budget -= num_new
 
@@ -288,24 +286,21 @@ class SimScheduler:
             own = min(own, request.max_job_hit_blocks)
         warm = self.pool.shared_hit(request.shared_segments)[0] if request.shared_segments else request.shared_blocks
         hit = warm + own if warm == request.shared_blocks else warm
-        from_pin = self.pins is not None and request.job_id in self.pins
+        from_pin = self.retention.holds(request.job_id)
         return min(hit, (request.num_tokens - 1) // block) * block, from_pin
 
-    def _tier_hit(self, request: SimRequest, gpu_hit_tokens: int) -> int:
+    def _tier_hit(self, request: SimRequest, gpu_hit_tokens: int) -> Load:
         """Tokens beyond the GPU hit that the CPU tier can load instead of recompute (whole blocks)."""
         if self.tier is None:
-            return 0
-        if request.shared_segments:
-            saved = self.tier.hit_chain(request.job_id, self._tier_segments(request))
-        else:
-            saved = self.tier.hit(request.job_id)
-        request.saved_tokens = min(saved, request.prompt_tokens)
-        usable = min(saved, request.num_tokens - 1) // self.config.block_size * self.config.block_size
-        return max(0, usable - gpu_hit_tokens)
+            return Load(request, 0, 0)
+        found = self.tier.lookup(request.job_id, self._tier_segments(request))
+        request.saved_tokens = min(found.tokens, request.prompt_tokens)
+        usable = min(found.tokens, request.num_tokens - 1) // self.config.block_size * self.config.block_size
+        return Load(request, max(0, usable - gpu_hit_tokens), max(0, usable - max(found.fast_tokens, gpu_hit_tokens)))
 
     def _take_hit(self, request: SimRequest, hit_blocks: int, from_pin: bool, plan: StepPlan) -> None:
         if from_pin:
-            pin = take_for_next_turn(self.pins, request.job_id)
+            pin = self.retention.take_for_next_turn(request.job_id)
             # The next turn now references the pinned blocks; only the uncached tail block goes back, and the
             # shared segments the pin held (the next turn took its own references first).
             self.pool.release_uncached(len(pin.blocks) - hit_blocks)
@@ -342,20 +337,11 @@ class SimScheduler:
         return self.pool.shared_cost(request.shared_segments, num_shared_hit) if request.shared_segments else 0
 
     def _take_pressure_victim(self, request: SimRequest) -> Pin | None:
-        if self.pins is None:
-            return None
         num_others_running = len(self.running) - (request in self.running)
-        return take_pressure_victim(self.pins, request, num_others_running)
+        return self.retention.take_pressure_victim(request, num_others_running)
 
     def _must_wait_for_reserve(self, request: SimRequest) -> bool:
-        if self.pins is None:
-            return False
-        block = self.config.block_size
-        running_job_tokens = (other.num_tokens for other in self.running if not other.is_last)
-        return must_wait_for_reserve(
-            self.pins, request, num_computed_tokens=request.num_computed, num_tokens=request.num_tokens,
-            num_free_blocks=self.pool.num_free, running_job_tokens=running_job_tokens, block_size=block,
-        )  # fmt: skip
+        return self.retention.must_wait_for_reserve(request, self.pool.num_free, self.running, self.config.block_size)
 
     def _preempt(self, request: SimRequest) -> None:
         self.n_preemptions += 1
@@ -387,12 +373,11 @@ class SimScheduler:
         pins that pin replaced, released."""
         self.running.remove(request)
         request.done = True
-        pins = self.pins
-        if pins is None or not keeps_finished_blocks(pins, request, request.num_tokens, self.config.block_size):
+        if not self.retention.keeps_finished(request, self.config.block_size):
             self._free(request)
             return []
         self.pool.hold(request.job_id, self._cached_blocks_of(request))
-        replaced = pins.pin(request.job_id, request.job_index, range(request.num_blocks), now)
+        replaced = self.retention.pin(request, range(request.num_blocks), now)
         released = [self._release(pin, UnpinReason.REPLACED) for pin in replaced]
         request.num_blocks = 0
         if request.shared_segments:  # the pin holds them too, as vLLM's pinned blocks include the shared prefix
@@ -417,10 +402,7 @@ class SimScheduler:
         if new <= 0:
             return 0
         request.saved_tokens = computed
-        if request.shared_segments:
-            self.tier.save_chain(request.job_id, self._tier_segments(request), computed)
-        else:
-            self.tier.save(request.job_id, computed)
+        self.tier.save_chain(request.job_id, self._tier_segments(request), computed)
         return new
 
     def _tier_segments(self, request: SimRequest) -> tuple[tuple[str, int], ...]:

@@ -128,7 +128,7 @@ def test_a_turn_is_pinned_until_its_jobs_next_turn_takes_it_and_the_last_turn_is
     scheduler = _pinning()
     scheduler.add(_turn("a", 0, 1, 79))
     plan = _step(scheduler)
-    assert "a" in scheduler.pins and scheduler.num_pinned_blocks == 5 and scheduler.pool.num_free == 59
+    assert scheduler.retention.holds("a") and scheduler.num_pinned_blocks == 5 and scheduler.pool.num_free == 59
     assert plan.unpins == []
 
     last = _turn("a", 0, 2, 130, last=True, at=1.0)
@@ -136,7 +136,7 @@ def test_a_turn_is_pinned_until_its_jobs_next_turn_takes_it_and_the_last_turn_is
     plan = _step(scheduler, now=1.0)
     # The pin's 4 full blocks are hit; its partial tail block went back before the last turn allocated.
     assert _reasons(plan) == [("a", "next_turn")] and last.cached_tokens == 4 * BLOCK
-    assert last.done and "a" not in scheduler.pins and scheduler.num_pinned_blocks == 0
+    assert last.done and not scheduler.retention.holds("a") and scheduler.num_pinned_blocks == 0
     assert scheduler.pool.num_free == 64 and not scheduler.running
 
 

@@ -32,7 +32,7 @@ def served_cell(cell: CellSpec, model: ServedModel) -> ServedCell:
     served_name = cell.model.rstrip("/").split("/")[-1]
     if cell.engine is EngineKind.FAKE:
         engine = FakeEngineConfig(served_model_name=served_name, prefix_cache=True)
-        return ServedCell(engine, served_name, policy.job_priority, model.answer_token_ids)
+        return ServedCell(engine, served_name, policy.ordering.sends_priority, model.answer_token_ids)
     options = cell.engine_options
     on_cpu = cell.device == "cpu"
     base = VllmEngineConfig(
@@ -50,4 +50,4 @@ def served_cell(cell: CellSpec, model: ServedModel) -> ServedCell:
         tensor_parallel_size=cell.tp,
     )
     engine = policy.engine_config(base, cell.dram_gb)
-    return ServedCell(engine, served_name, policy.job_priority, model.answer_token_ids)
+    return ServedCell(engine, served_name, policy.ordering.sends_priority, model.answer_token_ids)

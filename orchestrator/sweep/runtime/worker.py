@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.served import ModelUnavailable, ServedModel, served_model
 from orchestrator.policies import get_policy
 from orchestrator.records.cell import (
@@ -160,7 +161,8 @@ class CellWorker:
         """The node's serving stack for a real vLLM cell, refused where the cell's policy needs LMCache's
         compiled ops and they do not load."""
         stack = self._node_stack() if cell.engine is EngineKind.VLLM else None
-        if stack is not None and get_policy(cell.policy).uses_lmcache and (refusal := lmcache_refusal(stack)):
+        needs_lmcache = NodeNeed.LMCACHE in get_policy(cell.policy).needs
+        if stack is not None and needs_lmcache and (refusal := lmcache_refusal(stack)):
             raise _Refused(refusal)
         return stack
 

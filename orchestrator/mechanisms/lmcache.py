@@ -1,0 +1,67 @@
+"""LMCache's CPU tier behind vLLM's ``LMCacheConnectorV1``.
+
+LMCache builds its own engine in every rank's worker, each with a CPU tier of its own, so each rank's connector is
+given its share of the replica's budget. Its loads run layer by layer beside the forward pass, so only a load longer
+than the compute stalls a step; every step that saved waits for its saves (``wait_for_save``: the copies, a sync and
+per-chunk bookkeeping, calibrated on an H200). Its tier survives vLLM's prefix-cache reset, and vLLM exports no store
+counter for it: its stores are read from LMCache's own log lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator.mechanisms.tier import Connector, Evidence, NodeNeed, Stores, Tier, served
+from orchestrator.records.cell import CellOutcome
+
+if TYPE_CHECKING:
+    from orchestrator.sim.hardware import Calibration
+
+CHUNK_TOKENS = 256  # LMCACHE_CHUNK_SIZE: the unit it saves, hashes and counts
+_STORED = re.compile(r"LMCache INFO:.*?Stored (\d+) out of total \d+ tokens")
+
+
+def lmcache_stores(server_log: str) -> list[int]:
+    """The tokens of each store LMCache logged."""
+    return [int(tokens) for tokens in _STORED.findall(server_log)]
+
+
+@dataclass(frozen=True)
+class LMCacheCpuTier(Tier):
+    name = "lmcache"
+    needs = frozenset({NodeNeed.CUDA, NodeNeed.LMCACHE})
+    keeps_kv_across_reset = True
+
+    def connector_gib(self, dram_gb: float, tp: int) -> float:
+        return self.fixed_gib if self.fixed_gib is not None else dram_gb / tp
+
+    def connector(self, connector_gib: float) -> Connector:
+        config = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+        env = {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": f"{connector_gib:g}",
+               "LMCACHE_CHUNK_SIZE": str(CHUNK_TOKENS)}  # fmt: skip
+        return ("--kv-transfer-config", json.dumps(config)), env
+
+    def save_stall_s(self, calibration: Calibration, saves: Sequence[int], copied_at: float,
+                     forward_end: float) -> float:  # fmt: skip
+        num_chunks = sum(math.ceil(saved / CHUNK_TOKENS) for saved in saves)
+        sync = calibration.lmcache_save_step_s + calibration.lmcache_save_chunk_s * num_chunks
+        return max(copied_at, forward_end) - forward_end + sync
+
+    def stores(self, outcome: CellOutcome, kv_bytes_per_token: float) -> Stores:
+        # vLLM's offload counters stay 0 beside LMCache's connector (the first H200 cell): its log comes first.
+        logged = self.logged_stores(outcome)
+        return logged if logged.tokens else super().stores(outcome, kv_bytes_per_token)
+
+    def logged_stores(self, outcome: CellOutcome) -> Stores:
+        logged = lmcache_stores(outcome.server_log)
+        return Stores(float(sum(logged)), "LMCache's log", len(logged))
+
+    def evidence(self, outcome: CellOutcome) -> Evidence:
+        logged = lmcache_stores(outcome.server_log)
+        return Evidence(sum(logged) > 0, f"LMCache stored {sum(logged):,} tokens in {len(logged)} stores (its log); "
+                        f"its tier {served(outcome.config.tier_counters)}")  # fmt: skip

@@ -1,0 +1,60 @@
+"""vLLM's own CPU offload: the ``OffloadingConnector`` (native) and the ``SimpleCPUOffloadConnector`` (simple).
+
+Both copy to a host-memory tier of the replica's DRAM budget, which vLLM splits over the ranks, and load beside the
+forward passes: the connector tells the scheduler the load is asynchronous, so its request waits, not the step. The
+simulator models both alike. The native connector exports ``kv_offload_*`` counters; vLLM 0.26's simple one records
+its stores only in debug lines, which its policy lets through.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from orchestrator.mechanisms.tier import Connector, Evidence, Stores, Tier, served
+from orchestrator.records.cell import CellOutcome
+
+_SIMPLE_STORED = re.compile(r"Store event \d+ completed: cached (\d+) blocks to CPU")
+
+
+def simple_offload_stores(server_log: str) -> list[int]:
+    """The blocks of each store the simple offload connector's debug lines record."""
+    return [int(count) for count in _SIMPLE_STORED.findall(server_log)]
+
+
+@dataclass(frozen=True)
+class NativeOffload(Tier):
+    name = "native"
+    loads_beside_forward = True
+
+    def connector(self, connector_gib: float) -> Connector:
+        return ("--kv-offloading-size", f"{connector_gib:g}", "--kv-offloading-backend", "native"), {}
+
+
+@dataclass(frozen=True)
+class SimpleOffload(NativeOffload):
+    name = "simple"
+    connector_debug_log = True
+
+    @property
+    def sim_model(self) -> str:
+        return NativeOffload.name
+
+    def connector(self, connector_gib: float) -> Connector:
+        args, env = super().connector(connector_gib)
+        return args, env | {"VLLM_USE_SIMPLE_KV_OFFLOAD": "1"}
+
+    def logged_stores(self, outcome: CellOutcome) -> Stores:
+        blocks = simple_offload_stores(outcome.server_log)
+        facts = outcome.config.engine_facts
+        block_size = facts.block_size if facts and facts.block_size else 0
+        return Stores(float(sum(blocks) * block_size), "its debug log", len(blocks))
+
+    def evidence(self, outcome: CellOutcome) -> Evidence:
+        if outcome.config.tier_counters.kv_offload_store_bytes is not None:
+            return super().evidence(outcome)
+        blocks = sum(simple_offload_stores(outcome.server_log))
+        facts = outcome.config.engine_facts
+        tokens = f" ({blocks * facts.block_size:,} tokens)" if facts and facts.block_size else ""
+        return Evidence(blocks > 0, f"CPU tier stored {blocks:,} blocks{tokens} (its debug log); "
+                        f"it {served(outcome.config.tier_counters)}")  # fmt: skip

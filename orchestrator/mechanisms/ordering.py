@@ -1,0 +1,55 @@
+"""Which waiting request runs first: arrival order (vLLM's FCFS), or the job's arrival (program-level FCFS).
+
+Job order is vLLM's priority scheduling with each request carrying its job's arrival index as its priority, which
+the client sends; under it a preemption takes the running request of the latest job, as vLLM's priority scheduler
+does, where arrival order takes the last admitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from orchestrator.sim.request_queue import FcfsQueue, PriorityQueue, RequestQueue
+
+if TYPE_CHECKING:
+    from orchestrator.sim.scheduler import SimRequest
+
+
+@dataclass(frozen=True)
+class Ordering:
+    name: ClassVar[str] = "arrival"
+    vllm_scheduling_policy: ClassVar[str] = "fcfs"
+    sends_priority: ClassVar[bool] = False  # the client sends each request its job's arrival index as priority
+    job_priority: ClassVar[bool] = False  # what the simulator's configuration records of it
+
+    def priority(self, request: SimRequest) -> int:
+        """A simulated request's priority as it arrives (lower runs first)."""
+        return 0
+
+    def waiting_queue(self) -> RequestQueue:
+        return FcfsQueue()
+
+    def preemption_victim(self, running: Sequence[SimRequest]) -> SimRequest:
+        return running[-1]
+
+
+@dataclass(frozen=True)
+class JobOrder(Ordering):
+    name = "job"
+    vllm_scheduling_policy = "priority"
+    sends_priority = True
+    job_priority = True
+
+    def priority(self, request: SimRequest) -> int:
+        return request.job_index
+
+    def waiting_queue(self) -> RequestQueue:
+        return PriorityQueue()
+
+    def preemption_victim(self, running: Sequence[SimRequest]) -> SimRequest:
+        return max(running, key=lambda request: request.sort_key())
+
+
+ARRIVAL, JOB = Ordering(), JobOrder()

@@ -1,0 +1,145 @@
+"""A KV tier beyond the GPU pool: what every tier mechanism answers, and the defaults they share.
+
+A tier is a vLLM KV connector and the host memory behind it. Its module says how vLLM is asked for it (arguments
+and environment), how large it is for a cell's DRAM budget, how the simulator runs it (the store that keeps what it
+saved, how long a load and a save take), what record on a real engine proves it worked, and what a node needs to
+run it. The defaults here are vLLM's native offload's: loads from host memory over the PCIe link, stores that never
+stall a step, and vLLM's ``kv_offload_*`` counters as the record.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
+
+from orchestrator.records.cell import CellOutcome, TierCounters
+from orchestrator.sim.blocks import CpuTier, TierHit
+from orchestrator.units import GIB
+
+if TYPE_CHECKING:
+    from orchestrator.sim.hardware import Calibration, StepCost
+
+
+class NodeNeed(str, enum.Enum):
+    """What a node must offer a mechanism beyond vLLM itself."""
+
+    CUDA = "cuda"  # its connector is CUDA-only in vLLM and LMCache
+    LMCACHE = "lmcache"  # LMCache's compiled ops must load (the doctor and the worker check them)
+
+
+class Evidence(NamedTuple):
+    """Whether a finished cell shows the mechanism did its job, and what it shows."""
+
+    ok: bool
+    detail: str
+
+
+class Stores(NamedTuple):
+    """What a tier stored in a cell, from the one record its connector keeps."""
+
+    tokens: float
+    record: str  # which record said so
+    count: int | None  # how many stores the record counts, where it counts them
+
+
+Connector = tuple[tuple[str, ...], dict[str, str]]  # vLLM's arguments and the server's environment
+
+
+class TierStore(Protocol):
+    """What keeps a simulated tier's saved prefixes (``sim.blocks.CpuTier`` is the one-level store)."""
+
+    def lookup(self, job: str, segments: Sequence[tuple[str, int]]) -> TierHit:
+        """What it holds of a prompt of ``job`` that starts with the shared ``segments``, marked recently used."""
+
+    def save_chain(self, job: str, segments: Sequence[tuple[str, int]], num_tokens: int) -> None:
+        """Save the first ``num_tokens`` of a prompt of ``job`` that starts with the shared ``segments``."""
+
+
+@dataclass(frozen=True)
+class Tier(ABC):
+    """One tier mechanism. Registered by ``name`` in ``mechanisms.registry``; a policy holds one instance."""
+
+    fixed_gib: float | None = None  # its host memory where it is not the cell's DRAM budget
+
+    name: ClassVar[str]
+    needs: ClassVar[frozenset[NodeNeed]] = frozenset({NodeNeed.CUDA})
+    keeps_kv_across_reset: ClassVar[bool] = False  # vLLM's prefix-cache reset leaves this tier's KV in place
+    connector_debug_log: ClassVar[bool] = False  # its connector records what it did only in debug lines
+    # The simulator: a load lands beside the forward passes and its request waits for it (vLLM's connector says the
+    # load is asynchronous); otherwise the step that scheduled it waits.
+    loads_beside_forward: ClassVar[bool] = False
+
+    # -- sizes ----------------------------------------------------------------------------------------------------
+
+    @property
+    def is_the_budget(self) -> bool:
+        """Its host memory is the cell's DRAM budget (so a budget of 0 leaves it none)."""
+        return self.fixed_gib is None
+
+    def size_gib(self, dram_gb: float) -> float:
+        """The host memory it takes for a replica's DRAM budget of ``dram_gb`` GiB."""
+        return self.fixed_gib if self.fixed_gib is not None else dram_gb
+
+    def connector_gib(self, dram_gb: float, tp: int) -> float:
+        """The size its connector is given for a replica of ``tp`` ranks: the replica's, which vLLM splits."""
+        return self.size_gib(dram_gb)
+
+    # -- serving --------------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def connector(self, connector_gib: float) -> Connector:
+        """vLLM's arguments and the server's environment for a connector of ``connector_gib`` GiB."""
+
+    # -- the simulator --------------------------------------------------------------------------------------------
+
+    @property
+    def sim_model(self) -> str:
+        """The name the simulator's configuration records for this tier (and looks it up by)."""
+        return self.name
+
+    def sim_store(self, capacity_tokens: int) -> TierStore:
+        """What keeps the tier's saved prefixes in a simulated replica."""
+        return CpuTier(capacity_tokens)
+
+    def load_s(self, cost: StepCost, num_tokens: int, num_slow_tokens: int) -> float:
+        """How long a load of ``num_tokens`` takes on the host link (``num_slow_tokens`` of them from a slower
+        level behind host memory, where the store has one)."""
+        return cost.copy_s(num_tokens)
+
+    def save_stall_s(self, calibration: Calibration, saves: Sequence[int], copied_at: float,
+                     forward_end: float) -> float:  # fmt: skip
+        """How long a step that saved ``saves`` tokens (one entry per request) waits after its forward pass."""
+        return 0.0
+
+    # -- evidence on a real engine --------------------------------------------------------------------------------
+
+    def stores(self, outcome: CellOutcome, kv_bytes_per_token: float) -> Stores:
+        """What it stored: vLLM's offload counters, else the record its connector keeps instead."""
+        counters = outcome.config.tier_counters
+        if counters.kv_offload_store_bytes is not None:
+            return Stores(counters.kv_offload_store_bytes / kv_bytes_per_token, "vLLM's kv_offload counters", None)
+        return self.logged_stores(outcome)
+
+    def logged_stores(self, outcome: CellOutcome) -> Stores:
+        """Its stores where vLLM exports no counter for them."""
+        return Stores(0.0, "no record", None)
+
+    def evidence(self, outcome: CellOutcome) -> Evidence:
+        """It stored to host memory, and what it served back."""
+        counters = outcome.config.tier_counters
+        if counters.kv_offload_store_bytes is None:
+            stores = self.logged_stores(outcome)
+            return Evidence(stores.tokens > 0, f"CPU tier stored {stores.tokens:,.0f} tokens ({stores.record}); "
+                            f"it {served(counters)}")  # fmt: skip
+        stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
+        return Evidence(stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB; "
+                        f"it {served(counters)}")  # fmt: skip
+
+
+def served(counters: TierCounters) -> str:
+    """What a connector's tier gave back, from vLLM's external prefix-cache counters (tokens looked up there)."""
+    hits, queries = counters.external_prefix_cache_hits or 0.0, counters.external_prefix_cache_queries or 0.0
+    return f"served {hits:,.0f} of {queries:,.0f} tokens vLLM looked up there"
