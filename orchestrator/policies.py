@@ -120,6 +120,8 @@ POLICIES: dict[str, Policy] = {
                tier=TIERS["native"]()),
         Policy("simple-offload", "vLLM's SimpleCPUOffloadConnector with a CPU tier of the DRAM budget",
                tier=TIERS["simple"]()),
+        Policy("lmcache-disk", "LMCache with the DRAM budget as its CPU tier and a local disk of four times it behind",
+               tier=TIERS["lmcache-disk"]()),
     )
 }  # fmt: skip
 

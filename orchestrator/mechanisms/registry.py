@@ -7,6 +7,7 @@ from the names its configuration records.
 from __future__ import annotations
 
 from orchestrator.mechanisms.lmcache import LMCacheCpuTier
+from orchestrator.mechanisms.lmcache_disk import LMCacheDiskTier
 from orchestrator.mechanisms.native_offload import NativeOffload, SimpleOffload
 from orchestrator.mechanisms.ordering import ARRIVAL, JOB, Ordering
 from orchestrator.mechanisms.retention import ContinuumPins, Retention
@@ -14,7 +15,9 @@ from orchestrator.mechanisms.tier import Tier
 
 ORDERINGS: dict[str, Ordering] = {ordering.name: ordering for ordering in (ARRIVAL, JOB)}
 RETENTIONS: dict[str, type[Retention]] = {retention.name: retention for retention in (Retention, ContinuumPins)}
-TIERS: dict[str, type[Tier]] = {tier.name: tier for tier in (LMCacheCpuTier, NativeOffload, SimpleOffload)}
+TIERS: dict[str, type[Tier]] = {
+    tier.name: tier for tier in (LMCacheCpuTier, NativeOffload, SimpleOffload, LMCacheDiskTier)
+}
 
 
 def recorded_ordering(job_priority: bool) -> Ordering:
