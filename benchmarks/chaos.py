@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.layout import SweepFiles
 from orchestrator.replica.server import free_port
 from orchestrator.sweep.planning.options import SweepOptions
@@ -172,7 +172,7 @@ def audit(results_dir: Path, sweep: str, tracking_uri: str, cell_keys: list[str]
         lost=sum(not done_runs[key] for key in cell_keys),
         counted_twice=sum(done_runs[key] > 1 or row_counts[key] > 1 for key in cell_keys),
         attempts=len(runs),
-        attempts_lost_with_nodes=sum("lost mid-cell" in run.data.tags.get("reason", "") for run in runs),
+        attempts_lost_with_nodes=sum(run.data.tags.get("failure") == FailureKind.NODE_LOST.value for run in runs),
     )
 
 

@@ -66,7 +66,7 @@ from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights, served_model
 from orchestrator.policies import POLICIES, get_policy
-from orchestrator.records.cell import CellOutcome
+from orchestrator.records.cell import CellOutcome, FailureKind
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
@@ -596,7 +596,7 @@ def _from_checks(name: str, checks: list[Check], what: str, directory: Path) -> 
 
 
 def _start_failed(outcome: CellOutcome) -> bool:
-    return not outcome.status.is_done and (outcome.reason or "").startswith("replica did not start")
+    return outcome.failure_kind is FailureKind.REPLICA_START
 
 
 def _why_not_done(outcome: CellOutcome) -> str:

@@ -39,6 +39,18 @@ class CellStatus(str, enum.Enum):
         return self is CellStatus.DONE
 
 
+class FailureKind(str, enum.Enum):
+    """Why an attempt ended without its records, as a field that code reads (the reason beside it is for people)."""
+
+    REFUSED = "refused"  # before its load: the model, the node's stack, a prompt the engine would refuse
+    REPLICA_START = "replica-start"  # its replica, or one of its replicas, did not start
+    ENGINE_CRASH = "engine-crash"  # a replica's server died during the load
+    TIME_LIMIT = "time-limit"  # the load ran past the cell's time limit
+    NO_PROGRESS = "no-progress"  # the engine stopped making progress (a hung cell)
+    WORKER_LOST = "worker-lost"  # its worker died, raised or went silent
+    NODE_LOST = "node-lost"  # its node left the cluster mid-cell
+
+
 @dataclass(frozen=True)
 class EngineFacts:
     """What the engine says it got (vLLM silently adjusts the block size per backend and sizes the KV pool
@@ -278,13 +290,15 @@ class CellOutcome:
     scheduler_trace: bytes  # the trace table, parquet (``records.trace_file``); empty when none was written
     started_unix: float
     finished_unix: float
+    failure_kind: FailureKind | None = None  # why it is not done (None when it is)
 
     @classmethod
-    def failure(cls, cell: CellSpec, reason: str, retryable: bool, node_id: str, started_unix: float,
-                server_log: str = "") -> CellOutcome:  # fmt: skip
+    def failure(cls, cell: CellSpec, kind: FailureKind, reason: str, retryable: bool, node_id: str,
+                started_unix: float, server_log: str = "") -> CellOutcome:  # fmt: skip
         """A cell that produced no records: its replica or worker was lost before the load finished."""
         return cls(
             cell_key=cell.key, status=CellStatus.FAILED, reason=reason, retryable=retryable, requests=(), jobs=(),
             config=CellConfig(cell_key=cell.key, cell=cell, node_id=node_id),
             server_log=server_log, scheduler_trace=b"", started_unix=started_unix, finished_unix=time.time(),
+            failure_kind=kind,
         )  # fmt: skip

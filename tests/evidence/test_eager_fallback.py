@@ -8,7 +8,7 @@ import time
 
 from orchestrator.evidence.budget import Budget
 from orchestrator.gpu_evidence import EvidenceRun, parser, plan_from
-from orchestrator.records.cell import CellOutcome
+from orchestrator.records.cell import CellOutcome, FailureKind
 from orchestrator.replica.replica import ResetError
 
 
@@ -22,7 +22,8 @@ class FailingStarts:
         eager = cell.engine_options.enforce_eager
         self.started.append((cell.policy, eager))
         why = "eager start failed too" if eager else "Inductor compilation failed"
-        return CellOutcome.failure(cell, "replica did not start: server exited with code 1", retryable=True,
+        return CellOutcome.failure(cell, FailureKind.REPLICA_START, "replica did not start: server exited with code 1",
+                                   retryable=True,
                                    node_id="", started_unix=time.time(), server_log=f"RuntimeError: {why}\n")  # fmt: skip
 
     def prove_reset(self):

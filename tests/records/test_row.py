@@ -13,6 +13,7 @@ from orchestrator.records.cell import (
     CellOutcome,
     CellStatus,
     EngineFacts,
+    FailureKind,
     RequestOptions,
     ResetProof,
     ScheduleStats,
@@ -109,7 +110,7 @@ def test_a_cell_json_written_before_preemptions_had_one_name_reads_the_same():
 
 
 def test_a_failure_outcome_has_no_records_and_names_its_node():
-    outcome = CellOutcome.failure(CELL, "replica did not start", True, "n2", 5.0)
+    outcome = CellOutcome.failure(CELL, FailureKind.REPLICA_START, "replica did not start", True, "n2", 5.0)
     assert outcome.status is CellStatus.FAILED and not outcome.requests and outcome.retryable
     assert outcome.config.node_id == "n2" and outcome.config.cell_key == CELL.key and outcome.finished_unix >= 5.0
 

@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from benchmarks.chaos import add_gpu_node, audit, kill_node, nodes_serving_a_cell
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.layout import SweepFiles
 from orchestrator.replica.server import free_port
 from orchestrator.sweep.planning.cells import expand
@@ -77,8 +77,9 @@ def test_a_node_lost_under_a_running_cell_costs_no_attempt_its_cell_is_done_else
     assert [run.status for run in runs[third]] == [CellStatus.FAILED]
     client = MlflowClient(uri)
     for key, node in ((victim, killed[0]), (third, killed[1])):
-        reason = client.get_run(runs[key][0].run_id).data.tags["reason"]
-        assert reason.startswith(f"node {node.node_id[:8]} (") and " lost mid-cell: " in reason
+        tags = client.get_run(runs[key][0].run_id).data.tags
+        assert tags["reason"].startswith(f"node {node.node_id[:8]} (") and " lost mid-cell: " in tags["reason"]
+        assert tags["failure"] == FailureKind.NODE_LOST.value
     rows = summary(tmp_path, "preempted").set_index("cell_key")
     assert rows.loc[victim, "status"] == "done" and rows.loc[victim, "node_id"] == killed[1].node_id
     assert rows.loc[third, "status"] == "pending" and rows.loc[third, "reason"].startswith("every B200 node was lost (")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.sweep.runtime import worker as worker_module
@@ -58,6 +58,7 @@ def test_an_engine_that_stops_making_progress_is_marked_hung_and_torn_down(fake_
     started = time.monotonic()
     outcome = run_one(LIMITS)
     assert outcome.status is CellStatus.HUNG and not outcome.retryable
+    assert outcome.failure_kind is FailureKind.NO_PROGRESS
     assert outcome.reason.startswith("no engine progress for 2 s with") and outcome.requests == ()
     assert time.monotonic() - started < 30  # the watchdog ended it, not a request timeout
     assert wait_until_gone() == []
@@ -67,6 +68,7 @@ def test_a_slow_but_working_engine_is_not_hung_but_stops_at_the_cell_time_limit(
     fake_engine_with(token_delay_s=0.3)  # tokens keep coming: progress, but a turn takes 6 s
     outcome = run_one(LIMITS.model_copy(update={"cell_timeout_s": 4.0, "hang_timeout_s": 1.0}))
     assert outcome.status is CellStatus.FAILED and outcome.reason == "cell time limit of 4 s exceeded"
+    assert outcome.failure_kind is FailureKind.TIME_LIMIT
     assert wait_until_gone() == []
 
 
@@ -81,6 +83,7 @@ def test_a_slow_replica_start_is_waited_for_and_said_and_a_hung_one_fails_the_at
     started = time.monotonic()
     outcome = run_one(limits)
     assert outcome.status is CellStatus.FAILED and outcome.retryable
+    assert outcome.failure_kind is FailureKind.REPLICA_START
     assert outcome.reason.startswith("replica did not start: server hung while starting: no log output, CPU time or "
                                      "I/O for 1.5 s")  # fmt: skip
     assert "fake engine: loading" in outcome.server_log and time.monotonic() - started < 30
@@ -99,7 +102,7 @@ def test_a_replica_that_dies_mid_cell_fails_the_cell_as_retryable_with_its_log()
     killer.start()
     outcome = run_one(LIMITS, duration_s=4)
     killer.join()
-    assert outcome.status is CellStatus.FAILED and outcome.retryable
+    assert outcome.status is CellStatus.FAILED and outcome.retryable and outcome.failure_kind is FailureKind.ENGINE_CRASH
     assert outcome.reason == "replica exited with code -9 during the cell"
     assert outcome.config.server_argv  # what was running is still reported
 
@@ -148,7 +151,7 @@ def test_an_lmcache_cell_refuses_to_start_when_lmcaches_compiled_ops_do_not_load
         outcome = worker.run(cell, LIMITS)
     finally:
         worker.shutdown()
-    assert outcome.status is CellStatus.FAILED and not outcome.retryable
+    assert outcome.status is CellStatus.FAILED and not outcome.retryable and outcome.failure_kind is FailureKind.REFUSED
     assert outcome.reason.startswith("LMCache's compiled CUDA ops did not load (lmcache is not installed)")
     assert "install a tested stack (vllm-0.32 (vllm 0.32.0, lmcache 0.5.6, torch 2.13.0)" in outcome.reason
     assert "vllm-0.26 (vllm 0.26.0, lmcache 0.5.3, torch 2.11.0)" in outcome.reason

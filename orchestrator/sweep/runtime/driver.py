@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.budget.spend import Spending
-from orchestrator.records.cell import CellOutcome, CellStatus
+from orchestrator.records.cell import CellOutcome, CellStatus, FailureKind
 from orchestrator.records.prediction import read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import read_verdicts
@@ -268,12 +268,16 @@ class _Sweep:
         """Why ``cell`` cannot run in this cluster, or None if it can."""
         if cell.placement in self.unavailable:
             return self.unavailable[cell.placement]
-        left = cell.placement in self.left_for_later and not self.attempts_this_run[cell.key]  # tried here: its own end
-        if left and not self.ledger.is_done(cell.key):
+        if self._is_left_for_later(cell):
             return f"left for later: {self.left_for_later[cell.placement]}"
         if not self.pool.inventory.has(cell.placement):
             return f"no {cell.gpu} in the cluster and none its autoscaler can launch"
         return None
+
+    def _is_left_for_later(self, cell: CellSpec) -> bool:
+        """The budget left ``cell`` for a later run (a cell tried in this run ends as its attempt did)."""
+        left = cell.placement in self.left_for_later and cell.placement not in self.unavailable
+        return left and not self.attempts_this_run[cell.key] and not self.ledger.is_done(cell.key)
 
     def _assign(self) -> None:
         idle: dict[str, list[Worker]] = defaultdict(list)  # per placement, its workers that are up and idle
@@ -383,10 +387,12 @@ class _Sweep:
                     self._node_lost(worker, lost, error)
                     continue
                 attempt = self.pool.release(worker, restart=True)
-                self._record(attempt, _lost_outcome(attempt, worker, f"worker died: {first_line(error)}", True))
+                self._record(attempt, _lost_outcome(attempt, worker, FailureKind.WORKER_LOST,
+                                                    f"worker died: {first_line(error)}", True))  # fmt: skip
             except ray.exceptions.RayTaskError as error:
                 attempt = self.pool.release(worker)
-                self._record(attempt, _lost_outcome(attempt, worker, f"worker raised: {_last_line(error)}", False))
+                self._record(attempt, _lost_outcome(attempt, worker, FailureKind.WORKER_LOST,
+                                                    f"worker raised: {_last_line(error)}", False))  # fmt: skip
             else:
                 self._record(self.pool.release(worker), outcome)
 
@@ -402,7 +408,8 @@ class _Sweep:
                  else f"no {gpu} node left: waiting up to {self.options.scale_up_timeout_s:g} s for one")  # fmt: skip
         self.reporter.event(f"{node.label} left the cluster ({where})")
         reason = f"{node.label} lost mid-cell: {first_line(error)}"
-        self._record(attempt, _lost_outcome(attempt, worker, reason, self.node_losses[key] <= MAX_NODE_LOSSES))
+        retryable = self.node_losses[key] <= MAX_NODE_LOSSES
+        self._record(attempt, _lost_outcome(attempt, worker, FailureKind.NODE_LOST, reason, retryable))
 
     def _enforce_backstop(self) -> None:
         """A worker that has not answered long after its cell's limit is killed (its replica dies with it)."""
@@ -411,7 +418,8 @@ class _Sweep:
             limit_s = self.spec.limits.cell_limit_s(attempt.cell.workload) + DRIVER_GRACE_S
             if time.monotonic() - attempt.started_at > limit_s:
                 self.pool.release(worker, restart=True)
-                self._record(attempt, _lost_outcome(attempt, worker, f"worker silent for {limit_s:g} s", False))
+                self._record(attempt, _lost_outcome(attempt, worker, FailureKind.WORKER_LOST,
+                                                    f"worker silent for {limit_s:g} s", False))  # fmt: skip
 
     def _record(self, attempt: InFlight, outcome: CellOutcome) -> None:
         cell = attempt.cell
@@ -538,7 +546,7 @@ class _Sweep:
         line = (f"--gpu-budget {budget}: measured {_attempts(sum(spending.measured.values()))} in "
                 f"{sum(spending.spent_s.values()):.0f} s{total} ({spent})")  # fmt: skip
         reasons = {cell.key: self._pending_reason(cell) or "" for cell in pending}
-        left = {cell.key for cell in pending if reasons[cell.key].startswith("left for later")}
+        left = {cell.key for cell in pending if self._is_left_for_later(cell)}
         if left:
             why = "; ".join(f"{placement}: {sum(c.placement == placement for c in pending if c.key in left)} cells, {reason}"
                             for placement, reason in self.left_for_later.items())  # fmt: skip
@@ -565,9 +573,9 @@ def slot_gib(cells: list[CellSpec]) -> dict[str, float]:
     return largest
 
 
-def _lost_outcome(attempt: InFlight, worker: Worker, reason: str, retryable: bool) -> CellOutcome:
+def _lost_outcome(attempt: InFlight, worker: Worker, kind: FailureKind, reason: str, retryable: bool) -> CellOutcome:
     started_unix = time.time() - (time.monotonic() - attempt.started_at)
-    return CellOutcome.failure(attempt.cell, reason, retryable, worker.slot.node_id, started_unix)
+    return CellOutcome.failure(attempt.cell, kind, reason, retryable, worker.slot.node_id, started_unix)
 
 
 # -- helpers -----------------------------------------------------------------------------------------

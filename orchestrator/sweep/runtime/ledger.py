@@ -101,7 +101,7 @@ class CellLedger:
             self.tracker.record_outcome(started.run_id, None, attempt_tags(row) | self._package_versions, staged)
         finally:
             self.results.discard(staged)
-        self.tracker.set_status(started.run_id, outcome.status, outcome.reason)
+        self.tracker.set_status(started.run_id, outcome.status, outcome.reason, outcome.failure_kind)
         self._remember(run, outcome.status)
         return row
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse, urlsplit, urlunsplit
 
-from orchestrator.records.cell import CellStatus
+from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.summary import CellSummary
 from orchestrator.records.verdict import Verdict
 from orchestrator.sweep.planning.cells import CellSpec
@@ -292,9 +292,12 @@ class SweepTracker:
         self._client.log_batch(run_id, metrics=metrics, tags=[RunTag(key, value) for key, value in tags.items()])
         self._client.log_artifacts(run_id, str(artifact_dir))
 
-    def set_status(self, run_id: str, status: CellStatus, reason: str | None = None) -> None:
+    def set_status(self, run_id: str, status: CellStatus, reason: str | None = None,
+                   failure_kind: FailureKind | None = None) -> None:  # fmt: skip
         if reason:
             self._client.set_tag(run_id, "reason", reason[:5000])
+        if failure_kind is not None:  # what code reads: the reason's wording is for people
+            self._client.set_tag(run_id, "failure", failure_kind.value)
         self._client.set_tag(run_id, "status", status.value)
         if status is not CellStatus.RUNNING:
             self._client.set_terminated(run_id, _RUN_STATUS[status])

@@ -27,6 +27,7 @@ from orchestrator.records.cell import (
     CellOutcome,
     CellStatus,
     EngineFacts,
+    FailureKind,
     NodeStack,
     RequestOptions,
     ResetProof,
@@ -85,9 +86,10 @@ class _Refused(Exception):
     """A cell that ends before its load runs, with the reason, whether another attempt may succeed, and the
     server log where a replica failed to start."""
 
-    def __init__(self, reason: str, retryable: bool = False, server_log: str = ""):
+    def __init__(self, reason: str, retryable: bool = False, server_log: str = "",
+                 kind: FailureKind = FailureKind.REFUSED):  # fmt: skip
         super().__init__(reason)
-        self.reason, self.retryable, self.server_log = reason, retryable, server_log
+        self.reason, self.retryable, self.server_log, self.kind = reason, retryable, server_log, kind
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class _Measured:
 
     status: CellStatus
     reason: str | None
+    failure_kind: FailureKind | None
     crashed: bool
     load: ShardResult | None  # None unless the cell is done
     server_log: str
@@ -142,12 +145,12 @@ class CellWorker:
             else:
                 reuse, ran = self._measure_routed(cell, served, plan, limits)
         except _Refused as refusal:
-            return CellOutcome.failure(cell, refusal.reason, refusal.retryable, self._node_id, started,
+            return CellOutcome.failure(cell, refusal.kind, refusal.reason, refusal.retryable, self._node_id, started,
                                        refusal.server_log)  # fmt: skip
         finally:
             self._status = WorkerStatus()
         return self._outcome(
-            cell, schedule, started, ran.status, ran.reason, retryable=ran.crashed, load=ran.load,
+            cell, schedule, started, ran.status, ran.reason, ran.failure_kind, retryable=ran.crashed, load=ran.load,
             server_log=ran.server_log, trace=parquet_of_lines(ran.trace), engine=served.engine,
             engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, n_preemptions=ran.n_preemptions,
             n_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
@@ -178,7 +181,8 @@ class CellWorker:
         except ServerStartError as error:
             log = self._replica.log_tail(200) if self._replica else ""
             self._drop_replica()
-            raise _Refused(f"replica did not start: {first_line(error)}", retryable=True, server_log=log) from None
+            raise _Refused(f"replica did not start: {first_line(error)}", retryable=True, server_log=log,
+                           kind=FailureKind.REPLICA_START) from None
 
     def _measure_routed(self, cell: CellSpec, served: ServedCell, plan: WorkloadPlan,
                         limits: RunLimits) -> tuple[ReplicaReuse, _Measured]:  # fmt: skip
@@ -197,7 +201,8 @@ class CellWorker:
             reuse = ReplicaReuse(reused=False, start_s=time.monotonic() - started)
             return reuse, self._measure(cell, served, plan, limits, replicas)
         except ServerStartError as error:
-            raise _Refused(f"replicas did not start: {first_line(error)}", retryable=True) from None
+            raise _Refused(f"replicas did not start: {first_line(error)}", retryable=True,
+                           kind=FailureKind.REPLICA_START) from None
         finally:
             replicas.stop()
 
@@ -212,12 +217,12 @@ class CellWorker:
         self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, len(plan.jobs))
         load = self._start_load(plan, engines.base_url, options, limits)
         limit_s = limits.cell_limit_s(cell.workload)
-        status, reason = self._watch(load, engines, before, limits, (time.monotonic() + limit_s, limit_s), cell.key)
+        status, reason, kind = self._watch(load, engines, before, limits, (time.monotonic() + limit_s, limit_s), cell.key)
         shard = load.result() if status is CellStatus.DONE else None
         after = engines.poll()
         crashed = after.failure is not None  # a crash is worth another attempt; a hang or a time limit is not
         if crashed and shard is not None:
-            status, shard, reason = CellStatus.FAILED, None, after.failure
+            status, shard, reason, kind = CellStatus.FAILED, None, after.failure, FailureKind.ENGINE_CRASH
         log, trace = engines.output_since(mark, shard.requests if shard else ())
         if shard is None:
             self._drop_replica()
@@ -225,11 +230,11 @@ class CellWorker:
         tier_counters = TierCounters.summed([TierCounters.between(starts, ends)
                                              for starts, ends in zip(before.counters, after.counters)])
         n_preemptions = _counted(PREEMPTIONS, before.counters, after.counters)
-        return _Measured(status, reason, crashed, shard, log, trace, tier_counters, n_preemptions, options,
+        return _Measured(status, reason, kind, crashed, shard, log, trace, tier_counters, n_preemptions, options,
                          plan.fingerprint(), engines.infos[0])  # fmt: skip
 
-    def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None, *,
-                 retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
+    def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None,
+                 failure_kind: FailureKind | None, *, retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
                  **config: object) -> CellOutcome:  # fmt: skip
         """A cell that ran, on any engine: its records, each request with its best possible prefix hit, and
         its configuration with what every engine records (``config`` adds the engine's own)."""
@@ -246,6 +251,7 @@ class CellWorker:
             scheduler_trace=trace,
             started_unix=started,
             finished_unix=time.time(),
+            failure_kind=failure_kind,
         )
 
     def _simulate(self, cell: CellSpec, schedule: Schedule, started: float) -> CellOutcome:
@@ -257,7 +263,7 @@ class CellWorker:
         counts = asdict(result.stats).items()
         summary = " ".join(f"{name}={value:.6g}" for name, value in counts if isinstance(value, (int, float)))
         return self._outcome(
-            cell, schedule, started, CellStatus.DONE, None, retryable=False,
+            cell, schedule, started, CellStatus.DONE, None, None, retryable=False,
             load=ShardResult(tuple(result.requests), tuple(result.jobs)),
             server_log=f"simulated {cell.label}: {summary}\n", trace=parquet_of_entries(result.replica_traces),
             engine=engine.config,
@@ -331,7 +337,7 @@ class CellWorker:
 
     def _watch(self, load: LoadRun, engines: CellEngines, before: EnginesPoll, limits: RunLimits,
                time_limit: tuple[float, float], cell_key: str):  # fmt: skip
-        """Wait for the load to finish; the status and reason of the cell if a fault ends it first.
+        """Wait for the load to finish; the status, reason and kind of failure of the cell if a fault ends it first.
 
         ``before`` is the replicas' poll from just before the load started; ``time_limit`` is the cell's
         (monotonic deadline, limit in seconds)."""
@@ -342,7 +348,7 @@ class CellWorker:
             now = time.monotonic()
             poll = engines.poll()
             if poll.failure is not None:
-                return CellStatus.FAILED, poll.failure
+                return CellStatus.FAILED, poll.failure, FailureKind.ENGINE_CRASH
             progress = load.progress()
             self._status = WorkerStatus(cell_key, WorkerPhase.RUNNING, progress.jobs_finished, progress.jobs_total)
             work = poll.work_done()
@@ -351,10 +357,10 @@ class CellWorker:
             elif now - last_progress > limits.hang_timeout_s:
                 return CellStatus.HUNG, (
                     f"no engine progress for {limits.hang_timeout_s:g} s with {progress.requests_in_flight} requests in flight"
-                )
+                ), FailureKind.NO_PROGRESS
             if now > deadline:
-                return CellStatus.FAILED, f"cell time limit of {limit_s:g} s exceeded"
-        return CellStatus.DONE, None
+                return CellStatus.FAILED, f"cell time limit of {limit_s:g} s exceeded", FailureKind.TIME_LIMIT
+        return CellStatus.DONE, None, None
 
 
 def worker_actor_class():
