@@ -34,7 +34,7 @@ class CellShape:
     spike_turns: tuple[int, ...]  # it and the turns the measurement cannot tell from it (see ``peak_turns``)
     later_mean_s: float  # mean latency of the requests from turn 3 on
     cached_of_best: float  # of the prefix turns 3+ could have found (their job's previous turn), the share found
-    n_preemptions: int
+    num_preemptions: int
     engine_mean_s: float  # per request, from its first admission to its finish
     wait_mean_s: float  # per request, its latency less its time in the engine: the API server and the queue
 
@@ -87,7 +87,7 @@ def cell_shape(requests: pd.DataFrame, jobs: pd.DataFrame, trace: list[TraceEven
         spike_turns=peak_turns(ok),
         later_mean_s=float(later.latency_s.mean()),
         cached_of_best=float(later.cached_tokens.sum() / best) if best else float("nan"),
-        n_preemptions=sum(event.preempted for event in trace if isinstance(event, Step)),
+        num_preemptions=sum(event.preempted for event in trace if isinstance(event, Step)),
         engine_mean_s=float(split.engine_s.mean()),
         wait_mean_s=float((split.latency_s - split.engine_s).mean()),
     )

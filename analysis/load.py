@@ -16,6 +16,7 @@ import pandas as pd
 from analysis.verdicts import CellRecords, censored_job_times, replica_shapes, routed_arms
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 
 # What the numbers of an engine are, said on every table of a report.
 PROVENANCE = {
@@ -78,7 +79,7 @@ def load_sweep(directory: Path) -> SweepData:
     directory = Path(directory).absolute()
     files = sweep_files(directory)
     path = files.summary
-    summary = replica_shapes(routed_arms(_measured_over_simulated(pd.read_parquet(path))))
+    summary = replica_shapes(routed_arms(_measured_over_simulated(read_summary(path))))
     turns = []
     for key in summary[summary.status == CellStatus.DONE.value].cell_key:
         try:

@@ -77,7 +77,7 @@ def _verdict_square(verdict: Verdict, colours: dict[str, tuple]) -> tuple[str, d
         shade = 0.35 + 0.65 * min(max(verdict.margin_lo_pct, 0.0), 50.0) / 50.0
         return f"{verdict.leader}\n+{verdict.margin_pct:.0f}%", {"color": colours[verdict.leader], "alpha": shade}
     if verdict.kind is VerdictKind.TRADE_OFF:
-        text = f"trade-off\n{verdict.faster} +{verdict.faster_by_pct:.0f}%\nlost {verdict.jobs_lost}/{verdict.n_jobs}"
+        text = f"trade-off\n{verdict.faster} +{verdict.faster_by_pct:.0f}%\nlost {verdict.jobs_lost}/{verdict.num_jobs}"
         return text, {"facecolor": "0.95", "edgecolor": "0.6", "hatch": "//"}
     if verdict.kind is VerdictKind.TIE:
         return "tie\n" + "\n".join(verdict.tied_with[:3]), {"color": "0.85"}

@@ -29,6 +29,7 @@ from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
+from orchestrator.records.names import read_summary
 from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.records.verdict import VerdictKind, verdict_frame
 from orchestrator.sim.error_bands import load_errors
@@ -141,13 +142,13 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
 def _dropped_jobs(report: ReportBuilder, data: SweepData) -> None:
     """Jobs that ``--max-context`` left out of the schedules, said before any number that comes without them."""
     done = data.done
-    if "n_jobs_dropped" not in done or not done.n_jobs_dropped.fillna(0).any():
+    if "num_jobs_dropped" not in done or not done.num_jobs_dropped.fillna(0).any():
         return
     limits = " and ".join(f"{int(limit):,}" for limit in sorted(done.max_context.dropna().unique()))
-    cells = int((done.n_jobs_dropped > 0).sum())
-    report.paragraph(f"--max-context {limits} tokens dropped {int(done.n_jobs_dropped.sum()):,} jobs whole (a request "
+    cells = int((done.num_jobs_dropped > 0).sum())
+    report.paragraph(f"--max-context {limits} tokens dropped {int(done.num_jobs_dropped.sum()):,} jobs whole (a request "
                      f"longer than that) from {cells} done cells' schedules; every number below is without them "
-                     "(per cell: n_jobs_dropped in the summary).")  # fmt: skip
+                     "(per cell: num_jobs_dropped in the summary).")  # fmt: skip
 
 
 def _capacity(report: ReportBuilder, data: SweepData) -> None:
@@ -189,7 +190,7 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     predictions = pd.read_csv(data.files.predictions) if data.files.predictions.exists() else None
     bases = []
     if predictions is not None:  # every comparison once: the verdict that stands, and what it rests on
-        whole = pd.read_parquet(data.files.summary)
+        whole = read_summary(data.files.summary)
         predicted_found, _ = verdicts(whole[whole.engine == "sim"], records, load_errors())
         bases = predicted.verdict_bases(predicted_found + [v for v in found if v.engine != "sim"], predictions, whole)
         found = predicted.standing_verdicts(bases, found)
@@ -202,7 +203,7 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     else:
         report.figure("Winner per load and DRAM budget, by GPU (shade: margin over the closest rival; grey: a tie; "
                       "hatched: a trade-off)", plots.verdict_map(found))  # fmt: skip
-    trials = int(table.n_trials.max()) if len(table) else 0
+    trials = int(table.num_trials.max()) if len(table) else 0
     report.paragraph(
         "A winner beats every other policy by at least 1% at the lower end of a 95% interval; otherwise the "
         "policies are tied, or, where a faster policy lost jobs that the leader completed, they trade speed for "

@@ -106,7 +106,7 @@ def cached_per_turn(summary: pd.DataFrame, turns: pd.DataFrame, gpu: str) -> pd.
 
 def health(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
     """Jobs, completions, timeouts, errors and the client's dispatch lag of every cell on ``gpu``."""
-    columns = ["policy", "dram_gb", "jps", "seed", "status", "n_jobs", "n_completed", "n_timeouts", "n_errors",
+    columns = ["policy", "dram_gb", "jps", "seed", "status", "num_jobs", "num_completed", "num_timeouts", "num_errors",
                "dispatch_lag_p99_ms"]  # fmt: skip
     cells = summary[summary.gpu == gpu]
     return cells[[c for c in columns if c in cells.columns]].sort_values(["policy", "dram_gb", "jps"]).reset_index(drop=True)
@@ -150,10 +150,10 @@ def pin_outcomes(summary: pd.DataFrame, gpu: str) -> pd.DataFrame:
     carried to the job's next turn, expired before it came, given way to other work, or held for a job that
     never came back, and the KV held in vain (block-seconds). Empty where no cell pinned."""
     cells = summary[(summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
-    if "n_pins" not in cells or not (cells.n_pins.fillna(0) > 0).any():
+    if "num_pins" not in cells or not (cells.num_pins.fillna(0) > 0).any():
         return pd.DataFrame()
-    pinned = cells[cells.n_pins > 0]
-    columns = ["n_pins", *PIN_SHARES, "pin_in_vain_block_s", "tool_time_s"]
+    pinned = cells[cells.num_pins > 0]
+    columns = ["num_pins", *PIN_SHARES, "pin_in_vain_block_s", "tool_time_s"]
     table = pinned.groupby(["policy", *_grid_index(cells)])[columns].mean()
     return table.reset_index()
 

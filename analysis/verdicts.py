@@ -141,10 +141,10 @@ def request_tails(requests: pd.DataFrame) -> dict:
 def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: SimErrors | None = None) -> Verdict:
     """The verdict of one comparison (``where``: its gpu, dram_gb, jps and engine). ``sim_error`` is given for
     simulated cells: a margin must then also clear the two policies' and the GPU's errors combined."""
-    n_trials = len(runs[0].times) if runs else 0
-    if len(runs) < 2 or n_trials == 0:
+    num_trials = len(runs[0].times) if runs else 0
+    if len(runs) < 2 or num_trials == 0:
         return Verdict(**where, kind=VerdictKind.UNDECIDED, leader=None, tied_with=(), margin_pct=np.nan,
-                       margin_lo_pct=np.nan, margin_hi_pct=np.nan, n_trials=n_trials,
+                       margin_lo_pct=np.nan, margin_hi_pct=np.nan, num_trials=num_trials,
                        note="fewer than two policies done")  # fmt: skip
     by_mean = sorted(runs, key=_mean_time)
     completion = {}
@@ -168,17 +168,17 @@ def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: SimErrors | None 
     out_completed = [p for p in margins if completion[(leader.policy, p)].hi < 0]
     closest = min(margins, key=lambda p: margins[p].estimate)
     kind = (VerdictKind.TRADE_OFF if faster else VerdictKind.TIE if tied or out_completed else VerdictKind.WIN)
-    note = "" if n_trials > 1 else "one trial: intervals over jobs, no run-to-run spread"
+    note = "" if num_trials > 1 else "one trial: intervals over jobs, no run-to-run spread"
     if sim_error is not None and any(MIN_EFFECT_PCT < margins[p].lo <= bands[p] for p in tied):
         settle = ", ".join(sorted({leader.policy, *tied}))
         note = f"{TOO_CLOSE} (within the simulator's error); measure {settle} to settle it"
     lossy = {"faster": faster[0].policy, "jobs_lost": sum(int((1 - c).sum()) for c in faster[0].completed),
-             "n_jobs": sum(len(c) for c in faster[0].completed),
+             "num_jobs": sum(len(c) for c in faster[0].completed),
              "faster_by_pct": (1 - _mean_time(faster[0]) / _mean_time(leader)) * 100} if faster else {}  # fmt: skip
     return Verdict(**where, kind=kind, leader=leader.policy,
                    tied_with=tuple(sorted({leader.policy, *tied})) if tied else (),
                    margin_pct=margins[closest].estimate, margin_lo_pct=margins[closest].lo,
-                   margin_hi_pct=margins[closest].hi, n_trials=n_trials, note=note, **lossy)  # fmt: skip
+                   margin_hi_pct=margins[closest].hi, num_trials=num_trials, note=note, **lossy)  # fmt: skip
 
 
 def _mean_time(runs: PolicyRuns) -> float:
@@ -211,8 +211,8 @@ def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
             of_policy = cells[cells.policy == run.policy]
             requests = pd.concat([records_of(cell_key).requests for cell_key in of_policy.cell_key])
             counts = {name: of_policy[name].sum(min_count=1) if name in of_policy else np.nan
-                      for name in ("n_timeouts", "n_errors", "n_preemptions")}  # fmt: skip
-            policy_rows.append(where | {"n_trials": len(run.times)} | policy_stats(run) | counts
+                      for name in ("num_timeouts", "num_errors", "num_preemptions")}  # fmt: skip
+            policy_rows.append(where | {"num_trials": len(run.times)} | policy_stats(run) | counts
                                | request_tails(requests))  # fmt: skip
     return found, pd.DataFrame(policy_rows)
 

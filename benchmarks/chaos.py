@@ -31,10 +31,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.replica.server import free_port
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
@@ -158,7 +157,7 @@ def audit(results_dir: Path, sweep: str, tracking_uri: str, cell_keys: list[str]
             done_runs[run.data.tags["cell_key"]] += 1
             done[run.data.tags["cell_key"]] = run.info.run_id
     files = SweepFiles(results_dir / sweep)
-    rows = pd.read_parquet(files.summary)
+    rows = read_summary(files.summary)
     row_counts = Counter(rows.cell_key)
     done_once = 0
     for key in cell_keys:

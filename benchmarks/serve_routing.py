@@ -25,6 +25,7 @@ import pandas as pd
 
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
@@ -54,7 +55,7 @@ def cell_row(files: SweepFiles, cell) -> dict:
 
 
 def table(files: SweepFiles) -> pd.DataFrame:
-    summary = pd.read_parquet(files.summary)
+    summary = read_summary(files.summary)
     done = summary[summary.status == CellStatus.DONE.value]
     return pd.DataFrame([cell_row(files, cell) for cell in done.itertuples()]).sort_values(["policy", "jps", "arm"])
 

@@ -42,6 +42,7 @@ from analysis.load import cell_records
 from analysis.verdicts import censored_job_times, verdicts
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.records.trace_file import trace_events, trace_file_frame
 from orchestrator.records.verdict import VerdictKind, read_verdicts
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
@@ -77,7 +78,7 @@ def simulated_twin(measured: SweepSpec, profile: CpuProfile) -> SweepSpec:
 
 def done_trials(files: SweepFiles) -> dict[tuple[str, float], list[CellFiles]]:
     """The done cells of a sweep by (policy, JPS): every trial of each."""
-    summary = pd.read_parquet(files.summary)
+    summary = read_summary(files.summary)
     return {(policy, float(jps)): [files.cell(key) for key in rows.cell_key]
             for (policy, jps), rows in summary[summary.status == CellStatus.DONE.value].groupby(["policy", "jps"])}
 
@@ -166,7 +167,7 @@ def print_tables(cells: pd.DataFrame, judgements: pd.DataFrame) -> None:
               f"| {row.engine_mean_s_real:.2f} + {row.wait_mean_s_real:.2f} / "
               f"{row.engine_mean_s_sim:.2f} + {row.wait_mean_s_sim:.2f} s "
               f"| {row.cached_of_best_real:.0%} / {row.cached_of_best_sim:.0%} "
-              f"| {row.n_preemptions_real} / {row.n_preemptions_sim} | {row.step_pace:.2f}x "
+              f"| {row.num_preemptions_real} / {row.num_preemptions_sim} | {row.step_pace:.2f}x "
               f"| {row.jct_mean_s_paced:.1f} s, {row.jct_error_paced:+.0%} |")  # fmt: skip
     print("\n| pool (blocks) | JPS | measured verdict | margin [95% interval] | simulated verdict | agree |")
     print("|---|---|---|---|---|---|")

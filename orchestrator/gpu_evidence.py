@@ -444,8 +444,8 @@ class EvidenceRun:
         simulated = (simulated_jct(MeasuredCell("large_dram", cell.gpu, cell.policy, cell.jps, 0.0, 0.0),
                                    Calibration.load()) if cell.gpu in GPU_TYPES else None)  # fmt: skip
         facts = {"jct_mean_s": summary.jct_mean_s, "published_jct_s": published, "simulated_jct_s": simulated,
-                 "completed": summary.n_completed, "jobs": summary.n_jobs}  # fmt: skip
-        detail = (f"mean JCT {summary.jct_mean_s:.2f} s ({summary.n_completed}/{summary.n_jobs} jobs); published "
+                 "completed": summary.num_completed, "jobs": summary.num_jobs}  # fmt: skip
+        detail = (f"mean JCT {summary.jct_mean_s:.2f} s ({summary.num_completed}/{summary.num_jobs} jobs); published "
                   f"{_seconds(published)}, simulated {_seconds(simulated)}")  # fmt: skip
         return StageResult(name, "done", 0.0, detail, facts=facts)
 
@@ -523,12 +523,12 @@ class EvidenceRun:
 def _slo_facts(summary: CellSummary) -> dict:
     return {"slo_met": summary.slo_met, "jct_p90_s": summary.jct_p90_s, "jct_mean_s": summary.jct_mean_s,
             "good_pct": summary.good_pct, "good_lo_pct": summary.good_lo_pct, "good_hi_pct": summary.good_hi_pct,
-            "n_completed": summary.n_completed, "n_jobs": summary.n_jobs}  # fmt: skip
+            "num_completed": summary.num_completed, "num_jobs": summary.num_jobs}  # fmt: skip
 
 
 def _slo_line(summary: CellSummary) -> str:
     return (f"{summary.slo_met} (p90 JCT {_seconds(summary.jct_p90_s)}, {summary.good_pct:.0f}% of "
-            f"{summary.n_jobs} jobs good)")  # fmt: skip
+            f"{summary.num_jobs} jobs good)")  # fmt: skip
 
 
 def _plan_table(entries: tuple[PolicyCell, ...], predicted: dict[str, CellFacts]) -> str:
@@ -608,7 +608,7 @@ def _why_not_done(outcome: CellOutcome) -> str:
 def _cell_line(outcome: CellOutcome, summary: CellSummary) -> str:
     facts = outcome.config.engine_facts
     pool = f"KV pool {facts.num_kv_blocks} blocks x {facts.block_size} on {facts.device_name}" if facts else "no pool"
-    return f"{summary.n_completed}/{summary.n_jobs} jobs, mean JCT {summary.jct_mean_s:.2f} s; {pool}"
+    return f"{summary.num_completed}/{summary.num_jobs} jobs, mean JCT {summary.jct_mean_s:.2f} s; {pool}"
 
 
 def _server_command(cell: CellSpec) -> str:

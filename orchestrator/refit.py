@@ -25,6 +25,7 @@ import pandas as pd
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.records.prediction import relative_error_pct
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.summary import summarize
@@ -51,7 +52,7 @@ def refit(sweep_dir: Path, gpu: str) -> tuple[MeasuredProfile, pd.DataFrame]:
                          "(--gpu-budget); valid: the directory of such a sweep")  # fmt: skip
     predictions = pd.read_csv(files.predictions)
     predictions = predictions[predictions.gpu == gpu]
-    summary = pd.read_parquet(files.summary)
+    summary = read_summary(files.summary)
     measured = summary[(summary.engine != "sim") & (summary.status == CellStatus.DONE.value) & (summary.gpu == gpu)]
     traces = [files.cell(key).scheduler_trace for key in measured.cell_key if files.cell(key).scheduler_trace.exists()]
     if not traces:

@@ -27,6 +27,7 @@ from orchestrator.gpus import CPU
 from orchestrator.policies import POLICIES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.records.slo import Met, Slo, SloOutcome, Trial, evaluate
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.routing.rules import RouterKind
@@ -244,7 +245,7 @@ def _one_arm(spec: SweepSpec, arm: Arm) -> SweepSpec:
 
 
 def _done_cells(files: SweepFiles, engine: EngineKind, gpu: str) -> pd.DataFrame:
-    summary = pd.read_parquet(files.summary)
+    summary = read_summary(files.summary)
     done = summary[(summary.engine == engine.value) & (summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
     return done.assign(tp=done.tp.fillna(1).astype(int) if "tp" in done else 1,
                        replicas=done.replicas.fillna(1).astype(int) if "replicas" in done else 1,

@@ -11,6 +11,7 @@ import pandas as pd
 from orchestrator.crossover.bisection import NOT_MEASURED, Judge, bisect_flips, confirmation, locate_flip, start_loads
 from orchestrator.gpus import CPU
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile, profile_spec
@@ -86,7 +87,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind, rounds: SearchRoun
         print(f"[{spec.name}] measuring {engine.value} at {', '.join(f'{jps:g}' for jps in loads)} jobs per second",
               flush=True)  # fmt: skip
         rounds.run(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}))
-        summary = pd.read_parquet(files.summary)
+        summary = read_summary(files.summary)
         found, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_errors())
         by_load = {verdict.jps: verdict.label for verdict in found}
         return {jps: by_load.get(jps, NOT_MEASURED) for jps in loads}

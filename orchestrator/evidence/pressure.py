@@ -198,13 +198,13 @@ def cell_facts(cell: CellSpec, outcome: CellOutcome) -> CellFacts:
     tier = tier_activity(get_policy(cell.policy), outcome, kv_bytes_per_token(arch, KV_DTYPE_BYTES))
     served = tier.served_tokens if tier else None
     return CellFacts(
-        policy=cell.policy, jobs=summary.n_jobs, completed=summary.n_completed, jct_mean_s=summary.jct_mean_s,
+        policy=cell.policy, jobs=summary.num_jobs, completed=summary.num_completed, jct_mean_s=summary.jct_mean_s,
         jct_p90_s=summary.jct_p90_s, ttft_p50_s=float(np.median(ttfts)) if ttfts else None, span_s=summary.span_s,
         prompt_tokens=float(sum(record.prompt_tokens or 0 for record in outcome.requests)),
         gpu_hit_tokens=cached - (served or 0.0), tier_hit_tokens=served,
         tier_looked_up_tokens=tier.looked_up_tokens if tier else None,
         tier_stored_tokens=tier.stored_tokens if tier else None, tier_stored_from=tier.stored_from if tier else None,
-        preemptions=outcome.config.n_preemptions,
+        preemptions=outcome.config.num_preemptions,
     )  # fmt: skip
 
 

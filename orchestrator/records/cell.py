@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from orchestrator.records.names import current_names
 from orchestrator.records.schema import JobRecord, RequestRecord
 
 if TYPE_CHECKING:  # the requested side is the stages' own types, read back lazily (``_read_requested``)
@@ -158,7 +159,7 @@ class SimStats:
 
     steps: int = 0
     busy_s: float = 0.0
-    n_preemptions: int = 0
+    num_preemptions: int = 0
     evicted_blocks: int = 0
     save_stall_s: float = 0.0
     load_stall_s: float = 0.0
@@ -173,9 +174,6 @@ class SimStats:
         totals = {spec.name: sum(getattr(stats, spec.name) for stats in replicas)
                   for spec in fields(cls) if spec.name != "tier_counters"}  # fmt: skip
         return cls(**totals, tier_counters=TierCounters.summed([stats.tier_counters for stats in replicas]))
-
-
-_RENAMED = {"num_preemptions": "n_preemptions"}  # in cell.json files written before the rename
 
 
 @dataclass(frozen=True)
@@ -196,10 +194,10 @@ class CellConfig:
     engine: EngineConfig | SimEngineConfig | None = None
     engine_facts: EngineFacts | None = None
     tier_counters: TierCounters = field(default_factory=TierCounters)
-    n_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
+    num_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
     # Cached blocks evicted over the cell: the plugin's evict events (real vLLM; the fake engine never evicts), or
     # the simulator's count; None if unknown
-    n_evicted_blocks: int | None = None
+    num_evicted_blocks: int | None = None
     stack: NodeStack | None = None  # real vLLM cells only
     # How the cell got its replica: reused after a proven reset, or started in ``replica_start_s``.
     replica_reused: bool = False
@@ -229,7 +227,7 @@ class CellConfig:
         """The configuration ``cell.json`` holds (it also carries the attempt's status and reason, which are
         the tracking store's to keep, and are left out here)."""
         known = {spec.name for spec in fields(cls)}
-        payload = {_RENAMED.get(name, name): value for name, value in payload.items()}
+        payload = current_names(payload)
         values = {name: value for name, value in payload.items() if name in known}
         for name, read in _READERS.items():
             if values.get(name) is not None:
@@ -254,7 +252,7 @@ _READERS: dict[str, Callable[[dict], object]] = {
 def _sim_stats(tier_counters: dict, tier_hits: int | None = None, **stats) -> SimStats:
     """``tier_hits``, in files written before the simulator counted its tier's hits in tokens as vLLM does, counted
     requests: it has no place now (those files' ``tier_load_bytes`` hold the tokens)."""
-    return SimStats(**stats, tier_counters=TierCounters(**tier_counters))
+    return SimStats(**current_names(stats), tier_counters=TierCounters(**tier_counters))
 
 
 def _request_options(answer_token_ids: list[int] | None, **options) -> RequestOptions:

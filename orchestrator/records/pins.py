@@ -49,7 +49,7 @@ class Pin:
 class PinSummary:
     """A cell's pins by outcome, in percent of its pins (None without pins), and the KV held in vain."""
 
-    n_pins: int
+    num_pins: int
     pin_carried_pct: float | None
     pin_expired_pct: float | None
     pin_gave_way_pct: float | None

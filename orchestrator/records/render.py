@@ -16,8 +16,8 @@ def render_cell_summary(title: str, summary: CellSummary, console: Console | Non
     console = console or Console(width=max(Console().width, 110))
     console.print(f"[bold]{title}[/bold]")
     console.print(
-        f"jobs {summary.n_jobs}  completed {summary.n_completed}  timeouts {summary.n_timeouts}  "
-        f"errors {summary.n_errors}   JCT mean {_fmt(summary.jct_mean_s)} s  p50 {_fmt(summary.jct_p50_s)} s  "
+        f"jobs {summary.num_jobs}  completed {summary.num_completed}  timeouts {summary.num_timeouts}  "
+        f"errors {summary.num_errors}   JCT mean {_fmt(summary.jct_mean_s)} s  p50 {_fmt(summary.jct_p50_s)} s  "
         f"p90 {_fmt(summary.jct_p90_s)} s  p99 {_fmt(summary.jct_p99_s)} s   "
         f"dispatch lag p99 {_fmt(summary.dispatch_lag_p99_ms)} ms"
     )

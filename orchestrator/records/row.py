@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
 from orchestrator.records.cell import CellConfig, CellStatus, NodeStack, TierCounters
+from orchestrator.records.names import current_names
 from orchestrator.records.summary import CellSummary
 
 if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
     from orchestrator.sweep.planning.cells import CellSpec
 
 # Names an older version wrote to a done cell's summary.json (read back when a sweep resumes).
-_LEGACY_NAMES = {"t8_mean_s": "t_last_mean_s", "t8_over_t1": "t_last_over_t1"}
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,9 @@ class SummaryRow:
     jps: float  # the jobs' arrival rate
     dram_gb: float  # the CPU DRAM budget: a policy's CPU tier where it has one
     status: str  # done, failed, hung, interrupted (the last attempt), pending (with its reason) or not_run
-    n_jobs: int | None = None  # jobs the schedule planned
-    n_completed: int | None = None  # jobs whose every turn completed
-    n_timeouts: int | None = None  # jobs cut by a request or job timeout (counted, never dropped)
+    num_jobs: int | None = None  # jobs the schedule planned
+    num_completed: int | None = None  # jobs whose every turn completed
+    num_timeouts: int | None = None  # jobs cut by a request or job timeout (counted, never dropped)
     jct_mean_s: float | None = None  # job completion time over the completed jobs, from each job's arrival
     jct_p50_s: float | None = None
     jct_p90_s: float | None = None
@@ -61,11 +61,11 @@ class SummaryRow:
     workload_source: str | None = None  # source-study, parametric or trace
     load_multiplier: float | None = None  # a replay's rate over the trace's own
     max_context: int | None = None  # jobs with a longer request were dropped whole ...
-    n_jobs_dropped: int | None = None  # ... this many, in the done attempt's schedule
+    num_jobs_dropped: int | None = None  # ... this many, in the done attempt's schedule
     replicas: int | None = None  # behind a router, when more than one
     router: str | None = None  # round-robin, least-loaded, session-affinity or prefix-aware
     tp: int = 1  # tensor-parallel degree: the GPUs of one replica
-    n_errors: int | None = None  # jobs ended by an error answer
+    num_errors: int | None = None  # jobs ended by an error answer
     t_last_over_t1: float | None = None  # the last turn's mean latency over the first's
     jct_censored_mean_s: float | None = None  # every job's time, one cut short counted to its cut
     jct_censored_lo_s: float | None = None  # ... its 95% interval (a bootstrap over the jobs)
@@ -75,7 +75,7 @@ class SummaryRow:
     dispatch_lag_p99_ms: float | None = None
     dispatch_lag_max_ms: float | None = None
     span_s: float | None = None  # first arrival to last job end (virtual time for a simulated cell)
-    n_pins: int | None = None  # Continuum's pins over the cell (none for other policies)
+    num_pins: int | None = None  # Continuum's pins over the cell (none for other policies)
     pin_carried_pct: float | None = None  # pins that carried a job's KV to its next turn
     pin_expired_pct: float | None = None  # pins whose time to live ran out first
     pin_gave_way_pct: float | None = None  # pins taken for another request under pressure
@@ -112,8 +112,8 @@ class SummaryRow:
     replica_replaced: str | None = None  # why a reusable replica was not reused
     replica_start_s: float | None = None  # the replica's start, when the cell started one
     schedule_fingerprint: str | None = None  # cells compare only on one schedule
-    n_preemptions: int | None = None  # vLLM's counter over the cell (the simulator's own count)
-    n_evicted_blocks: int | None = None  # cached blocks the engine evicted over the cell
+    num_preemptions: int | None = None  # vLLM's counter over the cell (the simulator's own count)
+    num_evicted_blocks: int | None = None  # cached blocks the engine evicted over the cell
     kv_offload_store_bytes: float | None = None  # to the CPU tier (vLLM's counter, where its connector exports it)
     kv_offload_load_bytes: float | None = None  # back from the CPU tier
     external_prefix_cache_queries: float | None = None  # prompt tokens vLLM looked up in the CPU tier
@@ -144,7 +144,7 @@ class SummaryRow:
     @classmethod
     def from_json(cls, payload: dict) -> SummaryRow:
         """A row as ``to_json`` wrote it (older names renamed, columns this version lacks left out)."""
-        renamed = {_LEGACY_NAMES.get(name, name): value for name, value in payload.items()}
+        renamed = current_names(payload)
         return cls(**{spec.name: renamed[spec.name] for spec in fields(cls) if spec.name in renamed})
 
     def to_json(self) -> dict:
@@ -162,8 +162,8 @@ def attempt_tags(row: SummaryRow) -> dict[str, str]:
 
 
 _ATTEMPT_FACTS = ("attempt", "device_name", "vllm_version", "node_id", "gpu_ids", "started_unix", "finished_unix", "wall_s",
-                  "replica_reused", "replica_replaced", "replica_start_s", "schedule_fingerprint", "n_jobs_dropped",
-                  "n_preemptions", "n_evicted_blocks")  # fmt: skip
+                  "replica_reused", "replica_replaced", "replica_start_s", "schedule_fingerprint", "num_jobs_dropped",
+                  "num_preemptions", "num_evicted_blocks")  # fmt: skip
 
 
 def attempt_columns(attempt: Attempt) -> dict:
@@ -185,9 +185,9 @@ def attempt_columns(attempt: Attempt) -> dict:
         "replica_replaced": config.replica_replaced,
         "replica_start_s": config.replica_start_s,
         "schedule_fingerprint": config.schedule_fingerprint,
-        "n_jobs_dropped": config.schedule_stats.num_jobs_dropped if config.schedule_stats else None,
-        "n_preemptions": config.n_preemptions,
-        "n_evicted_blocks": config.n_evicted_blocks,
+        "num_jobs_dropped": config.schedule_stats.num_jobs_dropped if config.schedule_stats else None,
+        "num_preemptions": config.num_preemptions,
+        "num_evicted_blocks": config.num_evicted_blocks,
         **asdict(config.tier_counters),
         **{f"stack_{name}": value for name, value in asdict(stack).items()},
     }

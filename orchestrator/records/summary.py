@@ -39,10 +39,10 @@ class TurnSummary:
 
 @dataclass(frozen=True)
 class CellSummary:
-    n_jobs: int
-    n_completed: int
-    n_timeouts: int
-    n_errors: int
+    num_jobs: int
+    num_completed: int
+    num_timeouts: int
+    num_errors: int
     jct_mean_s: float | None
     jct_p50_s: float | None
     jct_p90_s: float | None
@@ -61,7 +61,7 @@ class CellSummary:
     t_last_mean_s: float | None  # each job's last turn (T8 in the source study's workload), over the jobs
     t_last_over_t1: float | None
     # Continuum's pins by outcome (``records/pins.py``): percent of the cell's pins; none for other policies.
-    n_pins: int
+    num_pins: int
     pin_carried_pct: float | None
     pin_expired_pct: float | None
     pin_gave_way_pct: float | None
@@ -115,10 +115,10 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trac
     t1 = turns[0].latency_mean_s if turns and turns[0].turn == 1 else None
     t_last = _mean([record.latency_s for record in _succeeded(requests) if record.is_last])
     return CellSummary(
-        n_jobs=len(jobs),
-        n_completed=sum(job.status.is_completed for job in jobs),
-        n_timeouts=sum(job.status is JobStatus.TIMEOUT for job in jobs),
-        n_errors=sum(job.status is JobStatus.ERROR for job in jobs),
+        num_jobs=len(jobs),
+        num_completed=sum(job.status.is_completed for job in jobs),
+        num_timeouts=sum(job.status is JobStatus.TIMEOUT for job in jobs),
+        num_errors=sum(job.status is JobStatus.ERROR for job in jobs),
         jct_mean_s=_mean(jcts),
         jct_p50_s=_percentile(jcts, 50),
         jct_p90_s=_percentile(jcts, 90),

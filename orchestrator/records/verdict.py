@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.records.names import current_names
+
 # The smallest margin a verdict names: paired on identical jobs, a systematic 0.1% gap can be "beyond the
 # uncertainty", yet no user would switch policies for it and no engine here resolves it run to run.
 MIN_EFFECT_PCT = 1.0
@@ -42,12 +44,12 @@ class Verdict:
     margin_pct: float  # the leader's margin over its closest rival (negative: the rival is faster)
     margin_lo_pct: float
     margin_hi_pct: float
-    n_trials: int
+    num_trials: int
     note: str = ""
     faster: str | None = None  # of a trade-off: the faster policy that lost jobs
     faster_by_pct: float = math.nan  # how much lower its mean job time is than the leader's
     jobs_lost: int = 0  # its jobs that timed out or failed, over all trials
-    n_jobs: int = 0  # its jobs, over all trials
+    num_jobs: int = 0  # its jobs, over all trials
     replicas: int = 1  # per cell; past one, the compared policies are "policy @ router"
 
     @property
@@ -71,7 +73,7 @@ class Verdict:
             return f"tie: {', '.join(self.tied_with)}"
         if self.kind is VerdictKind.TRADE_OFF:
             return (f"trade-off: {self.faster}'s mean job time is {self.faster_by_pct:.0f}% lower than "
-                    f"{self.leader}'s, but {self.jobs_lost} of its {self.n_jobs} jobs were lost (timed out or failed)")
+                    f"{self.leader}'s, but {self.jobs_lost} of its {self.num_jobs} jobs were lost (timed out or failed)")
         return f"undecided: {self.note}"
 
     def to_row(self) -> dict:
@@ -80,13 +82,15 @@ class Verdict:
                 "winner": None if self.kind is VerdictKind.UNDECIDED else self.label,
                 "significant": self.significant, "tied_with": ", ".join(self.tied_with),
                 "margin_pct": self.margin_pct, "margin_lo_pct": self.margin_lo_pct,
-                "margin_hi_pct": self.margin_hi_pct, "n_trials": self.n_trials, "note": self.note,
+                "margin_hi_pct": self.margin_hi_pct, "num_trials": self.num_trials, "note": self.note,
                 "kind": self.kind.value, "leader": self.leader, "faster": self.faster,
-                "faster_by_pct": self.faster_by_pct, "jobs_lost": self.jobs_lost, "n_jobs": self.n_jobs,
+                "faster_by_pct": self.faster_by_pct, "jobs_lost": self.jobs_lost, "num_jobs": self.num_jobs,
                 "in_words": self.in_words(), "replicas": self.replicas}  # fmt: skip
 
     @classmethod
     def from_row(cls, row: Mapping) -> Verdict:
+        row = current_names(row)
+
         def text(name: str) -> str | None:
             value = row[name]
             return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
@@ -95,15 +99,15 @@ class Verdict:
                    engine=str(row["engine"]), kind=VerdictKind(row["kind"]), leader=text("leader"),
                    tied_with=tuple(filter(None, (text("tied_with") or "").split(", "))),
                    margin_pct=float(row["margin_pct"]), margin_lo_pct=float(row["margin_lo_pct"]),
-                   margin_hi_pct=float(row["margin_hi_pct"]), n_trials=int(row["n_trials"]),
+                   margin_hi_pct=float(row["margin_hi_pct"]), num_trials=int(row["num_trials"]),
                    note=text("note") or "", faster=text("faster"), faster_by_pct=float(row["faster_by_pct"]),
-                   jobs_lost=int(row["jobs_lost"]), n_jobs=int(row["n_jobs"]),
+                   jobs_lost=int(row["jobs_lost"]), num_jobs=int(row["num_jobs"]),
                    replicas=int(row.get("replicas", 1)))  # fmt: skip
 
 
 CSV_COLUMNS = list(Verdict(gpu="", dram_gb=0, jps=0, engine="", kind=VerdictKind.UNDECIDED, leader=None, tied_with=(),
                            margin_pct=math.nan, margin_lo_pct=math.nan, margin_hi_pct=math.nan,
-                           n_trials=0).to_row())  # fmt: skip
+                           num_trials=0).to_row())  # fmt: skip
 
 
 def changes(found: list[Verdict]) -> list[tuple[Verdict, Verdict]]:

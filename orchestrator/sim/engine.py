@@ -227,7 +227,7 @@ class EngineCore:
 
     def finish_stats(self) -> SimStats:
         stats = self.stats
-        stats.n_preemptions = self.scheduler.n_preemptions
+        stats.num_preemptions = self.scheduler.num_preemptions
         stats.evicted_blocks = self.scheduler.pool.evicted_blocks
         if self.scheduler.tier is not None:
             # As vLLM counts them: tokens looked up in the tier at each admission, and the tokens it had.

@@ -140,7 +140,7 @@ class SimScheduler:
         self.tier = self.tier_mechanism.sim_store(config.tier_tokens) if self.tier_mechanism else None
         self.running: list[SimRequest] = []
         self.waiting = self.ordering.waiting_queue()
-        self.n_preemptions = 0
+        self.num_preemptions = 0
         self.tier_queried_tokens = 0  # a prompt's tokens beyond its GPU hit, looked up in the CPU tier at admission
         self._pinned_shared: dict[str, SharedHold] = {}  # a pinned job's shared segments, held with its pin
 
@@ -344,7 +344,7 @@ class SimScheduler:
         return self.retention.must_wait_for_reserve(request, self.pool.num_free, self.running, self.config.block_size)
 
     def _preempt(self, request: SimRequest) -> None:
-        self.n_preemptions += 1
+        self.num_preemptions += 1
         self._free(request)
         request.num_computed = 0
         request.ready_at = 0.0

@@ -86,7 +86,7 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
                    f"or a replayed trace (--trace); default: {spec.workload.source}")
     p.add_argument("--trace", type=Path, help="replay this agent trace (kvsweep-trace/1 JSONL, docs/workloads.md)")
     p.add_argument("--max-context", type=int, help="drop whole jobs with a request (prompt and answer) longer than "
-                   "this many tokens, counted in the summary (n_jobs_dropped); default: none dropped")
+                   "this many tokens, counted in the summary (num_jobs_dropped); default: none dropped")
     p.add_argument("--load", nargs="+", help="with a trace: load multipliers of its own arrival rate (the JPS axis "
                    "becomes multiplier x the trace's rate)")
     shape = "a number, a preset name or a JSON distribution"

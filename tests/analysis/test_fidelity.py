@@ -47,7 +47,7 @@ def test_the_shape_of_a_cell_from_its_records_and_trace():
     assert shape.turn_mean_s == {1: 1.5, 2: 3.0, 3: 1.0} and shape.spike_turn == 2
     assert shape.later_mean_s == pytest.approx(1.0)
     assert shape.cached_of_best == pytest.approx(200 / 400)
-    assert shape.n_preemptions == 3
+    assert shape.num_preemptions == 3
     # Only a1 and b1 were both admitted and finished in the trace; b1's readmission does not restart its clock.
     assert shape.engine_mean_s == pytest.approx((0.4 + 1.0) / 2)
     assert shape.wait_mean_s == pytest.approx((0.6 + 1.0) / 2)

@@ -38,7 +38,7 @@ def _summary(measured: dict[str, float]) -> pd.DataFrame:
 
 def _verdict(gpu: str, jps: float, engine: str, kind: VerdictKind, leader: str, note: str = "") -> Verdict:
     return Verdict(gpu=gpu, dram_gb=64.0, jps=jps, engine=engine, kind=kind, leader=leader, tied_with=(),
-                   margin_pct=12.0, margin_lo_pct=8.0, margin_hi_pct=16.0, n_trials=1, note=note)  # fmt: skip
+                   margin_pct=12.0, margin_lo_pct=8.0, margin_hi_pct=16.0, num_trials=1, note=note)  # fmt: skip
 
 
 def test_each_measured_cell_has_its_error_and_each_gpu_type_its_rms_bias_worst_and_share_within_the_band():
@@ -74,8 +74,8 @@ def test_a_verdict_rests_on_measured_cells_predictions_or_both_and_its_open_ques
 
 def test_a_trade_off_labels_the_faster_policy_as_a_win_labels_its_leader():
     trade_off = Verdict(gpu="H100", dram_gb=64.0, jps=8, engine="vllm", kind=VerdictKind.TRADE_OFF, leader="fcfs",
-                        tied_with=(), margin_pct=-100.0, margin_lo_pct=-120.0, margin_hi_pct=-80.0, n_trials=1,
-                        faster="continuum", faster_by_pct=50.0, jobs_lost=6, n_jobs=30)  # fmt: skip
+                        tied_with=(), margin_pct=-100.0, margin_lo_pct=-120.0, margin_hi_pct=-80.0, num_trials=1,
+                        faster="continuum", faster_by_pct=50.0, jobs_lost=6, num_jobs=30)  # fmt: skip
     win = _verdict("H100", 8, "vllm", VerdictKind.WIN, "continuum")
     assert "continuum +50%" in _verdict_square(trade_off, {})[0]  # its job time 50% lower, as a win's +12% says
     assert "continuum\n+12%" in _verdict_square(win, {"continuum": (0, 0, 0)})[0]

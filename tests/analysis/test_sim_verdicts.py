@@ -44,9 +44,9 @@ def test_the_policies_tie_at_1_jps_and_continuum_wins_significantly_at_15(simula
     light, heavy = (next(verdict for verdict in found if verdict.jps == jps) for jps in (1, 15))
     assert light.label == "tie" and not light.significant and {"fcfs", "continuum"} <= set(light.tied_with)
     assert heavy.label == "continuum" and heavy.significant and heavy.margin_lo_pct > 20
-    assert {(verdict.n_trials, verdict.engine) for verdict in found} == {(num_trials, "sim")}
+    assert {(verdict.num_trials, verdict.engine) for verdict in found} == {(num_trials, "sim")}
     heavy_policies = per_policy[per_policy.jps == 15].set_index("policy")
     assert heavy_policies.completion_pct["continuum"] >= heavy_policies.completion_pct.drop("continuum").max()
     # The tails: the worst TTFT bounds its p99, and Continuum's pins keep the last turn fast in the tail too.
-    assert (heavy_policies.ttft_max_s >= heavy_policies.ttft_p99_s).all() and heavy_policies.n_preemptions.notna().all()
+    assert (heavy_policies.ttft_max_s >= heavy_policies.ttft_p99_s).all() and heavy_policies.num_preemptions.notna().all()
     assert heavy_policies.loc["continuum", "T8 p90"] < heavy_policies.drop("continuum")["T8 p90"].min()

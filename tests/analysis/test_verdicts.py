@@ -56,7 +56,7 @@ def test_a_clear_margin_is_a_significant_winner_and_equal_policies_tie():
     leader, rival = _paired_jobs(rng, 300)
     clear = verdict(WHERE, [_runs("continuum", [leader]), _runs("fcfs", [rival])])
     assert clear.label == "continuum" and clear.significant and clear.margin_lo_pct > 0
-    assert clear.margin_lo_pct < TRUE_MARGIN_PCT < clear.margin_hi_pct and clear.n_trials == 1
+    assert clear.margin_lo_pct < TRUE_MARGIN_PCT < clear.margin_hi_pct and clear.num_trials == 1
     assert "no run-to-run spread" in clear.note
     same = verdict(WHERE, [_runs("continuum", [rival * 0.999]), _runs("fcfs", [rival * rng.uniform(0.99, 1.01, 300)])])
     assert same.label == "tie" and not same.significant and same.tied_with == ("continuum", "fcfs")
@@ -71,7 +71,7 @@ def test_a_faster_policy_that_lost_jobs_beyond_the_uncertainty_is_a_trade_off_no
     steady = _runs("fcfs", [times])
     found = verdict(WHERE, [quick_but_lossy, steady])
     assert found.kind is VerdictKind.TRADE_OFF and found.leader == "fcfs" and found.label == "trade-off"
-    assert (found.faster, found.jobs_lost, found.n_jobs) == ("continuum", 60, 300) and not found.significant
+    assert (found.faster, found.jobs_lost, found.num_jobs) == ("continuum", 60, 300) and not found.significant
     assert found.faster_by_pct == pytest.approx(50.0) and found.margin_pct == pytest.approx(-100.0)
     assert found.in_words() == ("trade-off: continuum's mean job time is 50% lower than fcfs's, but 60 of its 300 "
                                 "jobs were lost (timed out or failed)")  # fmt: skip
@@ -87,7 +87,7 @@ def test_the_csv_keeps_the_contract_columns_first_and_reads_back_every_kind(tmp_
              verdict(WHERE | {"jps": 2.0}, [_runs("fcfs", [rival])])]  # fmt: skip
     table = verdict_frame(found)
     assert list(table.columns)[:12] == ["gpu", "dram_gb", "jps", "engine", "winner", "significant", "tied_with",
-                                        "margin_pct", "margin_lo_pct", "margin_hi_pct", "n_trials", "note"]  # fmt: skip
+                                        "margin_pct", "margin_lo_pct", "margin_hi_pct", "num_trials", "note"]  # fmt: skip
     table.to_csv(tmp_path / "verdicts.csv", index=False)
     back = read_verdicts(tmp_path / "verdicts.csv")
     assert [v.label for v in back] == ["continuum", "tie", "undecided"] == [v.label for v in found]

@@ -66,7 +66,7 @@ def test_a_cells_load_is_its_predicted_span_scaled_by_what_its_place_measured():
 def _verdict(jps: float, kind: VerdictKind, leader: str, margin: tuple[float, float, float], note: str = "") -> Verdict:
     return Verdict(gpu="H100", dram_gb=64.0, jps=jps, engine="sim", kind=kind, leader=leader,
                    tied_with=("continuum", "fcfs") if kind is VerdictKind.TIE else (), margin_pct=margin[0],
-                   margin_lo_pct=margin[1], margin_hi_pct=margin[2], n_trials=1, note=note)  # fmt: skip
+                   margin_lo_pct=margin[1], margin_hi_pct=margin[2], num_trials=1, note=note)  # fmt: skip
 
 
 def _cells(jps=(1, 2, 4, 8, 16)):

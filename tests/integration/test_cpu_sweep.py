@@ -108,7 +108,7 @@ def test_done_runs_carry_metrics_per_turn_series_params_intervals_and_artifacts(
     client = MlflowClient(default_tracking_uri(sweep.results))
     for row in sweep.summary().itertuples():
         run = client.get_run(row.run_id)
-        assert run.data.metrics["n_completed"] == run.data.metrics["n_jobs"] >= 5 * row.jps
+        assert run.data.metrics["num_completed"] == run.data.metrics["num_jobs"] >= 5 * row.jps
         low, mean, high = (run.data.metrics[f"jct_censored_{stat}_s"] for stat in ("lo", "mean", "hi"))
         assert low <= mean <= high
         assert run.data.params["policy"] == row.policy and run.data.params["engine_options.num_kv_blocks"] == "1200"
@@ -133,7 +133,7 @@ def test_each_real_cell_is_judged_against_the_slo_from_its_own_records_as_the_ca
             assert (row.slo, row.slo_met) == (str(SLO), judged.met.value)
             assert row.good_pct == pytest.approx(judged.good_pct.estimate)
             assert row.goodput_jps == pytest.approx(judged.good_pct.estimate * row.jps / 100)
-            if row.n_completed == row.n_jobs:
+            if row.num_completed == row.num_jobs:
                 assert judged.targets[0].value.estimate == pytest.approx(row.jct_p90_s)
             run = client.get_run(row.run_id)
             assert run.data.tags["slo_met"] == row.slo_met and run.data.metrics["goodput_jps"] == pytest.approx(row.goodput_jps)
@@ -176,12 +176,12 @@ def test_each_cell_has_its_own_share_of_the_scheduler_trace(sweep):
 
 def test_each_load_gets_a_verdict_with_its_interval_over_the_jobs(sweep):
     verdicts = pd.read_csv(sweep.files.verdicts)
-    assert sorted(verdicts.jps) == [LOW, HEAVY] and (verdicts.n_trials == 1).all() and set(verdicts.engine) == {"vllm"}
+    assert sorted(verdicts.jps) == [LOW, HEAVY] and (verdicts.num_trials == 1).all() and set(verdicts.engine) == {"vllm"}
     for row in verdicts.itertuples():
         assert row.margin_lo_pct <= row.margin_pct <= row.margin_hi_pct
     stats = pd.read_csv(sweep.files.report / "tables" / "policy_stats.csv")
-    assert (stats.n_trials == 1).all() and (stats.jct_lo_s < stats.jct_mean_s).all()
-    assert (stats.jct_mean_s < stats.jct_hi_s).all() and stats.n_preemptions.notna().all()
+    assert (stats.num_trials == 1).all() and (stats.jct_lo_s < stats.jct_mean_s).all()
+    assert (stats.jct_mean_s < stats.jct_hi_s).all() and stats.num_preemptions.notna().all()
 
 
 def test_at_low_load_the_pool_holds_every_job_in_flight_so_no_policy_loses_a_prefix_hit(sweep):

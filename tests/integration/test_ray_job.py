@@ -72,7 +72,7 @@ def test_a_submitted_sweep_writes_to_the_absolute_results_directory(ray_cli, job
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     assert "1/1 cells done" in submitted.stdout
     rows = pd.read_parquet(tmp_path / "cpu_tiny" / "summary.parquet")
-    assert list(rows.status) == ["done"] and rows.engine[0] == "vllm" and rows.n_completed[0] == rows.n_jobs[0] > 0
+    assert list(rows.status) == ["done"] and rows.engine[0] == "vllm" and rows.num_completed[0] == rows.num_jobs[0] > 0
     assert (tmp_path / "mlflow.db").exists() and (tmp_path / "cpu_tiny" / "cells" / rows.cell_key[0] / "requests.parquet").exists()
 
 

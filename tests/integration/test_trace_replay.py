@@ -125,7 +125,7 @@ def test_a_shared_document_pushed_out_of_the_pool_is_evicted_by_the_engine_and_b
     expected = {"a": 0, "b": 8 * BLOCK, "c": 0} | {filler.job_id: 0 for filler in fillers}
     assert {record.job_id: record.cached_tokens for record in outcome.requests} == expected
     evicted = sum(event.num_blocks for event in trace_events(outcome.scheduler_trace, ("evict",)))
-    assert evicted >= 8 and outcome.config.n_evicted_blocks == evicted  # at least the document
+    assert evicted >= 8 and outcome.config.num_evicted_blocks == evicted  # at least the document
 
     engine = sim_engine(Device.gpu("H100"), "meta-llama/Llama-3.1-8B-Instruct", "fcfs", 0, cell.workload,
                         block_size=BLOCK, num_kv_blocks=NUM_BLOCKS)  # the pool's shape; the model sets only the times

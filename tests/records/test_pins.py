@@ -40,7 +40,7 @@ def test_every_pin_gets_the_outcome_its_release_and_the_jobs_next_turn_say():
     }  # fmt: skip
     assert pins["e"].reason is None and pins["e"].held_s is None
     summary = summarize_pins(list(pins.values()))
-    assert summary.n_pins == 5
+    assert summary.num_pins == 5
     assert (summary.pin_carried_pct, summary.pin_expired_pct, summary.pin_gave_way_pct) == (20, 20, 20)
     assert summary.pin_abandoned_pct == 40
     assert summary.pin_in_vain_block_s == pytest.approx(2.0 * 10 + 2.0 * 5)  # b's and d's; e's hold is unknown
@@ -48,4 +48,4 @@ def test_every_pin_gets_the_outcome_its_release_and_the_jobs_next_turn_say():
 
 def test_a_cell_without_pins_has_no_shares():
     summary = summarize_pins(pin_outcomes([], [sent("a", 1)]))
-    assert summary.n_pins == 0 and summary.pin_carried_pct is None and summary.pin_in_vain_block_s == 0
+    assert summary.num_pins == 0 and summary.pin_carried_pct is None and summary.pin_in_vain_block_s == 0

@@ -27,8 +27,8 @@ from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
-BRIEF_COLUMNS = ["sweep", "cell_key", "engine", "gpu", "policy", "jps", "dram_gb", "status", "n_jobs", "n_completed",
-                 "n_timeouts", "jct_mean_s", "jct_p50_s", "jct_p90_s", "jct_p99_s", "t1_mean_s", "t_last_mean_s"]  # fmt: skip
+BRIEF_COLUMNS = ["sweep", "cell_key", "engine", "gpu", "policy", "jps", "dram_gb", "status", "num_jobs", "num_completed",
+                 "num_timeouts", "jct_mean_s", "jct_p50_s", "jct_p90_s", "jct_p99_s", "t1_mean_s", "t_last_mean_s"]  # fmt: skip
 CELL = expand(SweepSpec(name="s", engine=EngineKind.SIM, gpus=("H100",), policies=("lmcache",), jps=(2,),
                         dram_gb=(64,), model="meta-llama/Llama-3.1-8B-Instruct", workload=WorkloadSpec(jps=1)))[0]  # fmt: skip
 
@@ -68,7 +68,7 @@ def test_a_done_row_carries_the_summary_under_its_own_names_and_the_attempt_fact
     summary = _summary()
     attempt = Attempt("run1", 2, 100.0, 130.0, _config())
     row = SummaryRow.of("s", CELL, CellStatus.DONE, summary, attempt)
-    assert (row.n_jobs, row.n_completed, row.jct_mean_s) == (1, 1, 3.0)
+    assert (row.num_jobs, row.num_completed, row.jct_mean_s) == (1, 1, 3.0)
     assert row.t1_mean_s == pytest.approx(0.5) and row.t_last_mean_s == pytest.approx(1.0)
     assert row.t_last_over_t1 == pytest.approx(2.0) == summary.t_last_over_t1
     assert (row.run_id, row.attempt, row.wall_s, row.node_id) == ("run1", 2, 30.0, "n1")
@@ -81,15 +81,17 @@ def test_a_done_row_carries_the_summary_under_its_own_names_and_the_attempt_fact
 def test_a_row_round_trips_through_json_and_an_older_row_is_read_under_the_new_names():
     row = SummaryRow.of("s", CELL, CellStatus.DONE, _summary())
     assert SummaryRow.from_json(json.loads(json.dumps(row.to_json()))) == row
-    older = {key: value for key, value in row.to_json().items() if not key.startswith("t_last")}
+    older = {key.replace("num_", "n_", 1): value for key, value in row.to_json().items() if not key.startswith("t_last")}
     older |= {"t8_mean_s": 1.0, "t8_over_t1": 2.0, "a_column_since_dropped": 1}
+    assert "n_completed" in older and "num_completed" not in older
     read = SummaryRow.from_json(older)
     assert (read.t_last_mean_s, read.t_last_over_t1) == (1.0, 2.0)
+    assert (read.num_jobs, read.num_completed, read.num_timeouts) == (row.num_jobs, row.num_completed, row.num_timeouts)
 
 
 def test_a_pending_row_says_why_and_has_no_numbers():
     row = SummaryRow.of("s", CELL, CellStatus.PENDING, reason="no H100 in the cluster")
-    assert row.status == "pending" and row.reason == "no H100 in the cluster" and row.n_jobs is None and row.run_id is None
+    assert row.status == "pending" and row.reason == "no H100 in the cluster" and row.num_jobs is None and row.run_id is None
 
 
 def test_cell_json_keeps_its_shape_with_only_the_tier_counters_the_engine_has():
@@ -103,10 +105,11 @@ def test_cell_json_keeps_its_shape_with_only_the_tier_counters_the_engine_has():
     assert read == _config() and read.cell.workload.jps == 2 and read.engine.block_size == 16
 
 
-def test_a_cell_json_written_before_preemptions_had_one_name_reads_the_same():
-    written = json.loads(json.dumps(replace(_config(), n_preemptions=4).to_json()))
-    written["num_preemptions"] = written.pop("n_preemptions")
-    assert CellConfig.from_json(written).n_preemptions == 4
+def test_a_cell_json_with_the_older_names_of_its_counts_reads_the_same():
+    written = json.loads(json.dumps(replace(_config(), num_preemptions=4, num_evicted_blocks=7).to_json()))
+    written["n_preemptions"], written["n_evicted_blocks"] = written.pop("num_preemptions"), written.pop("num_evicted_blocks")
+    read = CellConfig.from_json(written)
+    assert (read.num_preemptions, read.num_evicted_blocks) == (4, 7)
 
 
 def test_a_failure_outcome_has_no_records_and_names_its_node():

@@ -38,7 +38,7 @@ def records():
 
 def test_jct_counts_only_completed_jobs_and_timeouts_are_counted(records):
     summary = summarize(*records)
-    assert (summary.n_jobs, summary.n_completed, summary.n_timeouts) == (3, 2, 1)
+    assert (summary.num_jobs, summary.num_completed, summary.num_timeouts) == (3, 2, 1)
     assert summary.jct_mean_s == pytest.approx((2.0 + 6.0) / 2)
     assert summary.jct_p50_s == pytest.approx(4.0)
 

@@ -89,8 +89,8 @@ def test_each_step_stays_within_vllms_token_budget_and_sequence_limit_for_the_gp
 
 def test_a_pool_too_small_for_the_running_decodes_preempts_by_recompute_and_still_finishes_every_job():
     result = run(jps=3, num_kv_blocks=1500)  # 24K tokens: two turn-8 contexts
-    assert result.stats.n_preemptions > 0
-    assert sum(event.preempted for event in steps(result)) == result.stats.n_preemptions
+    assert result.stats.num_preemptions > 0
+    assert sum(event.preempted for event in steps(result)) == result.stats.num_preemptions
     assert all(job.status is JobStatus.COMPLETED for job in result.jobs)
 
 

@@ -66,7 +66,7 @@ def test_a_decode_short_of_blocks_preempts_the_newest_running_request_by_recompu
     assert _step(scheduler).admitted == [older, newer]  # 2 blocks each: the pool is full
     assert _step(scheduler).preempted == 0  # token 32 still fits in the second block
     plan = _step(scheduler)  # token 33 needs a third block for each
-    assert plan.preempted == 1 and scheduler.n_preemptions == 1
+    assert plan.preempted == 1 and scheduler.num_preemptions == 1
     assert [request for request, _, _ in plan.scheduled] == [older] and scheduler.running == [older]
     # Recompute: "b" lost its blocks and progress and waits at the head of the queue.
     assert newer.num_blocks == 0 and newer.num_computed == 0 and scheduler.waiting.peek() is newer

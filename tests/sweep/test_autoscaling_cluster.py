@@ -109,7 +109,7 @@ def test_a_launchable_type_scales_up_and_runs_an_absent_one_pends_and_a_stuck_on
     h100 = rows.loc[["H100"]]
     assert list(h100.status) == ["done", "done"], f"{list(h100.reason)}\n{result.stdout[-3000:]}"
     assert all(node.startswith(FAKE_NODE_PREFIX) for node in h100.node_id), "H100 cells ran off the launched node"
-    assert all(h100.n_completed == h100.n_jobs)
+    assert all(h100.num_completed == h100.num_jobs)
     assert list(rows.loc[["A100"]].status) == ["pending", "pending"]
     assert all("no A100 in the cluster and none its autoscaler can launch" in r for r in rows.loc[["A100"]].reason)
     assert list(rows.loc[["L40S"]].status) == ["pending", "pending"]

@@ -31,7 +31,7 @@ def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_
     assert len(done) == 4 and set(done.gpu) == {"H100", "A100"}
     for row in done.itertuples():
         assert row.node_id == fake_gpu_nodes[row.gpu], f"{row.gpu} cell ran on another node"
-        assert row.n_completed == row.n_jobs > 0
+        assert row.num_completed == row.num_jobs > 0
     h100, a100 = done[done.gpu == "H100"], done[done.gpu == "A100"]
     overlaps = [
         (h.cell_key, a.cell_key)
@@ -84,7 +84,7 @@ def test_a_replica_killed_mid_cell_fails_that_attempt_with_its_log_and_the_retry
     assert tags["reason"] == "replica exited with code -9 during the cell"
     assert {"server.log", "cell.json"} <= {artifact.path for artifact in client.list_artifacts(attempts[0].run_id)}
     (row,) = summary(tmp_path, "crash").itertuples()
-    assert row.status == "done" and row.node_id == fake_gpu_nodes["H100"] and row.n_completed == row.n_jobs > 0
+    assert row.status == "done" and row.node_id == fake_gpu_nodes["H100"] and row.num_completed == row.num_jobs > 0
 
 
 def test_a_dram_budget_larger_than_the_node_stops_before_anything_is_tracked(fake_gpu_nodes, tmp_path):
@@ -154,7 +154,7 @@ def test_a_model_no_node_can_read_stops_the_sweep_in_preflight_and_dummy_weights
     assert run_sweep(fake_spec("dummy-weights", **llama, weights=Weights.DUMMY), options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "dummy-weights")
     assert list(rows.status) == ["done"] and list(rows.weights) == ["dummy"]
-    assert rows.n_completed[0] == rows.n_jobs[0] > 0
+    assert rows.num_completed[0] == rows.num_jobs[0] > 0
     (runs,) = runs_by_key(tmp_path, "dummy-weights").values()
     from mlflow import MlflowClient
 

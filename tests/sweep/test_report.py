@@ -48,9 +48,9 @@ def test_the_sweep_ends_with_its_report_also_on_the_parent_mlflow_run(partial_sw
 def test_the_report_writes_a_verdict_per_gpu_and_load_with_the_contract_columns(partial_sweep):
     table = pd.read_csv(partial_sweep / "report" / "tables" / "verdicts.csv")
     assert list(table.columns)[:11] == ["gpu", "dram_gb", "jps", "engine", "winner", "significant", "tied_with",
-                                        "margin_pct", "margin_lo_pct", "margin_hi_pct", "n_trials"]  # fmt: skip
+                                        "margin_pct", "margin_lo_pct", "margin_hi_pct", "num_trials"]  # fmt: skip
     assert sorted(zip(table.gpu, table.jps)) == [("H100", 2), ("H100", 4)]
-    assert (table.n_trials == 1).all() and set(table.engine) == {"fake"}
+    assert (table.num_trials == 1).all() and set(table.engine) == {"fake"}
     assert (table.winner.isin(["tie", "fcfs", "continuum", "lmcache"])).all()
     page = (partial_sweep / "report" / "report.html").read_text()
     assert "Verdicts" in page and "cannot show run-to-run spread" in page

@@ -46,7 +46,7 @@ def simulated(ray_cluster, tmp_path_factory):
 def test_every_cell_is_simulated_done_and_tagged_sim_even_for_gpu_types_the_cluster_lacks(simulated):
     rows = summary(simulated, "simulated")
     assert len(rows) == 4 and set(rows.status) == {"done"} and set(rows.engine) == {"sim"}
-    assert (rows.n_completed == rows.n_jobs).all() and (rows.n_jobs > 0).all()
+    assert (rows.num_completed == rows.num_jobs).all() and (rows.num_jobs > 0).all()
     from mlflow import MlflowClient
 
     client = MlflowClient(default_tracking_uri(simulated))
@@ -72,7 +72,7 @@ def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(
     assert config.simulation.tier_counters == config.tier_counters and config.cell.gpu == "L40S"
     assert config.tier_counters.kv_offload_store_bytes > 0 and config.engine_facts.device_name == "simulated L40S"
     row = rows[rows.cell_key == key].iloc[0]
-    assert row.n_evicted_blocks == config.n_evicted_blocks == config.simulation.evicted_blocks
+    assert row.num_evicted_blocks == config.num_evicted_blocks == config.simulation.evicted_blocks
 
 
 def test_a_re_run_of_a_finished_simulated_sweep_runs_nothing_and_ends_on_its_runs_page(simulated, capsys):
@@ -106,7 +106,7 @@ def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(t
                      workload=WorkloadSpec(jps=1, duration_s=10, scale=0.25), cpu_profile=CPU_PROFILE)  # fmt: skip
     simulated_sweep(spec, tmp_path)
     rows = summary(tmp_path, "cpu-sim")
-    assert set(rows.status) == {"done"} and set(rows.engine) == {"sim"} and (rows.n_completed == rows.n_jobs).all()
+    assert set(rows.status) == {"done"} and set(rows.engine) == {"sim"} and (rows.num_completed == rows.num_jobs).all()
     for key in rows.cell_key:
         config = CellConfig.from_json(json.loads((tmp_path / "cpu-sim" / "cells" / key / "cell.json").read_text()))
         assert config.engine_facts.num_kv_blocks == CPU_PROFILE.num_kv_blocks
@@ -127,8 +127,8 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
     assert rows.tool_time_s.iloc[0] == pytest.approx(PRESETS["swe-agent-tool-time"].mean)
     schedule = schedule_for(expand(spec)[0].workload)
     # Three of the 33 jobs have a request over 10,000 tokens: left out whole, counted per cell and in the report.
-    assert set(rows.max_context) == {10_000} and set(rows.n_jobs_dropped) == {3} == {len(schedule.dropped_jobs)}
-    assert (rows.n_jobs == 30).all()
+    assert set(rows.max_context) == {10_000} and set(rows.num_jobs_dropped) == {3} == {len(schedule.dropped_jobs)}
+    assert (rows.num_jobs == 30).all()
     assert "--max-context 10,000 tokens dropped 6 jobs whole" in (tmp_path / "agents" / "report" / "report.html").read_text()
     planned = {(job.job_id, turn.turn): turn.output_tokens for job in schedule.jobs for turn in job.turns}
     for key in rows.cell_key:
@@ -140,7 +140,7 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
     assert (latency.n_T15 < latency.n_T1).all()
     # Continuum's fixed 2 s TTL against SWE tool times: some tool calls outlast it, and the report counts them.
     pins = pd.read_csv(tmp_path / "agents" / "report" / "tables" / "pin_outcomes_h100.csv")
-    assert list(pins.policy) == ["continuum"] and pins.n_pins.item() > 100
+    assert list(pins.policy) == ["continuum"] and pins.num_pins.item() > 100
     assert 0 < pins.pin_expired_pct.item() < 20 and pins.pin_carried_pct.item() > 70
     assert pins.pin_in_vain_block_s.item() > 0
     from mlflow import MlflowClient
@@ -163,7 +163,7 @@ def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_
     rows = summary(tmp_path, "agent_trace")
     assert set(rows.status) == {"done"} and set(rows.workload_source) == {"trace"}
     assert sorted(rows.load_multiplier.round(6).unique()) == [1, 4]
-    assert (rows.n_jobs == 24).all() and (rows.n_completed == 24).all()
+    assert (rows.num_jobs == 24).all() and (rows.num_completed == 24).all()
     assert rows.groupby("jps").schedule_fingerprint.nunique().eq(1).all()  # one schedule per load for both
     tables = tmp_path / "agent_trace" / "report" / "tables"
     latency = pd.read_csv(tables / "per_turn_latency_h100.csv")

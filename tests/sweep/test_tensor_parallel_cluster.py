@@ -46,7 +46,7 @@ def test_tp_1_and_tp_4_cells_pack_onto_an_8_gpu_node_never_holding_more_gpus_tha
                      workload=workload)  # fmt: skip
     assert run_sweep(spec, options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "packed")
-    assert len(rows) == 4 and set(rows.status) == {"done"} and (rows.n_completed == rows.n_jobs).all()
+    assert len(rows) == 4 and set(rows.status) == {"done"} and (rows.num_completed == rows.num_jobs).all()
     assert set(rows.node_id) == {eight_gpu_nodes["H200"]}
     for row in rows.itertuples():
         gpus = row.gpu_ids.split(",")
@@ -66,7 +66,7 @@ def test_gangs_of_four_and_eight_take_a_node_and_give_its_workers_back(eight_gpu
                      model=MODEL, weights=Weights.DUMMY)  # fmt: skip
     assert run_sweep(spec, options(tmp_path, report=False)) == 0
     rows = summary(tmp_path, "gangs")
-    assert list(rows.status) == ["done"] * 3 and (rows.n_completed == rows.n_jobs).all() and set(rows.tp) == {4}
+    assert list(rows.status) == ["done"] * 3 and (rows.num_completed == rows.num_jobs).all() and set(rows.tp) == {4}
     assert set(rows.node_id) == {eight_gpu_nodes["B200"]}
     direct = rows[rows.router.isna()].iloc[0]
     assert len(set(direct.gpu_ids.split(","))) == 4  # a routed cell's coordinator holds none: its replicas do

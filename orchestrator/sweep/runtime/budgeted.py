@@ -29,6 +29,7 @@ from orchestrator.gpus import CPU
 from orchestrator.policies import get_policy
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.records.prediction import Prediction, predictions_frame, read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import Verdict
@@ -68,7 +69,7 @@ def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:
         twin_spec = spec.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile})
         if (code := run_sweep(twin_spec, quiet)) in (EXIT_INTERRUPTED, EXIT_STOPPED):
             return code
-        summary = pd.read_parquet(files.summary)
+        summary = read_summary(files.summary)
         earlier = {} if options.rerun else read_predictions(files.predictions)
         predictions = _predictions(real, summary, profile, earlier)
         verdicts = _predicted_verdicts(summary, files)
@@ -155,7 +156,7 @@ def _predicted_verdicts(summary: pd.DataFrame, files: SweepFiles) -> list[Verdic
 def _measured_keys(files: SweepFiles) -> frozenset[str]:
     if not files.summary.exists():
         return frozenset()
-    summary = pd.read_parquet(files.summary, columns=["cell_key", "engine", "status"])
+    summary = read_summary(files.summary, columns=["cell_key", "engine", "status"])
     done = summary[(summary.engine != EngineKind.SIM.value) & (summary.status == CellStatus.DONE.value)]
     return frozenset(done.cell_key)
 
@@ -165,7 +166,7 @@ def _costs_so_far(files: SweepFiles) -> CostModel:
     costs = CostModel()
     if not files.summary.exists():
         return costs
-    summary = pd.read_parquet(files.summary)
+    summary = read_summary(files.summary)
     started = summary[(summary.engine != EngineKind.SIM.value) & summary.replica_start_s.notna()]
     for row in started.sort_values("finished_unix").itertuples():
         costs.record_start(start_place(row.engine, row.gpu), get_policy(row.policy).has_cpu_tier, row.replica_start_s)

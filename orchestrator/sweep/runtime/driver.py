@@ -431,8 +431,8 @@ class _Sweep:
             self.wall_times.append(row.wall_s)
             started = f"; its replica started in {row.replica_start_s:.0f} s" if row.replica_start_s is not None else ""
             self.reporter.event(
-                f"done {cell.label}: mean JCT {row.jct_mean_s:.2f} s, {row.n_completed}/{row.n_jobs} jobs "
-                f"completed, {row.n_timeouts} timeouts ({row.wall_s:.0f} s{started})"
+                f"done {cell.label}: mean JCT {row.jct_mean_s:.2f} s, {row.num_completed}/{row.num_jobs} jobs "
+                f"completed, {row.num_timeouts} timeouts ({row.wall_s:.0f} s{started})"
                 if row.jct_mean_s is not None else f"done {cell.label}: no job completed"
             )  # fmt: skip
         else:

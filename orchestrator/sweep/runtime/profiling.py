@@ -17,6 +17,7 @@ import pandas as pd
 from orchestrator.gpus import CPU
 from orchestrator.records.cell import CellConfig, CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.records.names import read_summary
 from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.sim.profile import (
     PROFILE_JPS,
@@ -56,7 +57,7 @@ def read_cpu_profile(spec: SweepSpec, results_dir: Path) -> CpuProfile:
     """The profile fitted from ``spec``'s profiling cells in ``results_dir``, every one of them done."""
     files = SweepFiles(results_dir / profile_spec(spec).name)
     cells, pools = [], set()
-    for row in pd.read_parquet(files.summary).itertuples():
+    for row in read_summary(files.summary).itertuples():
         if row.status != CellStatus.DONE.value:
             raise InputError(f"a profiling cell of the CPU engine ({files.cell(row.cell_key).directory}) is "
                              f"{row.status}: {row.reason}")  # fmt: skip

@@ -104,7 +104,7 @@ class _Measured:
     server_log: str
     trace: bytes
     tier_counters: TierCounters
-    n_preemptions: int | None
+    num_preemptions: int | None
     options: RequestOptions
     plan_fingerprint: str
     replica: ReplicaInfo
@@ -152,8 +152,8 @@ class CellWorker:
         return self._outcome(
             cell, schedule, started, ran.status, ran.reason, ran.failure_kind, retryable=ran.crashed, load=ran.load,
             server_log=ran.server_log, trace=parquet_of_lines(ran.trace), engine=served.engine,
-            engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, n_preemptions=ran.n_preemptions,
-            n_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
+            engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, num_preemptions=ran.num_preemptions,
+            num_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
             replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
             replica_replaced=reuse.replaced_because, request_options=ran.options,
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
@@ -229,8 +229,8 @@ class CellWorker:
             load.cancel()
         tier_counters = TierCounters.summed([TierCounters.between(starts, ends)
                                              for starts, ends in zip(before.counters, after.counters)])
-        n_preemptions = _counted(PREEMPTIONS, before.counters, after.counters)
-        return _Measured(status, reason, kind, crashed, shard, log, trace, tier_counters, n_preemptions, options,
+        num_preemptions = _counted(PREEMPTIONS, before.counters, after.counters)
+        return _Measured(status, reason, kind, crashed, shard, log, trace, tier_counters, num_preemptions, options,
                          plan.fingerprint(), engines.infos[0])  # fmt: skip
 
     def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None,
@@ -270,8 +270,8 @@ class CellWorker:
             engine_facts=EngineFacts(vllm_version=None, block_size=scheduler.block_size, num_kv_blocks=scheduler.num_blocks,
                                      kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,
                                      device_name=f"simulated {cell.gpu}"),
-            tier_counters=result.stats.tier_counters, n_preemptions=result.stats.n_preemptions,
-            n_evicted_blocks=result.stats.evicted_blocks, simulation=result.stats,
+            tier_counters=result.stats.tier_counters, num_preemptions=result.stats.num_preemptions,
+            num_evicted_blocks=result.stats.evicted_blocks, simulation=result.stats,
         )  # fmt: skip
 
     def prove_reset(self) -> ResetProof:

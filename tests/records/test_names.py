@@ -1,0 +1,39 @@
+"""Result files written under the older names of their counts read under the current ones."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from orchestrator.paths import PROJECT_ROOT
+from orchestrator.records.cell import CellConfig
+from orchestrator.records.names import read_summary
+from orchestrator.records.verdict import CSV_COLUMNS, Verdict, VerdictKind, read_verdicts, verdict_frame
+
+
+def test_a_summary_with_n_columns_reads_under_the_num_names(tmp_path):
+    path = tmp_path / "summary.parquet"
+    pd.DataFrame({"cell_key": ["a"], "n_jobs": [24], "n_completed": [23], "t8_mean_s": [1.5]}).to_parquet(path)
+    read = read_summary(path)
+    assert list(read.columns) == ["cell_key", "num_jobs", "num_completed", "t_last_mean_s"]
+    assert read.num_completed.tolist() == [23]
+    assert list(read_summary(path, columns=["num_jobs"]).columns) == ["num_jobs"]
+
+
+def test_a_verdicts_csv_with_n_trials_and_n_jobs_reads_the_same(tmp_path):
+    verdict = Verdict(gpu="H100", dram_gb=32, jps=1.8, engine="sim", kind=VerdictKind.WIN, leader="continuum",
+                      tied_with=(), margin_pct=39.0, margin_lo_pct=33.7, margin_hi_pct=44.2, num_trials=2,
+                      num_jobs=24)  # fmt: skip
+    assert "num_trials" in CSV_COLUMNS
+    path = tmp_path / "verdicts.csv"
+    verdict_frame([verdict]).rename(columns={"num_trials": "n_trials", "num_jobs": "n_jobs"}).to_csv(path, index=False)
+    [read] = read_verdicts(path)
+    assert (read.num_trials, read.num_jobs, read.in_words()) == (2, 24, verdict.in_words())
+
+
+def test_a_cell_json_a_gpu_run_wrote_with_n_preemptions_reads_its_count():
+    path = PROJECT_ROOT / "docs/gpu-runs/2026-11-27-H100-capacity/cells/fcfs-1.241jps/cell.json"
+    written = json.loads(path.read_text())
+    assert "n_preemptions" in written and "num_preemptions" not in written
+    assert CellConfig.from_json(written).num_preemptions == written["n_preemptions"]
