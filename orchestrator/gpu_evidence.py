@@ -79,6 +79,7 @@ from orchestrator.sim.profile import fit_step_costs
 from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.engine_setup import engine_setup
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.serving import served_cell
 from orchestrator.sweep.planning.spec import RunLimits
@@ -346,7 +347,7 @@ class EvidenceRun:
             self.header = replace(self.header, stack=stack_check(self.plan.target, outcome.config.stack,
                                                                  needs_lmcache).detail)
         replica_log = self.worker.replica_log()
-        eager = ran.engine_options.enforce_eager if ran.engine_options.enforce_eager is not None else not self.on_gpu
+        eager = engine_setup(ran).enforce_eager
         settings = "eager" if eager else "torch.compile and CUDA graphs"
         if ran.engine_options.max_num_seqs is not None:
             settings += f", max_num_seqs {ran.engine_options.max_num_seqs}"

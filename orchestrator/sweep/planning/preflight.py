@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
-from orchestrator.policies import get_policy
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, Sizing, regime, size
 from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.engine_setup import EngineSetup, engine_setup
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,11 @@ def preflight(cell: CellSpec) -> Preflight:
         arch = load_model(cell.model)
     except ValueError:
         return Preflight(None, f"no estimate: no config for model {cell.model!r}", False)
-    gpu = GPU_TYPES[cell.gpu]
-    options = cell.engine_options
-    sets = agent_working_sets(cell.workload, arch, gpu, cell.replicas)
-    block = options.block_size_on(cell.gpu)
-    policy = get_policy(cell.policy)
-    has_cpu_tier = policy.has_cpu_tier
-    sizing = replica_sizing(cell, arch, cpu_gib=policy.tier_gib(cell.dram_gb) or None)  # lmcache-nocache's is 1 GiB
-    gpu_tokens = options.num_kv_blocks * block if options.num_kv_blocks is not None else sizing.gpu_kv_tokens
+    setup = engine_setup(cell)
+    sets = agent_working_sets(cell.workload, arch, GPU_TYPES[cell.gpu], cell.replicas)
+    sizing = replica_sizing(setup, arch)
+    fixed = setup.num_kv_blocks
+    gpu_tokens = fixed * setup.block_size if fixed is not None else sizing.gpu_kv_tokens
     fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
     each = " per replica" if cell.replicas > 1 else ""
     note = (f"{fit.value}: live {sets.live_tokens / 1e3:,.0f}K, corpus {sets.corpus_tokens / 1e3:,.0f}K tokens "
@@ -54,16 +51,16 @@ def preflight(cell: CellSpec) -> Preflight:
         note += f"; CPU tier {sizing.cpu_kv_tokens / 1e3:,.0f}K tokens"
     if cell.tp > 1:
         note += f"; {sizing.rank_phrase()}"
-    warn = (fit is Regime.FITS_ON_GPU and has_cpu_tier) or fit is Regime.QUEUEING
+    warn = (fit is Regime.FITS_ON_GPU and setup.tier_gib > 0) or fit is Regime.QUEUEING
     return Preflight(fit, note, warn)
 
 
-def replica_sizing(cell: CellSpec, arch: ModelArch, cpu_gib: float | None = None) -> Sizing:
-    """The sizing library's replica of ``cell`` (of ``arch``, on a GPU type of the catalogue): its degree, utilization
-    and block size with the overhead the simulator sizes with, and a CPU tier of ``cpu_gib`` where given."""
-    options = cell.engine_options
-    return size(arch, cell.gpu, GPU_TYPES[cell.gpu].memory_gib, tp=cell.tp, utilization=options.gpu_memory_utilization,
-                overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=options.block_size_on(cell.gpu), cpu_gib=cpu_gib)
+def replica_sizing(setup: EngineSetup, arch: ModelArch) -> Sizing:
+    """The sizing library's replica of a cell's engine (of ``arch``, on a GPU type of the catalogue): its degree,
+    utilization and block size with the overhead the simulator sizes with, and its policy's CPU tier where it has one
+    (lmcache-nocache's is 1 GiB whatever the budget)."""
+    return size(arch, setup.gpu, GPU_TYPES[setup.gpu].memory_gib, tp=setup.tp, utilization=setup.gpu_memory_utilization,
+                overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=setup.block_size, cpu_gib=setup.tier_gib or None)
 
 
 NO_ESTIMATE = "no estimate"

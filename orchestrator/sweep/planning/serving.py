@@ -13,6 +13,7 @@ from orchestrator.models.served import ServedModel
 from orchestrator.policies import get_policy
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig
 from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.planning.engine_setup import engine_setup
 from orchestrator.sweep.planning.spec import EngineKind
 
 
@@ -33,21 +34,20 @@ def served_cell(cell: CellSpec, model: ServedModel) -> ServedCell:
     if cell.engine is EngineKind.FAKE:
         engine = FakeEngineConfig(served_model_name=served_name, prefix_cache=True)
         return ServedCell(engine, served_name, policy.ordering.sends_priority, model.answer_token_ids)
-    options = cell.engine_options
-    on_cpu = cell.device == "cpu"
+    setup = engine_setup(cell)
     base = VllmEngineConfig(
         model=model.directory,
         load_format=model.load_format,
         served_model_name=served_name,
-        device=cell.device,
-        block_size=options.block_size_on(cell.gpu),
-        num_kv_blocks=options.num_kv_blocks,
-        gpu_memory_utilization=options.gpu_memory_utilization,
-        max_model_len=options.max_model_len,
-        max_num_seqs=options.max_num_seqs,
-        max_num_batched_tokens=options.max_num_batched_tokens,
-        enforce_eager=options.enforce_eager if options.enforce_eager is not None else on_cpu,
-        tensor_parallel_size=cell.tp,
+        device=setup.device,
+        block_size=setup.block_size,
+        num_kv_blocks=setup.num_kv_blocks,
+        gpu_memory_utilization=setup.gpu_memory_utilization,
+        max_model_len=setup.max_model_len,
+        max_num_seqs=setup.max_num_seqs,
+        max_num_batched_tokens=setup.max_num_batched_tokens,
+        enforce_eager=setup.enforce_eager,
+        tensor_parallel_size=setup.tp,
     )
-    engine = policy.engine_config(base, cell.dram_gb)
+    engine = policy.engine_config(base, setup.dram_gb)
     return ServedCell(engine, served_name, policy.ordering.sends_priority, model.answer_token_ids)
