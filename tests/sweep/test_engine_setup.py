@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from orchestrator.models.served import ServedModel, Weights
 from orchestrator.sim.cell_engine import cell_sim_engine
+from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.engine_setup import engine_setup
 from orchestrator.sweep.planning.preflight import replica_sizing
 from orchestrator.sweep.planning.serving import served_cell
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, SweepSpec
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.spec import WorkloadSpec
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
