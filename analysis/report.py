@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import json
 import re
 import sys
 import time
@@ -27,7 +26,8 @@ from analysis import capacity, plots, predicted, tables
 from analysis.load import SweepData, cell_records, load_sweep, sweep_files
 from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
-from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.cell_json import read_cell_json
+from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.names import read_summary
 from orchestrator.records.trace_file import trace_file_frame
@@ -272,7 +272,7 @@ def _ranks(report: ReportBuilder, data: SweepData) -> None:
     if not (data.summary.tp > 1).any() or not len(data.done):
         return
     shapes = data.done.drop_duplicates(["gpu_type", "tp", "dram_gb", "kv_policy"])  # policies' tiers differ
-    cells = [CellConfig.from_json(json.loads(data.files.cell(key).config.read_text())).cell for key in shapes.cell_key]
+    cells = [read_cell_json(data.files.cell(key).config).cell for key in shapes.cell_key]
     report.heading("What each rank holds")
     report.paragraph("A replica of tp GPUs splits the weights and every token's KV heads over its ranks; the DRAM "
                      "budget is the replica's, which vLLM's offload and LMCache split per rank. The sizing library's "

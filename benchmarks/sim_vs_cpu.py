@@ -40,7 +40,8 @@ import pandas as pd
 from analysis.fidelity import CellShape, cell_shape, error_by_policy, relative_error, shape_row
 from analysis.load import cell_records
 from analysis.verdicts import censored_job_times, verdicts
-from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.cell_json import read_cell_json
+from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.trace_file import trace_events, trace_file_frame
@@ -98,7 +99,7 @@ def paced_trials(files: SweepFiles, profile: CpuProfile, arch: ModelArch) -> dic
     """Per (policy, JPS) of a measured sweep, each done trial's workload as its cell recorded it and its step pace
     (``sim/profile.py`` ``step_pace``): how slowly the real engine stepped against the profile, the machine's
     speed while it ran."""
-    return {group: [(CellConfig.from_json(json.loads(cell.config.read_text())).cell.workload,
+    return {group: [(read_cell_json(cell.config).cell.workload,
                      step_pace(profile, arch, trace_file_frame(cell.scheduler_trace))) for cell in cells]
             for group, cells in done_trials(files).items()}  # fmt: skip
 

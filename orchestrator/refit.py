@@ -14,7 +14,6 @@ explicit step: ``python -m orchestrator.sim.gpu_profile --gpu H100 TRACES --writ
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orchestrator.cell_json import read_cell_json
 from orchestrator.gpus import GPU_TYPES
-from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.prediction import relative_error_pct
@@ -106,7 +106,7 @@ def summary_lines(gpu: str, profile: MeasuredProfile, table: pd.DataFrame) -> li
 
 
 def _cell(files: SweepFiles, key: str) -> CellSpec:
-    return CellConfig.from_json(json.loads(files.cell(key).config.read_text())).cell
+    return read_cell_json(files.cell(key).config).cell
 
 
 def _predicted_jct_s(twin: CellSpec, device: Device) -> float:

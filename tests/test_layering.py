@@ -155,7 +155,24 @@ def test_the_check_sees_a_forbidden_import_directly_and_through_other_modules():
     assert "orchestrator.replica.server" in imported_by("orchestrator.sweep.runtime.driver")
 
 
+def test_records_import_nothing_of_the_stages_above_them_not_even_lazily():
+    """``records/`` is the contract every stage imports: an import of a stage from it, at import time or inside a
+    function, would close a circle (records -> sim -> records). Names for type checking alone are not imports."""
+    below = ("orchestrator.records", "orchestrator.units", "orchestrator.paths", "orchestrator.validation")
+    found = []
+    for module in modules_of("orchestrator.records"):
+        tree = ast.parse(source_of(module).read_text())
+        checking_only = {id(node) for branch in ast.walk(tree) if isinstance(branch, ast.If) and _is_type_checking(branch)
+                         for statement in branch.body for node in ast.walk(statement)}  # fmt: skip
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom | ast.Import) and id(node) not in checking_only:
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
+                found += [f"{module}: {name}" for name in names if name.split(".")[0] in PROJECT_PACKAGES
+                          and not name.startswith(below)]  # fmt: skip
+    assert found == []
+
+
 def test_a_lazy_import_in_a_function_or_for_type_checking_is_not_an_import_at_import_time():
-    # orchestrator.records.cell names the stages' types for type checking only, and reads them lazily.
+    # orchestrator.records.cell names the stages' types for type checking only.
     assert "orchestrator.sweep.planning.cells" not in direct_imports("orchestrator.records.cell")
     assert "ray" not in imported_by("orchestrator.sweep.cluster.connect")  # it imports Ray when it connects

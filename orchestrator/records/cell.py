@@ -19,10 +19,13 @@ from pydantic import BaseModel
 from orchestrator.records.names import current_names
 from orchestrator.records.schema import JobRecord, RequestRecord
 
-if TYPE_CHECKING:  # the requested side is the stages' own types, read back lazily (``_read_requested``)
+if TYPE_CHECKING:  # the requested side is the stages' own types, which their readers give back (``CellConfig.from_json``)
     from orchestrator.replica.config import EngineConfig
     from orchestrator.sim.engine import SimEngineConfig
     from orchestrator.sweep.planning.cells import CellSpec
+
+# Reads a cell.json's requested side (its cell spec's and engine configuration's JSON) as those stages' types.
+RequestedReader = Callable[[dict, "dict | None"], "tuple[CellSpec, EngineConfig | SimEngineConfig | None]"]
 
 
 class CellStatus(str, enum.Enum):
@@ -223,9 +226,10 @@ class CellConfig:
         }
 
     @classmethod
-    def from_json(cls, payload: dict) -> CellConfig:
+    def from_json(cls, payload: dict, read_requested: RequestedReader) -> CellConfig:
         """The configuration ``cell.json`` holds (it also carries the attempt's status and reason, which are
-        the tracking store's to keep, and are left out here)."""
+        the tracking store's to keep, and are left out here). ``read_requested`` reads the requested side back as
+        its own stages' types (``orchestrator.cell_json``): records import nothing of the stages above them."""
         known = {spec.name for spec in fields(cls)}
         payload = current_names(payload)
         values = {name: value for name, value in payload.items() if name in known}
@@ -235,7 +239,8 @@ class CellConfig:
         values["tier_counters"] = TierCounters(**(values.get("tier_counters") or {}))
         values["server_argv"] = tuple(values.get("server_argv") or ())
         values["gpu_ids"] = tuple(values.get("gpu_ids") or ())
-        return cls(**values | _read_requested(values["cell"], values.get("engine")))
+        cell, engine = read_requested(values["cell"], values.get("engine"))
+        return cls(**values | {"cell": cell, "engine": engine})
 
 
 # How each typed value of the effective side is read back from its JSON form.
@@ -257,19 +262,6 @@ def _sim_stats(tier_counters: dict, tier_hits: int | None = None, **stats) -> Si
 
 def _request_options(answer_token_ids: list[int] | None, **options) -> RequestOptions:
     return RequestOptions(**options, answer_token_ids=None if answer_token_ids is None else tuple(answer_token_ids))
-
-
-def _read_requested(cell: dict, engine: dict | None) -> dict:
-    """The cell spec and engine configuration, as their own stages' types. Those stages import this module, so
-    their types are imported here, when a configuration is read back, and not when records are imported."""
-    from pydantic import TypeAdapter
-
-    from orchestrator.replica.config import EngineConfig
-    from orchestrator.sim.engine import SimEngineConfig
-    from orchestrator.sweep.planning.cells import CellSpec
-
-    requested_engine = None if engine is None else TypeAdapter(EngineConfig | SimEngineConfig).validate_python(engine)
-    return {"cell": CellSpec.model_validate(cell), "engine": requested_engine}
 
 
 @dataclass(frozen=True)

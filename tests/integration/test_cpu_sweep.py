@@ -16,14 +16,13 @@ here they would triple the suite's most expensive fixture.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from orchestrator.records.cell import CellConfig
+from orchestrator.cell_json import read_cell_json
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.slo import Slo, Trial, evaluate
 from orchestrator.records.trace import Finish, Step, Unpin, UnpinReason, pin_releases
@@ -141,7 +140,7 @@ def test_each_real_cell_is_judged_against_the_slo_from_its_own_records_as_the_ca
 
 def test_a_replica_is_reused_across_cells_of_one_policy_after_a_proven_clean_reset(sweep):
     for policy in SPEC.policies:
-        configs = [CellConfig.from_json(json.loads(cell.config.read_text()))
+        configs = [read_cell_json(cell.config)
                    for jps in SPEC.jps for cell in sweep.cells(policy, jps)]  # fmt: skip
         # One replica per policy, started by its first cell.
         assert sorted(config.replica_reused for config in configs) == [False, True], policy

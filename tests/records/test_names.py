@@ -6,8 +6,8 @@ import json
 
 import pandas as pd
 
+from orchestrator.cell_json import cell_config
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.records.cell import CellConfig
 from orchestrator.records.names import read_summary
 from orchestrator.records.verdict import CSV_COLUMNS, Verdict, VerdictKind, read_verdicts, verdict_frame
 
@@ -36,4 +36,4 @@ def test_a_cell_json_a_gpu_run_wrote_with_n_preemptions_reads_its_count():
     path = PROJECT_ROOT / "docs/gpu-runs/2026-11-27-H100-capacity/cells/fcfs-1.241jps/cell.json"
     written = json.loads(path.read_text())
     assert "n_preemptions" in written and "num_preemptions" not in written
-    assert CellConfig.from_json(written).num_preemptions == written["n_preemptions"]
+    assert cell_config(written).num_preemptions == written["n_preemptions"]

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from orchestrator.cell_json import cell_config
 from orchestrator.records.cell import (
     CellConfig,
     CellOutcome,
@@ -101,14 +102,14 @@ def test_cell_json_keeps_its_shape_with_only_the_tier_counters_the_engine_has():
     assert written["cell"]["policy"] == "lmcache" and written["replica_reused"] is True
     assert written["engine"]["load_format"] == "dummy" and written["request_options"]["answer_token_ids"] == [5, 7]
     assert written["schedule_stats"]["num_requests"] == 24
-    read = CellConfig.from_json(written)
+    read = cell_config(written)
     assert read == _config() and read.cell.workload.jps == 2 and read.engine.block_size == 16
 
 
 def test_a_cell_json_with_the_older_names_of_its_counts_reads_the_same():
     written = json.loads(json.dumps(replace(_config(), num_preemptions=4, num_evicted_blocks=7).to_json()))
     written["n_preemptions"], written["n_evicted_blocks"] = written.pop("num_preemptions"), written.pop("num_evicted_blocks")
-    read = CellConfig.from_json(written)
+    read = cell_config(written)
     assert (read.num_preemptions, read.num_evicted_blocks) == (4, 7)
 
 

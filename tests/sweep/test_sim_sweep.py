@@ -8,7 +8,8 @@ import re
 import pandas as pd
 import pytest
 
-from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.cell_json import read_cell_json
+from orchestrator.records.cell import CellStatus
 from orchestrator.records.trace_file import trace_file_frame
 from orchestrator.records.verdict import read_verdicts
 from orchestrator.sweep.planning.cells import expand
@@ -67,7 +68,7 @@ def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(
     trace = trace_file_frame(cell_dir / "scheduler_trace.parquet")
     assert (trace.kind == "finish").sum() == len(requests)
     assert trace[trace.kind == "step"].eval("prefill_tokens + decode_tokens").max() <= 2048  # L40S's budget
-    config = CellConfig.from_json(json.loads((cell_dir / "cell.json").read_text()))
+    config = read_cell_json(cell_dir / "cell.json")
     assert config.engine.kind == "sim" and config.engine.scheduler.max_num_batched_tokens == 2048
     assert config.simulation.tier_counters == config.tier_counters and config.cell.gpu == "L40S"
     assert config.tier_counters.kv_offload_store_bytes > 0 and config.engine_facts.device_name == "simulated L40S"
@@ -108,7 +109,7 @@ def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(t
     rows = summary(tmp_path, "cpu-sim")
     assert set(rows.status) == {"done"} and set(rows.engine) == {"sim"} and (rows.num_completed == rows.num_jobs).all()
     for key in rows.cell_key:
-        config = CellConfig.from_json(json.loads((tmp_path / "cpu-sim" / "cells" / key / "cell.json").read_text()))
+        config = read_cell_json(tmp_path / "cpu-sim" / "cells" / key / "cell.json")
         assert config.engine_facts.num_kv_blocks == CPU_PROFILE.num_kv_blocks
         assert config.engine.scheduler.block_size == CPU_PROFILE.block_size
         assert config.engine.calibration.request_overhead_s == CPU_PROFILE.request_overhead_s

@@ -9,13 +9,13 @@ never shipped.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.cell_json import read_cell_json
 from orchestrator.gpus import CPU
-from orchestrator.records.cell import CellConfig, CellStatus
+from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.trace_file import trace_file_frame
@@ -62,7 +62,7 @@ def read_cpu_profile(spec: SweepSpec, results_dir: Path) -> CpuProfile:
             raise InputError(f"a profiling cell of the CPU engine ({files.cell(row.cell_key).directory}) is "
                              f"{row.status}: {row.reason}")  # fmt: skip
         cell = files.cell(row.cell_key)
-        config = CellConfig.from_json(json.loads(cell.config.read_text()))
+        config = read_cell_json(cell.config)
         pools.add((config.engine_facts.num_kv_blocks, config.engine_facts.block_size))
         cells.append(ProfilingCell(trace_file_frame(cell.scheduler_trace), pd.read_parquet(cell.requests),
                                    config.cell.workload))  # fmt: skip
