@@ -21,6 +21,7 @@ import pandas as pd
 
 from orchestrator.budget.priority import point as comparison
 from orchestrator.budget.priority import verdict_point
+from orchestrator.records.arm import arm_name
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.prediction import relative_error_pct, within_band
 from orchestrator.records.verdict import TOO_CLOSE, Verdict
@@ -115,7 +116,7 @@ def standing_verdicts(bases: list[Basis], found: list[Verdict]) -> list[Verdict]
     standing = [verdict for verdict in found if verdict_point(verdict) not in covered]
     for basis in bases:
         verdict = basis.standing
-        uncalled = basis.predicted is not None and basis.predicted.note.startswith(TOO_CLOSE)
+        uncalled = basis.predicted is not None and basis.predicted.within_sim_error
         if uncalled and basis.rests_on == MEASURED:
             verdict = replace(verdict, note=f"{TOO_CLOSE}; measured since: {verdict.in_words()}")
         elif uncalled and basis.rests_on == BOTH:
@@ -128,5 +129,4 @@ def standing_verdicts(bases: list[Basis], found: list[Verdict]) -> list[Verdict]
 
 
 def _arm(row) -> str:
-    router = row.router if isinstance(row.router, str) else None
-    return f"{row.policy} @ {router}" if router else row.policy
+    return arm_name(row.policy, row.router if isinstance(row.router, str) else None)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from orchestrator.records.arm import arm_name, shape_name
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct, mean_time
 from orchestrator.records.schema import JobStatus
@@ -60,7 +61,8 @@ def routed_arms(summary: pd.DataFrame) -> pd.DataFrame:
     summary["replicas"] = summary.replicas.fillna(1).astype(int)
     if "router" in summary:
         routed = summary.router.notna()
-        summary.loc[routed, "policy"] = kv_policy[routed] + " @ " + summary.router[routed]
+        summary.loc[routed, "policy"] = [arm_name(policy, router)
+                                         for policy, router in zip(kv_policy[routed], summary.router[routed])]  # fmt: skip
     return summary
 
 
@@ -72,7 +74,7 @@ def replica_shapes(summary: pd.DataFrame) -> pd.DataFrame:
     summary = summary.assign(gpu_type=gpu_type, tp=summary.get("tp", 1))
     summary["tp"] = summary.tp.fillna(1).astype(int)
     parallel = summary.tp > 1
-    summary.loc[parallel, "gpu"] = gpu_type[parallel] + " TP" + summary.tp[parallel].astype(str)
+    summary.loc[parallel, "gpu"] = [shape_name(gpu, tp) for gpu, tp in zip(gpu_type[parallel], summary.tp[parallel])]
     return summary
 
 
@@ -169,7 +171,8 @@ def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: SimErrors | None 
     closest = min(margins, key=lambda p: margins[p].estimate)
     kind = (VerdictKind.TRADE_OFF if faster else VerdictKind.TIE if tied or out_completed else VerdictKind.WIN)
     note = "" if num_trials > 1 else "one trial: intervals over jobs, no run-to-run spread"
-    if sim_error is not None and any(MIN_EFFECT_PCT < margins[p].lo <= bands[p] for p in tied):
+    within_sim_error = sim_error is not None and any(MIN_EFFECT_PCT < margins[p].lo <= bands[p] for p in tied)
+    if within_sim_error:
         settle = ", ".join(sorted({leader.policy, *tied}))
         note = f"{TOO_CLOSE} (within the simulator's error); measure {settle} to settle it"
     lossy = {"faster": faster[0].policy, "jobs_lost": sum(int((1 - c).sum()) for c in faster[0].completed),
@@ -178,7 +181,8 @@ def verdict(where: Mapping, runs: list[PolicyRuns], sim_error: SimErrors | None 
     return Verdict(**where, kind=kind, leader=leader.policy,
                    tied_with=tuple(sorted({leader.policy, *tied})) if tied else (),
                    margin_pct=margins[closest].estimate, margin_lo_pct=margins[closest].lo,
-                   margin_hi_pct=margins[closest].hi, num_trials=num_trials, note=note, **lossy)  # fmt: skip
+                   margin_hi_pct=margins[closest].hi, num_trials=num_trials, note=note,
+                   within_sim_error=within_sim_error, **lossy)  # fmt: skip
 
 
 def _mean_time(runs: PolicyRuns) -> float:

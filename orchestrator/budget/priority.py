@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.policies import get_policy
-from orchestrator.records.verdict import MIN_EFFECT_PCT, TOO_CLOSE, Verdict, VerdictKind, changes
+from orchestrator.records.arm import arm_name, shape_name
+from orchestrator.records.verdict import MIN_EFFECT_PCT, Verdict, VerdictKind, changes
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import CellSpec
@@ -50,7 +51,7 @@ Point = tuple[str, float, float, int]  # a comparison: GPU (with its TP), DRAM b
 
 def point(gpu: str, tp: int, dram_gb: float, jps: float, replicas: int) -> Point:
     """A comparison as its verdict names it: a tensor-parallel GPU reads "H100 TP4" (``analysis.verdicts``)."""
-    return (f"{gpu} TP{tp}" if tp > 1 else gpu), float(dram_gb), float(jps), int(replicas)
+    return shape_name(gpu, tp), float(dram_gb), float(jps), int(replicas)
 
 
 def point_of(cell: CellSpec) -> Point:
@@ -77,12 +78,14 @@ def rank_cells(cells: Sequence[CellSpec], predicted: Sequence[Verdict], errors: 
     flips = _flips(predicted)
     policies: dict[Point, set[str]] = {}
     tier_serves: dict[Point, bool] = {}
+    kv_policy_of = {arm_name(cell.policy, cell.router.value if cell.router else None): cell.policy for cell in cells}
     for cell in cells:
         point = point_of(cell)
         policies.setdefault(point, set()).add(cell.policy)  # a routed arm's band is its KV policy's
         tiered = get_policy(cell.policy).has_cpu_tier and regimes.get(cell.key) is Regime.OFFLOAD_WINDOW
         tier_serves[point] = tier_serves.get(point, False) or tiered
-    reasons = {point: _reason(by_point.get(point), flips.get(point), tier_serves[point], errors, policies[point])
+    reasons = {point: _reason(by_point.get(point), flips.get(point), tier_serves[point], errors, policies[point],
+                              kv_policy_of)
                for point in policies}  # fmt: skip
     grid = {point: index for index, point in enumerate(policies)}
     ranked = sorted((Ranked(cell, *reasons[point_of(cell)]) for cell in cells),
@@ -96,10 +99,10 @@ def rank_cells(cells: Sequence[CellSpec], predicted: Sequence[Verdict], errors: 
 
 
 def _reason(verdict: Verdict | None, flip: str | None, tier_serves: bool, errors: SimErrors,
-            policies: set[str]) -> tuple[Reason, str, float]:  # fmt: skip
+            policies: set[str], kv_policy_of: Mapping[str, str]) -> tuple[Reason, str, float]:  # fmt: skip
     if verdict is None or verdict.kind is VerdictKind.UNDECIDED:
         return Reason.NOT_CALLED, "no predicted verdict", 0.0
-    leader = (verdict.leader or "").split(" @ ")[0]
+    leader = kv_policy_of.get(verdict.leader or "", verdict.leader or "")  # a routed arm's band is its KV policy's
     # The band the verdict itself cleared or not: its GPU's as the verdict names it ("H100 TP4" takes the largest).
     band = max([errors.band_pct(verdict.gpu, leader, other) for other in policies if other != leader] or [0.0])
     threshold = max(band, MIN_EFFECT_PCT)
@@ -107,7 +110,7 @@ def _reason(verdict: Verdict | None, flip: str | None, tier_serves: bool, errors
     margin = f"a margin of {verdict.margin_pct:.1f}% [{verdict.margin_lo_pct:.1f}, {verdict.margin_hi_pct:.1f}]"
     if verdict.kind is VerdictKind.TRADE_OFF:
         return Reason.NOT_CALLED, f"{predicted}: job losses are where the simulator is least sure", 0.0
-    if verdict.note.startswith(TOO_CLOSE):
+    if verdict.within_sim_error:
         return Reason.NOT_CALLED, f"{predicted}: {margin}, its lower end within the {band:.1f}% band", 0.0
     if verdict.kind is VerdictKind.WIN:
         distance = max(0.0, (verdict.margin_lo_pct - threshold) / threshold)

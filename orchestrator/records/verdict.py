@@ -51,6 +51,7 @@ class Verdict:
     jobs_lost: int = 0  # its jobs that timed out or failed, over all trials
     num_jobs: int = 0  # its jobs, over all trials
     replicas: int = 1  # per cell; past one, the compared policies are "policy @ router"
+    within_sim_error: bool = False  # simulated, with a margin inside the simulator's error: too close to call there
 
     @property
     def significant(self) -> bool:
@@ -85,7 +86,8 @@ class Verdict:
                 "margin_hi_pct": self.margin_hi_pct, "num_trials": self.num_trials, "note": self.note,
                 "kind": self.kind.value, "leader": self.leader, "faster": self.faster,
                 "faster_by_pct": self.faster_by_pct, "jobs_lost": self.jobs_lost, "num_jobs": self.num_jobs,
-                "in_words": self.in_words(), "replicas": self.replicas}  # fmt: skip
+                "in_words": self.in_words(), "replicas": self.replicas,
+                "within_sim_error": self.within_sim_error}  # fmt: skip
 
     @classmethod
     def from_row(cls, row: Mapping) -> Verdict:
@@ -102,7 +104,14 @@ class Verdict:
                    margin_hi_pct=float(row["margin_hi_pct"]), num_trials=int(row["num_trials"]),
                    note=text("note") or "", faster=text("faster"), faster_by_pct=float(row["faster_by_pct"]),
                    jobs_lost=int(row["jobs_lost"]), num_jobs=int(row["num_jobs"]),
-                   replicas=int(row.get("replicas", 1)))  # fmt: skip
+                   replicas=int(row.get("replicas", 1)),
+                   # files written before the field: the note said so in words
+                   within_sim_error=_flag(row.get("within_sim_error", (text("note") or "").startswith(TOO_CLOSE))))  # fmt: skip
+
+
+def _flag(value: object) -> bool:
+    """A boolean as a CSV row holds it (pandas reads a column of True and False as booleans, else as text)."""
+    return str(value) == "True"
 
 
 CSV_COLUMNS = list(Verdict(gpu="", dram_gb=0, jps=0, engine="", kind=VerdictKind.UNDECIDED, leader=None, tied_with=(),

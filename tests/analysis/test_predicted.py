@@ -16,7 +16,7 @@ from analysis.predicted import (
     standing_verdicts,
     verdict_bases,
 )
-from orchestrator.records.verdict import Verdict, VerdictKind
+from orchestrator.records.verdict import TOO_CLOSE, Verdict, VerdictKind
 
 
 def _predictions() -> pd.DataFrame:
@@ -38,7 +38,8 @@ def _summary(measured: dict[str, float]) -> pd.DataFrame:
 
 def _verdict(gpu: str, jps: float, engine: str, kind: VerdictKind, leader: str, note: str = "") -> Verdict:
     return Verdict(gpu=gpu, dram_gb=64.0, jps=jps, engine=engine, kind=kind, leader=leader, tied_with=(),
-                   margin_pct=12.0, margin_lo_pct=8.0, margin_hi_pct=16.0, num_trials=1, note=note)  # fmt: skip
+                   margin_pct=12.0, margin_lo_pct=8.0, margin_hi_pct=16.0, num_trials=1, note=note,
+                   within_sim_error=note.startswith(TOO_CLOSE))  # fmt: skip
 
 
 def test_each_measured_cell_has_its_error_and_each_gpu_type_its_rms_bias_worst_and_share_within_the_band():

@@ -101,7 +101,8 @@ def test_a_simulated_margin_inside_the_simulators_error_is_too_close_to_call():
     runs = [_runs("continuum", [leader]), _runs("fcfs", [rival])]
     assert verdict(WHERE, runs).significant  # measured: 10% beyond the job-level uncertainty
     simulated = verdict(WHERE, runs, sim_error=SimErrors({"continuum": 0.19, "fcfs": 0.09}))  # a band of 21%
-    assert simulated.label == "tie" and "too close to call in simulation" in simulated.note
+    assert simulated.label == "tie" and "too close to call in simulation" in simulated.note and simulated.within_sim_error
+    assert not verdict(WHERE, runs).within_sim_error
     assert "continuum" in simulated.note and "fcfs" in simulated.note
     assert verdict(WHERE, runs, sim_error=SimErrors({"continuum": 0.02, "fcfs": 0.02})).significant
     # The GPU's own error joins the band: the same policies on a GPU whose roofline is 20% off are too close to call,

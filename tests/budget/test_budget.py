@@ -12,7 +12,7 @@ from orchestrator.budget.priority import Reason, rank_cells
 from orchestrator.budget.spec import GpuBudget
 from orchestrator.budget.spend import Spending
 from orchestrator.records.prediction import Prediction
-from orchestrator.records.verdict import Verdict, VerdictKind
+from orchestrator.records.verdict import TOO_CLOSE, Verdict, VerdictKind
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import expand
@@ -66,7 +66,8 @@ def test_a_cells_load_is_its_predicted_span_scaled_by_what_its_place_measured():
 def _verdict(jps: float, kind: VerdictKind, leader: str, margin: tuple[float, float, float], note: str = "") -> Verdict:
     return Verdict(gpu="H100", dram_gb=64.0, jps=jps, engine="sim", kind=kind, leader=leader,
                    tied_with=("continuum", "fcfs") if kind is VerdictKind.TIE else (), margin_pct=margin[0],
-                   margin_lo_pct=margin[1], margin_hi_pct=margin[2], num_trials=1, note=note)  # fmt: skip
+                   margin_lo_pct=margin[1], margin_hi_pct=margin[2], num_trials=1, note=note,
+                   within_sim_error=note.startswith(TOO_CLOSE))  # fmt: skip
 
 
 def _cells(jps=(1, 2, 4, 8, 16)):
@@ -80,7 +81,7 @@ def test_cells_the_simulator_cannot_call_come_first_then_those_next_to_a_flip_th
     errors = SimErrors({"fcfs": 0.05, "continuum": 0.05}, {"H100": 0.0})  # a band of 7.1%
     predicted = [_verdict(1, VerdictKind.TIE, "fcfs", (0.1, -0.5, 0.6)),
                  _verdict(2, VerdictKind.TIE, "fcfs", (0.2, -0.5, 0.8)),
-                 _verdict(4, VerdictKind.TIE, "continuum", (5.0, 3.0, 7.0), "too close to call in simulation"),
+                 _verdict(4, VerdictKind.TIE, "continuum", (5.0, 3.0, 7.0), TOO_CLOSE),
                  _verdict(8, VerdictKind.WIN, "continuum", (40.0, 35.0, 45.0)),
                  _verdict(16, VerdictKind.WIN, "continuum", (80.0, 75.0, 85.0))]  # fmt: skip
     regimes = {cell.key: Regime.OFFLOAD_WINDOW if cell.jps == 1 else None for cell in cells}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 
 from orchestrator.cell_json import cell_config
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.names import read_summary
-from orchestrator.records.verdict import CSV_COLUMNS, Verdict, VerdictKind, read_verdicts, verdict_frame
+from orchestrator.records.verdict import CSV_COLUMNS, TOO_CLOSE, Verdict, VerdictKind, read_verdicts, verdict_frame
 
 
 def test_a_summary_with_n_columns_reads_under_the_num_names(tmp_path):
@@ -37,3 +38,17 @@ def test_a_cell_json_a_gpu_run_wrote_with_n_preemptions_reads_its_count():
     written = json.loads(path.read_text())
     assert "n_preemptions" in written and "num_preemptions" not in written
     assert cell_config(written).num_preemptions == written["n_preemptions"]
+
+
+def test_a_verdicts_csv_from_before_the_within_error_field_reads_it_from_the_note(tmp_path):
+    too_close = Verdict(gpu="H100", dram_gb=400, jps=10, engine="sim", kind=VerdictKind.TIE, leader="continuum",
+                        tied_with=("continuum", "lmcache"), margin_pct=24.9, margin_lo_pct=22.9, margin_hi_pct=26.9,
+                        num_trials=1, note=f"{TOO_CLOSE} (within the simulator's error); measure continuum, lmcache",
+                        within_sim_error=True)  # fmt: skip
+    path = tmp_path / "verdicts.csv"
+    verdict_frame([too_close]).to_csv(path, index=False)
+    assert read_verdicts(path)[0].within_sim_error
+    verdict_frame([too_close]).drop(columns="within_sim_error").to_csv(path, index=False)
+    assert read_verdicts(path)[0].within_sim_error
+    verdict_frame([replace(too_close, note="", within_sim_error=False)]).to_csv(path, index=False)
+    assert not read_verdicts(path)[0].within_sim_error
