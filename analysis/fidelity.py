@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis.verdicts import censored_job_times
 from orchestrator.records.intervals import interval
-from orchestrator.records.trace import Admit, Finish, Step, TraceEvent
+from orchestrator.records.scheduler_trace import Admit, Finish, Step, TraceEvent
 
 FIRST_LATER_TURN = 3  # turns 1-2 fill the cache; from turn 3 on a turn's prefix hit is the policy's doing
 

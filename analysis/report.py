@@ -30,7 +30,7 @@ from orchestrator.cell_json import read_cell_json
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.names import read_summary
-from orchestrator.records.trace_file import trace_file_frame
+from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import VerdictKind, verdict_frame
 from orchestrator.sim.error_bands import load_errors
 

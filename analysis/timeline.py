@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.records.trace_file import step_batches, time_range
+from orchestrator.records.scheduler_trace_file import step_batches, time_range
 
 NUM_BINS = 300
 _COLUMNS = ("t", "replica", "running", "waiting", "free_blocks", "pinned_blocks")

@@ -44,7 +44,7 @@ from orchestrator.cell_json import read_cell_json
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.names import read_summary
-from orchestrator.records.trace_file import trace_events, trace_file_frame
+from orchestrator.records.scheduler_trace_file import trace_events, trace_file_frame
 from orchestrator.records.verdict import VerdictKind, read_verdicts
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
 from orchestrator.sim.loop import simulate

@@ -38,7 +38,7 @@ from pathlib import Path
 from statistics import mean
 
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.records.trace_file import parquet_of_entries
+from orchestrator.records.scheduler_trace_file import parquet_of_entries
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.calibrate import MODEL
 from orchestrator.sim.config import sim_engine

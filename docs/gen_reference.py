@@ -137,7 +137,7 @@ def _table(rows) -> list[str]:
 
 
 def results_page() -> str:
-    from orchestrator.records import trace
+    from orchestrator.records import scheduler_trace as trace
     from orchestrator.records.layout import CellFiles
     from orchestrator.records.row import SummaryRow
     from orchestrator.records.schema import JobRecord, RequestRecord
@@ -147,7 +147,7 @@ def results_page() -> str:
              "Types and units of every file a sweep writes (what the files are and where: [Result files](../results.md)).",
              "A unit follows from the name: `_s` seconds, `_ms` milliseconds, `_pct` percent, `_bytes` bytes, `_gb`",
              "GiB, `_at` seconds from the cell's start (one clock for all of a cell's load generators), `_unix`",
-             "seconds since the epoch, `n_` a count. A type ending in `?` may be empty (not known, or not for this",
+             "seconds since the epoch, `num_` a count. A type ending in `?` may be empty (not known, or not for this",
              "cell).", "",
              "## summary.parquet", "", f"One row per cell of the grid (`{SummaryRow.__module__}.SummaryRow`), in this",
              "column order; the first columns are the contract other people's scripts read."]  # fmt: skip

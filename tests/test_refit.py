@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from orchestrator.records.scheduler_trace_file import parquet_of_entries, trace_file_frame
 from orchestrator.records.summary import summarize
-from orchestrator.records.trace_file import parquet_of_entries, trace_file_frame
 from orchestrator.refit import repredict
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.hardware import Device

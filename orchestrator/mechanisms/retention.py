@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.mechanisms.tier import Evidence
 from orchestrator.records.cell import CellOutcome
-from orchestrator.records.trace import Unpin, UnpinReason
-from orchestrator.records.trace_file import trace_events
+from orchestrator.records.scheduler_trace import Unpin, UnpinReason
+from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.replica.schedulers import continuum_rules as rules
 from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
 

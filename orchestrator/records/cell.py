@@ -277,7 +277,7 @@ class CellOutcome:
     jobs: tuple[JobRecord, ...]
     config: CellConfig
     server_log: str  # this cell's share of the server log (the whole tail on a failed start)
-    scheduler_trace: bytes  # the trace table, parquet (``records.trace_file``); empty when none was written
+    scheduler_trace: bytes  # the trace table, parquet (``records.scheduler_trace_file``); empty when none was written
     started_unix: float
     finished_unix: float
     failure_kind: FailureKind | None = None  # why it is not done (None when it is)

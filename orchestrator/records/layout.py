@@ -6,7 +6,7 @@
         summary.json                       the cell's summary row and per-turn statistics
         cell.json                          what the cell asked for and what took effect (``records.cell``)
         server.log                         the replica's log
-        scheduler_trace.parquet            the scheduler trace (``records.trace_file``)
+        scheduler_trace.parquet            the scheduler trace (``records.scheduler_trace_file``)
     DIR/<sweep>/report/                    the HTML report, and its tables/ (verdicts.csv among them)
     DIR/<sweep>/crossover.csv              the loads where a verdict changes (sweeps/crossover.py)
     DIR/<sweep>/capacity.csv               each policy's highest load within an SLO (sweeps/capacity.py) ...

@@ -17,8 +17,8 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from orchestrator.records.scheduler_trace import Finish, TraceEvent, UnpinReason, released_pins
 from orchestrator.records.schema import RequestRecord
-from orchestrator.records.trace import Finish, TraceEvent, UnpinReason, released_pins
 
 TRACE_KINDS = ("finish", "unpin")  # all this module reads of a trace
 

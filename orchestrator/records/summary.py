@@ -16,9 +16,9 @@ import pandas as pd
 from orchestrator.records.intervals import Interval, censored_times, interval, mean_time
 from orchestrator.records.pins import TRACE_KINDS, pin_outcomes, summarize_pins
 from orchestrator.records.prediction import Prediction
+from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord
 from orchestrator.records.slo import REQUEST_COLUMNS, Slo, Trial, evaluate
-from orchestrator.records.trace_file import trace_events
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from ray import serve
 
+from orchestrator.records.scheduler_trace import merged_traces
 from orchestrator.records.schema import RequestRecord
-from orchestrator.records.trace import merged_traces
 from orchestrator.replica.config import EngineConfig, VllmEngineConfig
 from orchestrator.replica.engines import EnginesPoll
 from orchestrator.replica.replica import OutputMark, ReplicaInfo

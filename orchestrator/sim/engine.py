@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.records.cell import SimStats, TierCounters
-from orchestrator.records.trace import (
+from orchestrator.records.scheduler_trace import (
     Admit,
     DecodeSteps,
     Finish,
@@ -73,7 +73,7 @@ class EngineCore:
         self.cost = engine.cost
         self._h2d, self._d2h = _Link(), _Link()
         self.stats = SimStats()
-        self.trace: list[TraceEntry] = []  # decode runs kept whole (``records.trace.DecodeSteps``)
+        self.trace: list[TraceEntry] = []  # decode runs kept whole (``records.scheduler_trace.DecodeSteps``)
         self._decode_run: DecodeRun | None = None
 
     @property

@@ -32,7 +32,7 @@ import pandas as pd
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CELL_CONFIG_FILE
-from orchestrator.records.trace_file import trace_file_frame
+from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples, steps_in_flight_of
 from orchestrator.sim.rates import RATES_FILE, GpuRates

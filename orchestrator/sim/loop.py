@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from orchestrator.records.cell import SimStats
+from orchestrator.records.scheduler_trace import TraceEntry, TraceEvent, expanded, trace_bytes
 from orchestrator.records.schema import JobRecord, RequestRecord
-from orchestrator.records.trace import TraceEntry, TraceEvent, expanded, trace_bytes
 from orchestrator.routing.rules import RouteRequest, RouterKind, RouterSetup, make_router
 from orchestrator.sim.clients import Clients
 from orchestrator.sim.engine import EngineCore, SimEngine

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from orchestrator.mechanisms.registry import recorded_ordering, recorded_tier
 from orchestrator.mechanisms.retention import sim_retention
-from orchestrator.records.trace import UnpinReason
+from orchestrator.records.scheduler_trace import UnpinReason
 from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin
 from orchestrator.sim.blocks import BlockPool, SharedHold
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis.fidelity import cell_shape, error_by_policy, peak_turns, shape_row
-from orchestrator.records.trace import Admit, Finish, FinishAction, Step
+from orchestrator.records.scheduler_trace import Admit, Finish, FinishAction, Step
 
 
 def _requests(rows: list[tuple[str, int, float, float, int, int]]) -> pd.DataFrame:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.timeline import step_bins
-from orchestrator.records import trace_file
-from orchestrator.records.trace_file import parquet_of_entries
+from orchestrator.records import scheduler_trace_file
+from orchestrator.records.scheduler_trace_file import parquet_of_entries
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
@@ -19,7 +19,7 @@ def test_each_replicas_steps_fall_in_a_bounded_number_of_bins_that_summarise_the
     workload = WorkloadSpec(jps=4, duration_s=20, request_timeout_s=60, job_timeout_s=120)
     engine = sim_engine(Device.gpu("L40S"), "llama-3.1-8b-instruct", "continuum", 32, workload)
     result = simulate(workload, engine, replicas=Replicas(2, RouterKind.ROUND_ROBIN))
-    monkeypatch.setattr(trace_file, "ROW_GROUP_ROWS", 100)  # partial aggregates from many row groups combine
+    monkeypatch.setattr(scheduler_trace_file, "ROW_GROUP_ROWS", 100)  # partial aggregates from many row groups combine
     path = tmp_path / "scheduler_trace.parquet"
     path.write_bytes(parquet_of_entries(result.replica_traces))
     bins = step_bins(path, num_bins=12)

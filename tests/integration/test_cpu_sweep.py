@@ -24,9 +24,9 @@ import pytest
 
 from orchestrator.cell_json import read_cell_json
 from orchestrator.records.layout import CellFiles, SweepFiles
+from orchestrator.records.scheduler_trace import Finish, Step, Unpin, UnpinReason, pin_releases
+from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.slo import Slo, Trial, evaluate
-from orchestrator.records.trace import Finish, Step, Unpin, UnpinReason, pin_releases
-from orchestrator.records.trace_file import trace_events
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri

@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from orchestrator.gpus import CPU
+from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.schema import RequestStatus
-from orchestrator.records.trace_file import trace_events
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import simulate

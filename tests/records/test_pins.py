@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.records.pins import PinOutcome, pin_outcomes, summarize_pins
+from orchestrator.records.scheduler_trace import Finish, FinishAction, Unpin, read_trace, trace_bytes
 from orchestrator.records.schema import RequestRecord, RequestStatus
-from orchestrator.records.trace import Finish, FinishAction, Unpin, read_trace, trace_bytes
 
 
 def pinned(t: float, job: str, turn: int) -> Finish:

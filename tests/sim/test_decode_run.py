@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.records.trace import DecodeSteps
+from orchestrator.records.scheduler_trace import DecodeSteps
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim import decode_run
 from orchestrator.sim.config import sim_engine

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
+from orchestrator.records.scheduler_trace import Finish, Step, Unpin
 from orchestrator.records.schema import JobStatus, RequestStatus
-from orchestrator.records.trace import Finish, Step, Unpin
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.events import Deadline, EventQueue, ReachEngine, ScheduleStep, SendTurn
 from orchestrator.sim.hardware import Device

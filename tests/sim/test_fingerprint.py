@@ -2,7 +2,7 @@
 the stored fingerprint (``sim_fingerprint.json``), for every policy on a roomy and a small GPU at a light
 and a saturating load (pins, reserve, preemption, CPU tiers and timeouts all happen in this set).
 
-A cell's fingerprint is the sha256 of its trace's events as JSON lines (``records.trace.trace_bytes``, the
+A cell's fingerprint is the sha256 of its trace's events as JSON lines (``records.scheduler_trace.trace_bytes``, the
 format the trace had before it was stored as parquet) and of its two tables' contents (column names, dtypes and
 every value); parquet bytes themselves also carry the writer's version, which a pyarrow upgrade changes without
 any change of ours. Regenerate only for an intended change of behaviour, and say
@@ -20,9 +20,9 @@ import pandas as pd
 
 from orchestrator.policies import POLICIES
 from orchestrator.records.cell import CellStatus
+from orchestrator.records.scheduler_trace import trace_bytes
+from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.store import records_frame
-from orchestrator.records.trace import trace_bytes
-from orchestrator.records.trace_file import trace_events
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.worker import CellWorker

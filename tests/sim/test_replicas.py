@@ -7,8 +7,8 @@ import functools
 
 import pytest
 
+from orchestrator.records.scheduler_trace import Step, read_trace
 from orchestrator.records.summary import summarize
-from orchestrator.records.trace import Step, read_trace
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.cell_json import read_cell_json
 from orchestrator.records.cell import CellStatus
-from orchestrator.records.trace_file import trace_file_frame
+from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import read_verdicts
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec

@@ -94,7 +94,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.records.trace import Unpin, UnpinReason
+from orchestrator.records.scheduler_trace import Unpin, UnpinReason
 from orchestrator.replica.schedulers.continuum_rules import (
     keeps_finished_blocks,
     must_wait_for_reserve,

@@ -5,7 +5,7 @@ environment variables (the only channel into that process):
 
 - ``KVSWEEP_SCHEDULER_TRACE``: path of the JSONL file to write; tracing is off when unset.
 
-Each line is one event of ``orchestrator.records.trace`` (``step`` after every ``schedule()``, ``admit``,
+Each line is one event of ``orchestrator.records.scheduler_trace`` (``step`` after every ``schedule()``, ``admit``,
 ``finish``, ``unpin``), written in that module's format, the one the simulator writes too.
 
 Together with the request records this rebuilds the per-job KV lifecycle table (turn, prompt, cacheable,
@@ -21,7 +21,7 @@ from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from orchestrator.records.trace import (
+from orchestrator.records.scheduler_trace import (
     Admit,
     Evict,
     Finish,
@@ -63,7 +63,7 @@ class TraceWriter:
     def write(self, event: TraceEvent | dict) -> None:
         if self._file is None:
             return
-        # A dict is a line of no kind records.trace defines: a test's probe events (tests/replica/async_probe.py).
+        # A dict is a line of no kind records.scheduler_trace defines: a test's probe events (tests/replica/async_probe.py).
         self._file.write(json_line(event) if isinstance(event, dict) else trace_line(event))
         if time.monotonic() - self._flushed_at > _FLUSH_EVERY_S:
             self.flush()

@@ -18,7 +18,7 @@ from orchestrator.gpus import CPU
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
-from orchestrator.records.trace_file import trace_file_frame
+from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.sim.profile import (
     PROFILE_JPS,
     PROFILE_POLICY,

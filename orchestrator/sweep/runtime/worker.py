@@ -33,8 +33,8 @@ from orchestrator.records.cell import (
     ResetProof,
     TierCounters,
 )
-from orchestrator.records.trace import evicted_blocks
-from orchestrator.records.trace_file import parquet_of_entries, parquet_of_lines
+from orchestrator.records.scheduler_trace import evicted_blocks
+from orchestrator.records.scheduler_trace_file import parquet_of_entries, parquet_of_lines
 from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS

@@ -1,13 +1,13 @@
 """A cell's scheduler trace on disk: one parquet table (zstd), the same for the real engine and the simulator.
 
-Every event kind of ``records.trace`` is a row: ``kind``, ``t`` and ``replica`` (null in a cell of one), then the
+Every event kind of ``records.scheduler_trace`` is a row: ``kind``, ``t`` and ``replica`` (null in a cell of one), then the
 union of the kinds' fields, null where a kind has none. Steps are most of the rows and change little from one to the
 next, which zstd over columns stores in a small fraction of the JSON lines' bytes (an hour of Mooncake-shaped
 traffic on eight simulated replicas: ``benchmarks/trace_scale.py``).
 
 - The vLLM plugin writes JSON lines as it runs (a process that dies keeps what it wrote); the worker turns them into
   this table (``parquet_of_lines``), a row group per chunk of lines.
-- The simulator's engines keep their decode runs whole (``records.trace.DecodeSteps``); ``parquet_of_entries``
+- The simulator's engines keep their decode runs whole (``records.scheduler_trace.DecodeSteps``); ``parquet_of_entries``
   expands them column by column, without an object per step.
 - Readers: ``trace_frame`` (the table, for analysis) and ``trace_events`` (the events, for the records' summary and
   checks); both read the JSON lines of older results too.
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from orchestrator.records.trace import (
+from orchestrator.records.scheduler_trace import (
     KINDS,
     Admit,
     DecodeSteps,
@@ -151,7 +151,7 @@ def time_range(path: Path) -> tuple[float, float] | None:
 
 
 def trace_events(data: bytes, kinds: Iterable[str] | None = None) -> list[TraceEvent]:
-    """The trace's events in order, as ``records.trace.read_trace`` reads JSON lines: with ``kinds``, only those,
+    """The trace's events in order, as ``records.scheduler_trace.read_trace`` reads JSON lines: with ``kinds``, only those,
     and rows of no kind it knows (a test's probe events) left out either way."""
     if not is_parquet(data):
         return read_trace(data, kinds)

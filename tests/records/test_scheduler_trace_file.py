@@ -1,4 +1,4 @@
-"""The scheduler trace's parquet table (``records.trace_file``): the same events as the JSON lines it replaces, from
+"""The scheduler trace's parquet table (``records.scheduler_trace_file``): the same events as the JSON lines it replaces, from
 either writer (the plugin's lines, the simulator's entries with their decode runs whole), for one replica and for
 several, and the readers that take only part of it."""
 
@@ -8,9 +8,9 @@ import functools
 
 import pytest
 
-from orchestrator.records import trace_file
-from orchestrator.records.trace import DecodeSteps, json_line, trace_bytes
-from orchestrator.records.trace_file import (
+from orchestrator.records import scheduler_trace_file
+from orchestrator.records.scheduler_trace import DecodeSteps, json_line, trace_bytes
+from orchestrator.records.scheduler_trace_file import (
     parquet_of_entries,
     parquet_of_lines,
     step_batches,
@@ -49,7 +49,7 @@ def test_both_writers_store_the_events_the_json_lines_held(policy, count):
 
 
 def test_readers_take_the_kinds_asked_for_and_the_steps_a_row_group_at_a_time(tmp_path, monkeypatch):
-    monkeypatch.setattr(trace_file, "ROW_GROUP_ROWS", 64)  # many row groups from a small cell
+    monkeypatch.setattr(scheduler_trace_file, "ROW_GROUP_ROWS", 64)  # many row groups from a small cell
     result = simulated("continuum", 3)
     path = tmp_path / "scheduler_trace.parquet"
     path.write_bytes(parquet_of_entries(result.replica_traces))

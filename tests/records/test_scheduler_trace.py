@@ -2,7 +2,7 @@
 
 import json
 
-from orchestrator.records.trace import (
+from orchestrator.records.scheduler_trace import (
     Admit,
     Finish,
     FinishAction,
