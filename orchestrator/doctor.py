@@ -51,7 +51,7 @@ def doctor_cells(target: str, policies: Iterable[str], model: str, duration_s: f
         gpus=(target,),
         policies=policies,
         jps=(1,),
-        dram_gb=(16,) if any(get_policy(name).has_cpu_tier for name in policies) else (0,),
+        dram_gb=(max(get_policy(name).dram_gb_taken(16) for name in policies),),
         model=model,
         weights=weights,
         workload=WorkloadSpec(jps=1, duration_s=duration_s, scale=0.25 if on_cpu else 1.0, request_timeout_s=300,

@@ -179,9 +179,9 @@ def plan_from(args: argparse.Namespace) -> Plan:
                 gpu_memory_utilization=0.85, max_num_seqs=None)  # fmt: skip
     cells = []
     for policy in policies:
-        dram_gb = args.dram_gb if get_policy(policy).has_cpu_tier else 0.0
+        dram_gb = get_policy(policy).dram_gb_taken(args.dram_gb)
         flags = argparse.Namespace(**{**base, "policy": policy, "jps": args.jps, "duration_s": duration, "dram_gb": dram_gb})
-        if on_cpu and get_policy(policy).needs_cuda:
+        if on_cpu and not get_policy(policy).runs_on(CPU):
             gpu_flags = {"gpu": BUILT_FOR_GPU, "model": None, "weights": Weights.DUMMY.value, "kv_blocks": None}
             cells.append(PolicyCell(policy, None, _server_command(cell_from(argparse.Namespace(**{**vars(flags),
                                                                                                   **gpu_flags})))))
@@ -209,7 +209,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         if "capacity" in stages:
             slo = Slo.parse(args.slo)
             loads = _policy_loads(args.capacity_cells, "--capacity-cells")
-            if on_cpu and (cuda := [policy for policy, _ in loads if get_policy(policy).needs_cuda]):
+            if on_cpu and (cuda := [policy for policy, _ in loads if not get_policy(policy).runs_on(CPU)]):
                 raise ValueError(f"--capacity-cells: {', '.join(dict.fromkeys(cuda))} need(s) a CUDA GPU; on cpu "
                                  "valid: policies without a CUDA-only connector, e.g. fcfs, continuum")  # fmt: skip
             capacity = tuple(cell.model_copy(update={"workload": cell.workload.model_copy(update={"jps": jps})})
@@ -219,7 +219,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
 def _pressure_entries(cells: tuple[CellSpec, ...], on_cpu: bool) -> tuple[PolicyCell, ...]:
     """The pressure cells; on cpu, each CUDA-only policy's as the server command the same cell runs on an H100."""
-    cuda_only = [cell.policy for cell in cells if on_cpu and get_policy(cell.policy).needs_cuda]
+    cuda_only = [cell.policy for cell in cells if on_cpu and not get_policy(cell.policy).runs_on(CPU)]
     on_gpu = pressure_cells(pressure_point(BUILT_FOR_GPU, LLAMA_8B), cuda_only, LLAMA_8B, Weights.DUMMY)
     commands = {cell.policy: _server_command(cell) for cell in on_gpu}
     return tuple(PolicyCell(cell.policy, None, commands[cell.policy]) if cell.policy in commands

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.gpus import CPU
 from orchestrator.mechanisms.ordering import ARRIVAL, JOB, Ordering
 from orchestrator.mechanisms.registry import RETENTIONS, TIERS
 from orchestrator.mechanisms.retention import Retention
@@ -40,13 +41,14 @@ class Policy:
         """What a node must offer its mechanisms beyond vLLM."""
         return self.tier.needs if self.tier is not None else frozenset()
 
-    @property
-    def needs_cuda(self) -> bool:
-        return NodeNeed.CUDA in self.needs
+    def runs_on(self, device: str) -> bool:
+        """Whether its mechanisms run on ``device`` (cpu or gpu): a CUDA-only connector runs on a GPU alone."""
+        return device != CPU or NodeNeed.CUDA not in self.needs
 
-    @property
-    def has_cpu_tier(self) -> bool:
-        return self.tier is not None
+    def dram_gb_taken(self, dram_gb: float) -> float:
+        """The DRAM budget a cell of this policy is given out of ``dram_gb``: all of it where it has a CPU tier, none
+        where it has none (its cells then do not differ by a budget that means nothing to them)."""
+        return dram_gb if self.tier is not None else 0.0
 
     @property
     def tier_is_the_budget(self) -> bool:
@@ -71,7 +73,7 @@ class Policy:
 
     def engine_config(self, base: VllmEngineConfig, dram_gb: float) -> VllmEngineConfig:
         """``base`` configured for this policy with a CPU tier of ``dram_gb`` where the policy has one."""
-        if self.needs_cuda and base.device != "gpu":
+        if not self.runs_on(base.device):
             raise PolicyError(
                 f"policy {self.name!r} needs a CUDA GPU (its KV connector is CUDA-only in vLLM/LMCache); "
                 f"on the CPU engine use one of: {', '.join(cpu_policy_names())}"
@@ -134,4 +136,4 @@ def get_policy(name: str) -> Policy:
 
 
 def cpu_policy_names() -> list[str]:
-    return [name for name, policy in POLICIES.items() if not policy.needs_cuda]
+    return [name for name, policy in POLICIES.items() if policy.runs_on(CPU)]

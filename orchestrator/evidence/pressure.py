@@ -132,7 +132,7 @@ def pressure_cells(point: PressurePoint, policies: Sequence[str], model: str, we
     workload = _workload(point.jps, point.window_s, scale)
     return tuple(
         CellSpec(engine=EngineKind.VLLM, gpu=point.gpu, policy=policy, model=model, workload=workload, weights=weights,
-                 dram_gb=point.dram_gb if get_policy(policy).has_cpu_tier else 0.0, engine_options=options)
+                 dram_gb=get_policy(policy).dram_gb_taken(point.dram_gb), engine_options=options)
         for policy in policies
     )  # fmt: skip
 

@@ -262,9 +262,9 @@ class SweepSpec(BaseModel):
                 )
 
     def _check_cpu_policies(self) -> None:
-        cpu_capable = [name for name, policy in POLICIES.items() if not policy.needs_cuda]
+        cpu_capable = [name for name, policy in POLICIES.items() if policy.runs_on(CPU)]
         for name in self.policies:
-            if POLICIES[name].needs_cuda:
+            if not POLICIES[name].runs_on(CPU):
                 raise ValueError(
                     f"policy {name!r} needs a CUDA GPU and cannot run on the cpu device; there use: {', '.join(cpu_capable)}"
                 )

@@ -169,7 +169,8 @@ def _costs_so_far(files: SweepFiles) -> CostModel:
     summary = read_summary(files.summary)
     started = summary[(summary.engine != EngineKind.SIM.value) & summary.replica_start_s.notna()]
     for row in started.sort_values("finished_unix").itertuples():
-        costs.record_start(start_place(row.engine, row.gpu), get_policy(row.policy).has_cpu_tier, row.replica_start_s)
+        tiered = get_policy(row.policy).tier_gib(row.dram_gb) > 0
+        costs.record_start(start_place(row.engine, row.gpu), tiered, row.replica_start_s)
     return costs
 
 
