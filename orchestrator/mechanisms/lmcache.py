@@ -62,6 +62,6 @@ class LMCacheCpuTier(Tier):
         return Stores(float(sum(logged)), "LMCache's log", len(logged))
 
     def evidence(self, outcome: CellOutcome) -> Evidence:
-        logged = lmcache_stores(outcome.server_log)
-        return Evidence(sum(logged) > 0, f"LMCache stored {sum(logged):,} tokens in {len(logged)} stores (its log); "
-                        f"its tier {served(outcome.config.tier_counters)}")  # fmt: skip
+        logged = self.logged_stores(outcome)
+        return Evidence(logged.tokens > 0, f"LMCache stored {logged.tokens:,.0f} tokens in {logged.count} stores "
+                        f"(its log); its tier {served(outcome.config.tier_counters)}")  # fmt: skip

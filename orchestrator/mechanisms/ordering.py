@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Ordering:
-    name: ClassVar[str] = "arrival"
+    """Arrival order: vLLM's FCFS."""
+
     vllm_scheduling_policy: ClassVar[str] = "fcfs"
-    sends_priority: ClassVar[bool] = False  # the client sends each request its job's arrival index as priority
-    job_priority: ClassVar[bool] = False  # what the simulator's configuration records of it
+    # The client sends each request its job's arrival index as priority (and the simulator's configuration
+    # records that as ``job_priority``).
+    sends_priority: ClassVar[bool] = False
 
     def priority(self, request: SimRequest) -> int:
         """A simulated request's priority as it arrives (lower runs first)."""
@@ -37,10 +39,10 @@ class Ordering:
 
 @dataclass(frozen=True)
 class JobOrder(Ordering):
-    name = "job"
+    """The job's arrival order: vLLM's priority scheduling by job arrival index."""
+
     vllm_scheduling_policy = "priority"
     sends_priority = True
-    job_priority = True
 
     def priority(self, request: SimRequest) -> int:
         return request.job_index

@@ -1,7 +1,8 @@
-"""Every KV mechanism by name: the one place a new one is registered.
+"""The retentions and tiers by name: the one place a new one is registered (the two orderings are
+``ordering.ARRIVAL`` and ``ordering.JOB``).
 
 Policies (``orchestrator.policies``) compose instances of these; the simulator finds a replica's mechanisms here
-from the names its configuration records.
+from what its configuration records.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from orchestrator.mechanisms.ordering import ARRIVAL, JOB, Ordering
 from orchestrator.mechanisms.retention import ContinuumPins, Retention
 from orchestrator.mechanisms.tier import Tier
 
-ORDERINGS: dict[str, Ordering] = {ordering.name: ordering for ordering in (ARRIVAL, JOB)}
 RETENTIONS: dict[str, type[Retention]] = {retention.name: retention for retention in (Retention, ContinuumPins)}
 TIERS: dict[str, type[Tier]] = {
     tier.name: tier for tier in (LMCacheCpuTier, NativeOffload, SimpleOffload, LMCacheDiskTier)

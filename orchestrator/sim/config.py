@@ -60,7 +60,7 @@ def sim_engine(
         max_num_batched_tokens=max_num_batched_tokens or device.default_max_num_batched_tokens,
         max_num_seqs=max_num_seqs or device.default_max_num_seqs,
         block_size=block_size,
-        job_priority=chosen.ordering.job_priority,
+        job_priority=chosen.ordering.sends_priority,
         pins=chosen.retention.pins,
         tier=chosen.tier.sim_model if chosen.tier is not None else None,
         # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says; the budget is the replica's, its
