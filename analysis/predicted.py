@@ -126,7 +126,5 @@ def standing_verdicts(bases: list[Basis], found: list[Verdict]) -> list[Verdict]
     return standing
 
 
-
-
 def _arm(row) -> str:
     return arm_name(row.policy, row.router if isinstance(row.router, str) else None)

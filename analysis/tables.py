@@ -302,8 +302,8 @@ def rank_holdings(cells: list[CellSpec]) -> pd.DataFrame:
     """Per GPU type, tensor-parallel degree, DRAM budget and CPU tier of ``cells``: what each rank of a replica holds,
     by the sizing library (the weights and KV pool it predicts to within 0.3% of what vLLM sized on an H200): its share
     of the weights and of the KV pool, the pool's tokens (every rank holds its share of each token's heads), and its
-    share of the CPU tier its policies allocate from the budget (``Policy.tier_gib``: none for a policy without one),
-    with those policies."""
+    share of the CPU tier its policies allocate from the budget (the engine setup's ``tier_gib``: none for a policy
+    without one), with those policies."""
     rows: dict[tuple, dict] = {}
     for cell in cells:
         setup = engine_setup(cell)
