@@ -15,8 +15,6 @@ from orchestrator.records.schema import RequestStatus
 from orchestrator.sizing.kv import retention_time_s
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.engine_setup import engine_setup
-from orchestrator.sweep.planning.preflight import replica_sizing
 from orchestrator.units import GIB
 
 
@@ -306,7 +304,7 @@ def rank_holdings(cells: list[CellSpec]) -> pd.DataFrame:
     without one), with those policies."""
     rows: dict[tuple, dict] = {}
     for cell in cells:
-        setup = engine_setup(cell)
+        setup = cell.engine_setup
         tier_gib = setup.tier_gib
         shape = (cell.gpu, cell.tp, cell.dram_gb, tier_gib)
         if shape in rows:
@@ -318,7 +316,7 @@ def rank_holdings(cells: list[CellSpec]) -> pd.DataFrame:
             arch = load_model(cell.model)
         except ValueError:
             continue
-        sizing = replica_sizing(setup, arch)
+        sizing = setup.sizing(arch)
         rows[shape] = {"gpu": cell.gpu, "tp": cell.tp, "dram_gb": cell.dram_gb, "policies": cell.policy,
                        "weights_gb_per_rank": sizing.rank_weight_bytes / 1e9,
                        "kv_gib_per_rank": sizing.rank_kv_bytes / GIB, "kv_tokens": sizing.gpu_kv_tokens,

@@ -47,8 +47,9 @@ from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace_file import trace_events, trace_file_frame
 from orchestrator.records.verdict import VerdictKind, read_verdicts
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
+from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sim.loop import simulate
-from orchestrator.sim.profile import CpuProfile, cpu_sim_engine, step_pace
+from orchestrator.sim.profile import cpu_sim_engine, step_pace
 from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.sweep.cli import parse_list, parser, prepare, run_with_one_line_errors
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec

@@ -15,7 +15,7 @@ from orchestrator.gpus import CPU
 from orchestrator.mechanisms.ordering import ARRIVAL, JOB, Ordering
 from orchestrator.mechanisms.registry import RETENTIONS, TIERS
 from orchestrator.mechanisms.retention import Retention
-from orchestrator.mechanisms.tier import Evidence, NodeNeed, Tier
+from orchestrator.mechanisms.tier import Evidence, NodeNeed, NoTier, Tier
 from orchestrator.records.cell import CellOutcome
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig, TtlMode
@@ -34,42 +34,39 @@ class Policy:
     description: str
     ordering: Ordering = ARRIVAL
     retention: Retention = Retention()
-    tier: Tier | None = None
+    tier: Tier = NoTier()
 
     @property
     def needs(self) -> frozenset[NodeNeed]:
         """What a node must offer its mechanisms beyond vLLM."""
-        return self.tier.needs if self.tier is not None else frozenset()
+        return self.tier.needs
 
     def runs_on(self, device: str) -> bool:
         """Whether its mechanisms run on ``device`` (cpu or gpu): a CUDA-only connector runs on a GPU alone."""
         return device != CPU or NodeNeed.CUDA not in self.needs
 
     def dram_gb_taken(self, dram_gb: float) -> float:
-        """The DRAM budget a cell of this policy is given out of ``dram_gb``: all of it where it has a CPU tier, none
-        where it has none (its cells then do not differ by a budget that means nothing to them)."""
-        return dram_gb if self.tier is not None else 0.0
+        """The DRAM budget a cell of this policy is given out of ``dram_gb`` (its tier's answer)."""
+        return self.tier.dram_gb_taken(dram_gb)
 
     @property
     def tier_is_the_budget(self) -> bool:
         """Its CPU tier is the cell's DRAM budget (so a budget of 0 leaves it without one)."""
-        return self.tier is not None and self.tier.is_the_budget
+        return self.tier.is_the_budget
 
     @property
     def keeps_kv_across_reset(self) -> bool:
         """vLLM's prefix-cache reset leaves KV in its tier (a replica reused for it is not proven clean)."""
-        return self.tier is not None and self.tier.keeps_kv_across_reset
+        return self.tier.keeps_kv_across_reset
 
     def tier_gib(self, dram_gb: float) -> float:
         """The CPU tier this policy's connector allocates for a DRAM budget of ``dram_gb`` GiB (0 without one)."""
-        return self.tier.size_gib(dram_gb) if self.tier is not None else 0.0
+        return self.tier.size_gib(dram_gb)
 
     def evidence(self, outcome: CellOutcome) -> Evidence | None:
         """What a finished cell shows its mechanisms did (None: nothing of their own)."""
         found = self.retention.evidence(outcome)
-        if found is None and self.tier is not None:
-            found = self.tier.evidence(outcome)
-        return found
+        return found if found is not None else self.tier.evidence(outcome)
 
     def engine_config(self, base: VllmEngineConfig, dram_gb: float) -> VllmEngineConfig:
         """``base`` configured for this policy with a CPU tier of ``dram_gb`` where the policy has one."""
@@ -79,7 +76,7 @@ class Policy:
                 f"on the CPU engine use one of: {', '.join(cpu_policy_names())}"
             )
         tier = self.tier
-        args, env = tier.connector(tier.connector_gib(dram_gb, base.tensor_parallel_size)) if tier else ((), {})
+        args, env = tier.connector(tier.connector_gib(dram_gb, base.tensor_parallel_size))
         env = {**env, **self.retention.env()}
         return base.model_copy(
             update={
@@ -87,7 +84,7 @@ class Policy:
                 "scheduling_policy": self.ordering.vllm_scheduling_policy,
                 "extra_args": base.extra_args + args,
                 "extra_env": base.extra_env + tuple(sorted(env.items())),
-                "connector_debug_log": tier.connector_debug_log if tier else False,
+                "connector_debug_log": tier.connector_debug_log,
             }
         )
 
@@ -137,3 +134,4 @@ def get_policy(name: str) -> Policy:
 
 def cpu_policy_names() -> list[str]:
     return [name for name, policy in POLICIES.items() if policy.runs_on(CPU)]
+

@@ -110,8 +110,8 @@ def _cell(files: SweepFiles, key: str) -> CellSpec:
 
 
 def _predicted_jct_s(twin: CellSpec, device: Device) -> float:
-    result = simulate(twin.workload, cell_sim_engine(twin, device), schedule_for(twin.workload),
-                      Replicas(twin.replicas, twin.router, seed=twin.seed))  # fmt: skip
+    engine = cell_sim_engine(twin.engine_setup, twin.workload, twin.cpu_profile, device)
+    result = simulate(twin.workload, engine, schedule_for(twin.workload), Replicas(twin.replicas, twin.router, seed=twin.seed))
     return summarize(result.requests, result.jobs).jct_censored_mean_s
 
 

@@ -30,7 +30,7 @@ def simulated_sweep(spec: SweepSpec, results_dir: Path, report: bool = False) ->
             assert outcome.status.is_done, f"{cell.label}: {outcome.reason}"
             summary = summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace)
             attempt = Attempt(f"in-process-{number}", 1, outcome.started_unix, outcome.finished_unix, outcome.config)
-            row = SummaryRow.of(spec.name, cell, outcome.status, summary, attempt)
+            row = SummaryRow.of(spec.name, cell.summary_columns(), outcome.status, summary, attempt)
             results.publish(cell.key, results.stage(outcome, summary, row))
             rows.append(row)
     finally:

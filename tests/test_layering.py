@@ -156,23 +156,77 @@ def test_the_check_sees_a_forbidden_import_directly_and_through_other_modules():
 
 
 def test_records_import_nothing_of_the_stages_above_them_not_even_lazily():
-    """``records/`` is the contract every stage imports: an import of a stage from it, at import time or inside a
-    function, would close a circle (records -> sim -> records). Names for type checking alone are not imports."""
+    """``records/`` is the contract every stage imports: an import of a stage from it, at import time, inside a
+    function or for type checking, would close a circle (records -> sim -> records). What records read of a cell is
+    a protocol of their own (``records.cell.RequestedCell``)."""
     below = ("orchestrator.records", "orchestrator.units", "orchestrator.paths", "orchestrator.validation")
     found = []
     for module in modules_of("orchestrator.records"):
-        tree = ast.parse(source_of(module).read_text())
-        checking_only = {id(node) for branch in ast.walk(tree) if isinstance(branch, ast.If) and _is_type_checking(branch)
-                         for statement in branch.body for node in ast.walk(statement)}  # fmt: skip
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom | ast.Import) and id(node) not in checking_only:
+        for node in ast.walk(ast.parse(source_of(module).read_text())):
+            if isinstance(node, ast.ImportFrom | ast.Import):
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
                 found += [f"{module}: {name}" for name in names if name.split(".")[0] in PROJECT_PACKAGES
                           and not name.startswith(below)]  # fmt: skip
     assert found == []
 
 
+def layer_of(module: str) -> str:
+    """The part of the project ``module`` belongs to: a package of ``orchestrator`` (the sweep's planning, cluster and
+    runtime apart), a top-level module of it, or ``analysis``."""
+    parts = module.split(".")
+    if parts[0] != "orchestrator":
+        return parts[0]
+    in_a_part_of_the_sweep = parts[1:2] == ["sweep"] and len(parts) > 2
+    if in_a_part_of_the_sweep and (PROJECT_ROOT / "orchestrator/sweep" / parts[2]).is_dir():
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def import_circles() -> list[list[str]]:
+    """The circles of the project's layers (``layer_of``) in what their modules import when imported: each a list of
+    layers that reach each other, empty when the layers stack. A package's ``__init__`` imports nothing here, so
+    importing it as a parent links no layers."""
+    edges: dict[str, set[str]] = {}
+    for package in ("orchestrator", "analysis"):
+        for path in (PROJECT_ROOT / package).rglob("*.py"):
+            parts = path.relative_to(PROJECT_ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            for name in direct_imports(module):
+                source = source_of(name)
+                if source is not None and source.name != "__init__.py" and layer_of(name) != layer_of(module):
+                    edges.setdefault(layer_of(module), set()).add(layer_of(name))
+    circles, reached = [], {layer: _reachable(layer, edges) for layer in edges}
+    for layer in sorted(edges):
+        circle = sorted(other for other in reached[layer] if layer in reached.get(other, ()))
+        if circle and circle not in circles:
+            circles.append(circle)
+    return circles
+
+
+def _reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
+    seen, pending = set(), [start]
+    while pending:
+        for name in edges.get(pending.pop(), ()):
+            if name not in seen:
+                seen.add(name)
+                pending.append(name)
+    return seen
+
+
+def test_the_layers_stack_with_no_import_circle():
+    """Planning, the simulator, the mechanisms, records, the runtime and the report each import only layers below
+    them: a circle (planning -> sim -> planning) makes every module of it load with any one of them."""
+    assert import_circles() == []
+
+
+def test_the_circle_check_sees_a_circle_of_layers():
+    assert layer_of("orchestrator.sweep.planning.cells") == "orchestrator.sweep.planning"
+    assert layer_of("orchestrator.sim.engine") == "orchestrator.sim" and layer_of("analysis.report") == "analysis"
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _reachable("a", edges) == {"a", "b", "c"} and "d" not in _reachable("a", edges)
+
+
 def test_a_lazy_import_in_a_function_or_for_type_checking_is_not_an_import_at_import_time():
-    # orchestrator.records.cell names the stages' types for type checking only.
-    assert "orchestrator.sweep.planning.cells" not in direct_imports("orchestrator.records.cell")
+    # An ordering names the simulator's request for type checking only, as vLLM's connectors name its Request.
+    assert "orchestrator.sim.scheduler" not in direct_imports("orchestrator.mechanisms.ordering")
     assert "ray" not in imported_by("orchestrator.sweep.cluster.connect")  # it imports Ray when it connects

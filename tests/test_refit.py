@@ -31,7 +31,8 @@ def test_a_refit_from_a_slower_gpus_steps_brings_every_prediction_closer_and_wri
     rates_before = RATES_FILE.read_bytes()
 
     def run(cell, device):
-        return simulate(cell.workload, cell_sim_engine(cell, device), None, Replicas(seed=cell.seed))
+        engine = cell_sim_engine(cell.engine_setup, cell.workload, cell.cpu_profile, device)
+        return simulate(cell.workload, engine, None, Replicas(seed=cell.seed))
 
     measured = {cell.key: run(cell, slower) for cell in twins[:2]}  # two cells "measured" on the slower GPU
     steps = []

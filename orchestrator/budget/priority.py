@@ -28,7 +28,6 @@ from orchestrator.records.verdict import MIN_EFFECT_PCT, Verdict, VerdictKind, c
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.engine_setup import engine_setup
 
 # The rule is written once, here, and the dry run prints it as written.
 RULE = __doc__.split("\n\n", 1)[1].strip().replace("``", "")
@@ -82,7 +81,7 @@ def rank_cells(cells: Sequence[CellSpec], predicted: Sequence[Verdict], errors: 
     for cell in cells:
         point = point_of(cell)
         policies.setdefault(point, set()).add(cell.policy)  # a routed arm's band is its KV policy's
-        tiered = engine_setup(cell).tier_gib > 0 and regimes.get(cell.key) is Regime.OFFLOAD_WINDOW
+        tiered = cell.engine_setup.tier_gib > 0 and regimes.get(cell.key) is Regime.OFFLOAD_WINDOW
         tier_serves[point] = tier_serves.get(point, False) or tiered
     reasons = {point: _reason(by_point.get(point), flips.get(point), tier_serves[point], errors, policies[point],
                               kv_policy_of)

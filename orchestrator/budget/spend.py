@@ -15,10 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from orchestrator.budget.cost import CostModel, base_load_s, start_place
-from orchestrator.budget.spec import GpuBudget
 from orchestrator.records.prediction import Prediction
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.engine_setup import engine_setup
+from orchestrator.sweep.planning.gpu_budget import GpuBudget
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Spending:
         """``cell``'s attempt, per GPU it holds: a start where it needs one, its load and the reset after it."""
         place = start_place(cell.engine.value, cell.gpu)
         return self.costs.cell_s(place, cell.workload, cell.device, self._predicted_span_s(cell),
-                                 tiered=engine_setup(cell).tier_gib > 0, needs_start=needs_start)  # fmt: skip
+                                 tiered=cell.engine_setup.tier_gib > 0, needs_start=needs_start)  # fmt: skip
 
     def left_s(self, gpu: str) -> float:
         """What is left for ``gpu``: of its own budget and of the budget for all, the less."""
@@ -82,7 +81,7 @@ class Spending:
         self.measured[cell.gpu] = self.measured.get(cell.gpu, 0) + 1
         place = start_place(cell.engine.value, cell.gpu)
         if start_s is not None:
-            self.costs.record_start(place, engine_setup(cell).tier_gib > 0, start_s)
+            self.costs.record_start(place, cell.engine_setup.tier_gib > 0, start_s)
         if done:
             reset_s = self.costs.shipped(place).reset_s
             self.costs.record_load(place, max(0.0, elapsed_s - (start_s or 0.0) - reset_s),

@@ -33,9 +33,9 @@ class TierActivity:
 def tier_activity(policy: Policy, outcome: CellOutcome, kv_bytes_per_token: float) -> TierActivity | None:
     """What ``outcome``'s CPU tier stored and served (None for a policy without one); ``kv_bytes_per_token`` turns
     the byte counters into tokens."""
-    if policy.tier is None:
+    stored = policy.tier.stores(outcome, kv_bytes_per_token)
+    if stored is None:
         return None
     counters = outcome.config.tier_counters
-    stored = policy.tier.stores(outcome, kv_bytes_per_token)
     return TierActivity(stored.tokens, stored.record, stored.count, counters.external_prefix_cache_hits or 0.0,
                         counters.external_prefix_cache_queries)  # fmt: skip

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.mechanisms.lmcache import LMCacheCpuTier
-from orchestrator.mechanisms.tier import Connector, TierStore
-from orchestrator.sim.blocks import CpuTier, TierHit
+from orchestrator.mechanisms.tier import Connector
+from orchestrator.mechanisms.tier_store import CpuTier, TierHit, TierStore
 
 if TYPE_CHECKING:
     from orchestrator.sim.hardware import StepCost
@@ -43,9 +43,13 @@ class DiskBackedStore(TierStore):
         in_memory = self.memory.hit_chain(job, segments)
         return TierHit(max(in_memory, self.disk.hit_chain(job, segments)), in_memory)
 
-    def save_chain(self, job: str, segments: Sequence[tuple[str, int]], num_tokens: int) -> None:
-        self.memory.save_chain(job, segments, num_tokens)
-        self.disk.save_chain(job, segments, num_tokens)
+    def save_new(self, job: str, segments: Sequence[tuple[str, int]], num_saved: int, num_tokens: int) -> int:
+        copied = self.memory.save_new(job, segments, num_saved, num_tokens)
+        self.disk.save_new(job, segments, num_saved, num_tokens)
+        return copied
+
+    def has_unsaved(self, num_saved: int, num_tokens: int) -> bool:
+        return self.memory.has_unsaved(num_saved, num_tokens)
 
 
 @dataclass(frozen=True)

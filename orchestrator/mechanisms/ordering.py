@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from orchestrator.sim.request_queue import FcfsQueue, PriorityQueue, RequestQueue
+from orchestrator.mechanisms.request_queue import FcfsQueue, PriorityQueue, RequestQueue
 
 if TYPE_CHECKING:
     from orchestrator.sim.scheduler import SimRequest

@@ -12,11 +12,11 @@ from orchestrator.mechanisms.lmcache_disk import LMCacheDiskTier
 from orchestrator.mechanisms.native_offload import NativeOffload, SimpleOffload
 from orchestrator.mechanisms.ordering import ARRIVAL, JOB, Ordering
 from orchestrator.mechanisms.retention import ContinuumPins, Retention
-from orchestrator.mechanisms.tier import Tier
+from orchestrator.mechanisms.tier import NoTier, Tier
 
 RETENTIONS: dict[str, type[Retention]] = {retention.name: retention for retention in (Retention, ContinuumPins)}
 TIERS: dict[str, type[Tier]] = {
-    tier.name: tier for tier in (LMCacheCpuTier, NativeOffload, SimpleOffload, LMCacheDiskTier)
+    tier.name: tier for tier in (NoTier, LMCacheCpuTier, NativeOffload, SimpleOffload, LMCacheDiskTier)
 }
 
 
@@ -25,6 +25,6 @@ def recorded_ordering(job_priority: bool) -> Ordering:
     return JOB if job_priority else ARRIVAL
 
 
-def recorded_tier(name: str | None) -> Tier | None:
+def recorded_tier(name: str | None) -> Tier:
     """The tier a simulated replica's configuration records by its ``sim_model`` name (None: it has none)."""
-    return None if name is None else TIERS[name]()
+    return NoTier() if name is None else TIERS[name]()

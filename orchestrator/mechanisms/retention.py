@@ -21,7 +21,7 @@ from orchestrator.replica.schedulers import continuum_rules as rules
 from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
 
 if TYPE_CHECKING:
-    from orchestrator.sim.request_queue import RequestQueue
+    from orchestrator.mechanisms.request_queue import RequestQueue
     from orchestrator.sim.scheduler import SimRequest
 
 _SCHEDULERS = "orchestrator.replica.schedulers"

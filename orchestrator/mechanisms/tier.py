@@ -1,6 +1,6 @@
 """A KV tier beyond the GPU pool: what every tier mechanism answers, and the defaults they share.
 
-A tier is a vLLM KV connector and the host memory behind it. Its module says how vLLM is asked for it (arguments
+A tier is a vLLM KV connector and the host memory behind it; ``NoTier`` is a policy's tier when it has none. Its module says how vLLM is asked for it (arguments
 and environment), how large it is for a cell's DRAM budget, how the simulator runs it (the store that keeps what it
 saved, how long a load and a save take), what record on a real engine proves it worked, and what a node needs to
 run it. The defaults here are vLLM's native offload's: loads from host memory over the PCIe link, stores that never
@@ -13,10 +13,10 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
+from orchestrator.mechanisms.tier_store import CpuTier, EmptyStore, TierStore
 from orchestrator.records.cell import CellOutcome, TierCounters
-from orchestrator.sim.blocks import CpuTier, TierHit
 from orchestrator.units import GIB
 
 if TYPE_CHECKING:
@@ -48,16 +48,6 @@ class Stores(NamedTuple):
 Connector = tuple[tuple[str, ...], dict[str, str]]  # vLLM's arguments and the server's environment
 
 
-class TierStore(Protocol):
-    """What keeps a simulated tier's saved prefixes (``sim.blocks.CpuTier`` is the one-level store)."""
-
-    def lookup(self, job: str, segments: Sequence[tuple[str, int]]) -> TierHit:
-        """What it holds of a prompt of ``job`` that starts with the shared ``segments``, marked recently used."""
-
-    def save_chain(self, job: str, segments: Sequence[tuple[str, int]], num_tokens: int) -> None:
-        """Save the first ``num_tokens`` of a prompt of ``job`` that starts with the shared ``segments``."""
-
-
 @dataclass(frozen=True)
 class Tier(ABC):
     """One tier mechanism. Registered by ``name`` in ``mechanisms.registry``; a policy holds one instance."""
@@ -83,6 +73,11 @@ class Tier(ABC):
         """The host memory it takes for a replica's DRAM budget of ``dram_gb`` GiB."""
         return self.fixed_gib if self.fixed_gib is not None else dram_gb
 
+    def dram_gb_taken(self, dram_gb: float) -> float:
+        """The DRAM budget a cell with this tier is given out of ``dram_gb``: all of it (its size may be fixed, but
+        its cells are still told apart by the budget they ran under)."""
+        return dram_gb
+
     def connector_gib(self, dram_gb: float, tp: int) -> float:
         """The size its connector is given for a replica of ``tp`` ranks: the replica's, which vLLM splits."""
         return self.size_gib(dram_gb)
@@ -96,7 +91,7 @@ class Tier(ABC):
     # -- the simulator --------------------------------------------------------------------------------------------
 
     @property
-    def sim_model(self) -> str:
+    def sim_model(self) -> str | None:
         """The name the simulator's configuration records for this tier (and looks it up by)."""
         return self.name
 
@@ -109,6 +104,13 @@ class Tier(ABC):
         level behind host memory, where the store has one)."""
         return cost.copy_s(num_tokens)
 
+    def sim_counters(self, store_bytes: float, load_bytes: float, queried_tokens: int, hit_tokens: int) -> TierCounters:
+        """What vLLM reports of the tier, from a simulated replica's totals: the bytes its connector stored and
+        loaded, the tokens looked up in it at each admission, and the tokens it had."""
+        return TierCounters(kv_offload_store_bytes=store_bytes, kv_offload_load_bytes=load_bytes,
+                            external_prefix_cache_queries=float(queried_tokens),
+                            external_prefix_cache_hits=float(hit_tokens))  # fmt: skip
+
     def save_stall_s(self, calibration: Calibration, saves: Sequence[int], copied_at: float,
                      forward_end: float) -> float:  # fmt: skip
         """How long a step that saved ``saves`` tokens (one entry per request) waits after its forward pass."""
@@ -116,8 +118,8 @@ class Tier(ABC):
 
     # -- evidence on a real engine --------------------------------------------------------------------------------
 
-    def stores(self, outcome: CellOutcome, kv_bytes_per_token: float) -> Stores:
-        """What it stored: vLLM's offload counters, else the record its connector keeps instead."""
+    def stores(self, outcome: CellOutcome, kv_bytes_per_token: float) -> Stores | None:
+        """What it stored: vLLM's offload counters, else the record its connector keeps instead (None: no tier)."""
         counters = outcome.config.tier_counters
         if counters.kv_offload_store_bytes is not None:
             return Stores(counters.kv_offload_store_bytes / kv_bytes_per_token, "vLLM's kv_offload counters", None)
@@ -127,8 +129,8 @@ class Tier(ABC):
         """Its stores where vLLM exports no counter for them."""
         return Stores(0.0, "no record", None)
 
-    def evidence(self, outcome: CellOutcome) -> Evidence:
-        """It stored to host memory, and what it served back."""
+    def evidence(self, outcome: CellOutcome) -> Evidence | None:
+        """It stored to host memory, and what it served back (None: nothing of its own to show)."""
         counters = outcome.config.tier_counters
         if counters.kv_offload_store_bytes is None:
             stores = self.logged_stores(outcome)
@@ -137,6 +139,41 @@ class Tier(ABC):
         stored, loaded = counters.kv_offload_store_bytes or 0.0, counters.kv_offload_load_bytes or 0.0
         return Evidence(stored > 0, f"CPU tier stored {stored / GIB:.2f} GiB, loaded {loaded / GIB:.2f} GiB; "
                         f"it {served(counters)}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NoTier(Tier):
+    """No tier: vLLM's GPU prefix cache alone. No connector, no host memory, nothing saved or loaded, no record."""
+
+    fixed_gib: float | None = 0.0
+
+    name = "none"
+    needs = frozenset()
+
+    def dram_gb_taken(self, dram_gb: float) -> float:
+        """None of it: its cells do not differ by a budget that means nothing to them."""
+        return 0.0
+
+    def connector(self, connector_gib: float) -> Connector:
+        return (), {}
+
+    @property
+    def sim_model(self) -> None:
+        """Nothing (the simulator's configuration has recorded no tier as none since before tiers were mechanisms)."""
+        return None
+
+    def sim_store(self, capacity_tokens: int) -> EmptyStore:
+        return EmptyStore()
+
+    def sim_counters(self, store_bytes: float, load_bytes: float, queried_tokens: int, hit_tokens: int) -> TierCounters:
+        """Nothing: vLLM exports no connector counters without a connector (every counter unset)."""
+        return TierCounters()
+
+    def stores(self, outcome: CellOutcome, kv_bytes_per_token: float) -> None:
+        return None
+
+    def evidence(self, outcome: CellOutcome) -> None:
+        return None
 
 
 def served(counters: TierCounters) -> str:

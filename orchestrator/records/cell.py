@@ -12,20 +12,30 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import BaseModel
 
 from orchestrator.records.names import current_names
 from orchestrator.records.schema import JobRecord, RequestRecord
 
-if TYPE_CHECKING:  # the requested side is the stages' own types, which their readers give back (``CellConfig.from_json``)
-    from orchestrator.replica.config import EngineConfig
-    from orchestrator.sim.engine import SimEngineConfig
-    from orchestrator.sweep.planning.cells import CellSpec
+
+class RequestedCell(Protocol):
+    """A cell as records read it: its key and its JSON form. It is planning's ``CellSpec``, which records do not
+    import (they import nothing of the stages above them); ``orchestrator.cell_json`` reads it back as one."""
+
+    @property
+    def key(self) -> str: ...
+
+    def model_dump(self, *, mode: str) -> dict: ...
+
+
+# The engine configuration a worker derived from its cell, as its stage types it: vLLM's or the fake engine's
+# (pydantic models, ``replica.config``) or the simulator's (a dataclass, ``sim.engine``).
+RequestedEngine = object
 
 # Reads a cell.json's requested side (its cell spec's and engine configuration's JSON) as those stages' types.
-RequestedReader = Callable[[dict, "dict | None"], "tuple[CellSpec, EngineConfig | SimEngineConfig | None]"]
+RequestedReader = Callable[[dict, "dict | None"], "tuple[RequestedCell, RequestedEngine | None]"]
 
 
 class CellStatus(str, enum.Enum):
@@ -190,11 +200,11 @@ class CellConfig:
     """
 
     cell_key: str
-    cell: CellSpec
+    cell: RequestedCell
     node_id: str
     host: str | None = None
     gpu_ids: tuple[str, ...] = ()  # the GPUs Ray gave the worker that ran the replica (its CUDA_VISIBLE_DEVICES)
-    engine: EngineConfig | SimEngineConfig | None = None
+    engine: RequestedEngine | None = None
     engine_facts: EngineFacts | None = None
     tier_counters: TierCounters = field(default_factory=TierCounters)
     num_preemptions: int | None = None  # vLLM's counter over the cell, or the simulator's count; None if unknown
@@ -283,7 +293,7 @@ class CellOutcome:
     failure_kind: FailureKind | None = None  # why it is not done (None when it is)
 
     @classmethod
-    def failure(cls, cell: CellSpec, kind: FailureKind, reason: str, retryable: bool, node_id: str,
+    def failure(cls, cell: RequestedCell, kind: FailureKind, reason: str, retryable: bool, node_id: str,
                 started_unix: float, server_log: str = "") -> CellOutcome:  # fmt: skip
         """A cell that produced no records: its replica or worker was lost before the load finished."""
         return cls(

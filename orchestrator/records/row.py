@@ -7,17 +7,12 @@ attempt's ``CellConfig``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING
 
 from orchestrator.records.cell import CellConfig, CellStatus, NodeStack, TierCounters
 from orchestrator.records.names import current_names
 from orchestrator.records.summary import CellSummary
-
-if TYPE_CHECKING:  # the contract reads a cell spec's fields; it imports nothing of the stages
-    from orchestrator.sweep.planning.cells import CellSpec
-
-# Names an older version wrote to a done cell's summary.json (read back when a sweep resumes).
 
 
 @dataclass(frozen=True)
@@ -127,17 +122,12 @@ class SummaryRow:
     stack_lmcache_ops_error: str | None = None  # why LMCache's compiled ops did not load, where they did not
 
     @classmethod
-    def of(cls, sweep: str, cell: CellSpec, status: CellStatus, summary: CellSummary | None = None,
+    def of(cls, sweep: str, cell_columns: Mapping[str, object], status: CellStatus, summary: CellSummary | None = None,
            attempt: Attempt | None = None, reason: str | None = None) -> SummaryRow:  # fmt: skip
-        workload = cell.workload
+        """The row of a cell whose identity columns (its key, engine, GPU type, policy, load and workload) are
+        ``cell_columns``: a cell spec's ``summary_columns()``."""
         return cls(
-            sweep=sweep, cell_key=cell.key, engine=cell.engine.value, gpu=cell.gpu, policy=cell.policy, jps=cell.jps,
-            dram_gb=cell.dram_gb, status=status.value, seed=cell.seed, model=cell.model, weights=cell.weights.value,
-            scale=workload.scale,
-            duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
-            workload_source=workload.source, load_multiplier=workload.load_multiplier(), reason=reason,
-            max_context=workload.max_context,
-            replicas=cell.replicas, router=cell.router.value if cell.router else None, tp=cell.tp,
+            sweep=sweep, status=status.value, reason=reason, **cell_columns,
             **(summary.scalars() if summary else {}), **(attempt_columns(attempt) if attempt else {}),
         )  # fmt: skip
 

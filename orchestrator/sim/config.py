@@ -7,9 +7,6 @@ GPU, the policy's ordering, pins and CPU tier, and the tier's size in tokens fro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.policies import get_policy
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.hardware import Calibration, Device, Precision, StepCost, gpu_kv_blocks
@@ -18,19 +15,6 @@ from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.units import GIB
 from orchestrator.workload.spec import WorkloadSpec
-
-
-def check_simulable(model: str, gpus: Iterable[str], has_cpu_profile: bool = False) -> None:
-    """Raises ``ValueError`` (one line) unless every device has a profile and the model has a config. The CPU
-    engine's profile is measured on the machine that runs it (``sim/profile.py``), so it comes with the sweep."""
-    for gpu in gpus:
-        if gpu == CPU and not has_cpu_profile:
-            raise ValueError("the simulator models the cpu device only from a profile measured on this machine: "
-                             "`python sweeps/crossover.py --gpu cpu` measures one first; valid without one: "
-                             f"{', '.join(GPU_TYPES)}")  # fmt: skip
-        if gpu != CPU and gpu not in GPU_TYPES:
-            raise ValueError(f"the simulator has no profile for the {gpu!r} device; it simulates GPUs: {', '.join(GPU_TYPES)}")
-    load_model(model)
 
 
 def sim_engine(
@@ -62,7 +46,7 @@ def sim_engine(
         block_size=block_size,
         job_priority=chosen.ordering.sends_priority,
         pins=chosen.retention.pins,
-        tier=chosen.tier.sim_model if chosen.tier is not None else None,
+        tier=chosen.tier.sim_model,
         # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says; the budget is the replica's, its
         # ranks' shares of every token together.
         tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, precision.kv_dtype_bytes, tp)),

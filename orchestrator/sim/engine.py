@@ -14,7 +14,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.records.cell import SimStats, TierCounters
+from orchestrator.records.cell import SimStats
 from orchestrator.records.scheduler_trace import (
     Admit,
     DecodeSteps,
@@ -229,10 +229,6 @@ class EngineCore:
         stats = self.stats
         stats.num_preemptions = self.scheduler.num_preemptions
         stats.evicted_blocks = self.scheduler.pool.evicted_blocks
-        if self.scheduler.tier is not None:
-            # As vLLM counts them: tokens looked up in the tier at each admission, and the tokens it had.
-            stats.tier_counters = TierCounters(kv_offload_store_bytes=stats.tier_store_bytes,
-                                               kv_offload_load_bytes=stats.tier_load_bytes,
-                                               external_prefix_cache_queries=float(self.scheduler.tier_queried_tokens),
-                                               external_prefix_cache_hits=float(stats.tier_hit_tokens))  # fmt: skip
+        stats.tier_counters = self.scheduler.tier_mechanism.sim_counters(
+            stats.tier_store_bytes, stats.tier_load_bytes, self.scheduler.tier_queried_tokens, stats.tier_hit_tokens)
         return stats

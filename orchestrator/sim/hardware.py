@@ -30,17 +30,19 @@ nothing was measured). A CPU tier adds copies at the GPU's measured host-link ra
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.gpus import GPU_TYPES, GpuType
+from orchestrator.gpus import CPU, GPU_TYPES, GpuType
 from orchestrator.sim.rates import GPU_RATES, RelativeRates
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, kv_bytes_per_token, size, weight_bytes
-from orchestrator.sizing.models import ModelArch
+from orchestrator.sizing.models import ModelArch, load_model
 
 CALIBRATION_FILE = Path(__file__).parent / "calibration.toml"
 ACTIVATION_BYTES = 2  # BF16: what a layer all-reduces, FP8 weights or not
+CPU_MAX_NUM_SEQS = 128  # vLLM's serving default on CPU
 
 
 @dataclass(frozen=True)
@@ -185,3 +187,52 @@ class StepCost:
     def copy_s(self, num_tokens: int) -> float:
         """Time on the host links to move ``num_tokens`` of KV one way."""
         return num_tokens * self.kv_bytes_per_token / self._link_bytes_s
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """The real CPU engine as the simulator sees it."""
+
+    peak_flops: float
+    memory_bytes_s: float
+    step_overhead_s: float
+    seq_overhead_s: float
+    request_overhead_s: float
+    max_num_batched_tokens: int
+    num_kv_blocks: int
+    block_size: int
+
+    def describe(self) -> str:
+        return (f"{self.peak_flops / 1e9:.3g} GFLOP/s, {self.memory_bytes_s / 1e9:.3g} GB/s, "
+                f"{self.step_overhead_s * 1e3:.3g} ms per step, {self.seq_overhead_s * 1e3:.3g} ms per sequence, "
+                f"{self.request_overhead_s * 1e3:.3g} ms of API time per request, "
+                f"a {self.max_num_batched_tokens:,}-token budget, {self.num_kv_blocks:,} blocks of "
+                f"{self.block_size} tokens")  # fmt: skip
+
+    def at_pace(self, pace: float) -> CpuProfile:
+        """The same engine on a machine whose steps take ``pace`` times as long (``step_pace``): every step
+        cost scaled, the API server's time per request too (it runs on the same cores)."""
+        return replace(self, peak_flops=self.peak_flops / pace, memory_bytes_s=self.memory_bytes_s / pace,
+                       step_overhead_s=self.step_overhead_s * pace, seq_overhead_s=self.seq_overhead_s * pace,
+                       request_overhead_s=self.request_overhead_s * pace)  # fmt: skip
+
+    def device(self) -> Device:
+        return Device("cpu", self.peak_flops, self.memory_bytes_s, self.memory_bytes_s, self.max_num_batched_tokens,
+                      CPU_MAX_NUM_SEQS)  # fmt: skip
+
+    def calibration(self) -> Calibration:
+        return Calibration(compute_efficiency=1.0, hbm_efficiency=1.0, step_overhead_s=self.step_overhead_s,
+                           seq_overhead_s=self.seq_overhead_s, request_overhead_s=self.request_overhead_s)  # fmt: skip
+
+
+def check_simulable(model: str, gpus: Iterable[str], has_cpu_profile: bool = False) -> None:
+    """Raises ``ValueError`` (one line) unless every device has a profile and the model has a config. The CPU
+    engine's profile is measured on the machine that runs it (``sim/profile.py``), so it comes with the sweep."""
+    for gpu in gpus:
+        if gpu == CPU and not has_cpu_profile:
+            raise ValueError("the simulator models the cpu device only from a profile measured on this machine: "
+                             "`python sweeps/crossover.py --gpu cpu` measures one first; valid without one: "
+                             f"{', '.join(GPU_TYPES)}")  # fmt: skip
+        if gpu != CPU and gpu not in GPU_TYPES:
+            raise ValueError(f"the simulator has no profile for the {gpu!r} device; it simulates GPUs: {', '.join(GPU_TYPES)}")
+    load_model(model)

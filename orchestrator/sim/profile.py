@@ -19,53 +19,16 @@ import pandas as pd
 
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.hardware import Calibration, Device, StepCost
+from orchestrator.sim.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.loop import SimResult, simulate
 from orchestrator.sizing.models import ModelArch
 from orchestrator.workload.spec import WorkloadSpec
 
-CPU_MAX_NUM_SEQS = 128  # vLLM's serving default on CPU
 # The profiling cells: fcfs at a light load, on a seed of its own so that no cell they predict shares its
 # schedule, in three trials: on the 2 cores here the cells of the first pressure grid stepped up to 42% slower
 # than the roofline of its one profiling cell predicted, scattered with no trend in load or policy.
 PROFILE_POLICY, PROFILE_JPS, PROFILE_SEED, PROFILE_TRIALS = "fcfs", 2.0, 7, 3
 NULL_BLOCKS = 1  # vLLM keeps one block of the pool it reports (and is asked for) out of use
-
-
-@dataclass(frozen=True)
-class CpuProfile:
-    """The real CPU engine as the simulator sees it."""
-
-    peak_flops: float
-    memory_bytes_s: float
-    step_overhead_s: float
-    seq_overhead_s: float
-    request_overhead_s: float
-    max_num_batched_tokens: int
-    num_kv_blocks: int
-    block_size: int
-
-    def describe(self) -> str:
-        return (f"{self.peak_flops / 1e9:.3g} GFLOP/s, {self.memory_bytes_s / 1e9:.3g} GB/s, "
-                f"{self.step_overhead_s * 1e3:.3g} ms per step, {self.seq_overhead_s * 1e3:.3g} ms per sequence, "
-                f"{self.request_overhead_s * 1e3:.3g} ms of API time per request, "
-                f"a {self.max_num_batched_tokens:,}-token budget, {self.num_kv_blocks:,} blocks of "
-                f"{self.block_size} tokens")  # fmt: skip
-
-    def at_pace(self, pace: float) -> CpuProfile:
-        """The same engine on a machine whose steps take ``pace`` times as long (``step_pace``): every step
-        cost scaled, the API server's time per request too (it runs on the same cores)."""
-        return replace(self, peak_flops=self.peak_flops / pace, memory_bytes_s=self.memory_bytes_s / pace,
-                       step_overhead_s=self.step_overhead_s * pace, seq_overhead_s=self.seq_overhead_s * pace,
-                       request_overhead_s=self.request_overhead_s * pace)  # fmt: skip
-
-    def device(self) -> Device:
-        return Device("cpu", self.peak_flops, self.memory_bytes_s, self.memory_bytes_s, self.max_num_batched_tokens,
-                      CPU_MAX_NUM_SEQS)  # fmt: skip
-
-    def calibration(self) -> Calibration:
-        return Calibration(compute_efficiency=1.0, hbm_efficiency=1.0, step_overhead_s=self.step_overhead_s,
-                           seq_overhead_s=self.seq_overhead_s, request_overhead_s=self.request_overhead_s)  # fmt: skip
 
 
 def step_samples(trace: pd.DataFrame, steps_in_flight: int = 1) -> pd.DataFrame:

@@ -137,7 +137,7 @@ class SimScheduler:
         self.ordering = recorded_ordering(config.job_priority)
         self.retention = sim_retention(config.pins)
         self.tier_mechanism = recorded_tier(config.tier)
-        self.tier = self.tier_mechanism.sim_store(config.tier_tokens) if self.tier_mechanism else None
+        self.tier = self.tier_mechanism.sim_store(config.tier_tokens)
         self.running: list[SimRequest] = []
         self.waiting = self.ordering.waiting_queue()
         self.num_preemptions = 0
@@ -236,8 +236,7 @@ class SimScheduler:
                 if not self._make_room(request, must_fit + hit_blocks, plan, shared_hit):
                     break
             self.waiting.pop()
-            if self.tier is not None:
-                self.tier_queried_tokens += request.num_tokens - hit_tokens
+            self.tier_queried_tokens += request.num_tokens - hit_tokens
             if request.shared_segments:
                 request.shared_hold = self.pool.hold_shared(request.shared_segments, shared_hit)
             self._take_hit(request, hit_blocks, from_pin, plan)
@@ -291,8 +290,6 @@ class SimScheduler:
 
     def _tier_hit(self, request: SimRequest, gpu_hit_tokens: int) -> Load:
         """Tokens beyond the GPU hit that the CPU tier can load instead of recompute (whole blocks)."""
-        if self.tier is None:
-            return Load(request, 0, 0)
         found = self.tier.lookup(request.job_id, self._tier_segments(request))
         request.saved_tokens = min(found.tokens, request.prompt_tokens)
         usable = min(found.tokens, request.num_tokens - 1) // self.config.block_size * self.config.block_size
@@ -395,15 +392,11 @@ class SimScheduler:
         """Save the prompt tokens this step computed that the tier does not have yet, including a GPU hit
         the tier lost (as LMCache stores everything past its own hit); decode tokens are not saved.
         Returns how many tokens were saved."""
-        if self.tier is None:
-            return 0
         computed = min(context_before + num_new, request.prompt_tokens)
-        new = computed - request.saved_tokens
-        if new <= 0:
-            return 0
-        request.saved_tokens = computed
-        self.tier.save_chain(request.job_id, self._tier_segments(request), computed)
-        return new
+        copied = self.tier.save_new(request.job_id, self._tier_segments(request), request.saved_tokens, computed)
+        if copied:
+            request.saved_tokens = computed
+        return copied
 
     def _tier_segments(self, request: SimRequest) -> tuple[tuple[str, int], ...]:
         """A replay's shared segments in the tier's unit, tokens."""

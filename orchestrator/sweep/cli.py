@@ -24,11 +24,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.budget.spec import GpuBudget
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
+from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError, one_line

@@ -29,7 +29,7 @@ def simulated_h200() -> tuple[pd.DataFrame, dict[str, CellRecords]]:
             outcome = worker.run(cell, RunLimits())
             attempt = Attempt("test", 1, outcome.started_unix, outcome.finished_unix, outcome.config)
             summary = summarize(outcome.requests, outcome.jobs)
-            rows.append(SummaryRow.of(spec.name, cell, outcome.status, summary, attempt).to_json())
+            rows.append(SummaryRow.of(spec.name, cell.summary_columns(), outcome.status, summary, attempt).to_json())
             jobs[cell.key] = CellRecords(censored_job_times(records_frame(outcome.jobs)), records_frame(outcome.requests))
     finally:
         worker.shutdown()

@@ -9,13 +9,13 @@ import pytest
 from orchestrator.budget.cost import CostModel, StartTimes
 from orchestrator.budget.plan import plan_cells
 from orchestrator.budget.priority import Reason, rank_cells
-from orchestrator.budget.spec import GpuBudget
 from orchestrator.budget.spend import Spending
 from orchestrator.records.prediction import Prediction
 from orchestrator.records.verdict import TOO_CLOSE, Verdict, VerdictKind
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec

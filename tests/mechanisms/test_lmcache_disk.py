@@ -34,11 +34,12 @@ def test_the_disk_tier_is_lmcaches_cpu_tier_with_a_local_disk_of_four_times_it_b
 
 def test_the_disk_keeps_what_host_memory_evicted_and_a_lookup_says_how_much_of_it_only_the_disk_has():
     store = DiskBackedStore(capacity_tokens=1500)
-    store.save_chain("a", (), 1000)
-    store.save_chain("b", (), 1000)  # host memory evicts a; the disk, four times larger, keeps both
+    assert store.save_new("a", (), 0, 1000) == 1000 and store.save_new("b", (), 0, 1000) == 1000
+    # Host memory evicted a; the disk, four times larger, keeps both.
     assert store.lookup("a", ()) == (1000, 0) and store.lookup("b", ()) == (1000, 1000)
-    store.save_chain("a", (), 1200)  # a's next turn saves its longer prefix to both levels again
+    assert store.save_new("a", (), 1000, 1200) == 200  # a's next turn copies what is new, to both levels
     assert store.lookup("a", ()) == (1200, 1200)
+    assert not store.has_unsaved(1200, 1200) and store.save_new("a", (), 1200, 1200) == 0
 
 
 def test_a_load_from_disk_takes_the_disks_read_on_top_of_the_host_link():

@@ -1,4 +1,4 @@
-"""Tier mechanisms: the records on a real engine that prove a tier stored and served."""
+"""Tier mechanisms: the records on a real engine that prove a tier stored and served, and the none tier."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from types import SimpleNamespace
 
 from orchestrator.mechanisms.lmcache import LMCacheCpuTier
 from orchestrator.mechanisms.native_offload import SimpleOffload
+from orchestrator.mechanisms.registry import TIERS, recorded_tier
+from orchestrator.mechanisms.tier import NoTier
+from orchestrator.policies import get_policy
 from orchestrator.records.cell import EngineFacts, TierCounters
 
 # Two of LMCache 0.5.3's log lines from the first H200 lmcache cell (docs/gpu-runs/2026-11-26-H200.md), colours kept.
@@ -50,6 +53,19 @@ def test_a_cpu_tier_without_offload_counters_is_seen_storing_in_its_connectors_d
     assert idle.ok is False and idle.detail.startswith("CPU tier stored 0 blocks (its debug log)")
 
 
+def test_a_policy_without_a_tier_has_the_none_tier_which_asks_vllm_for_nothing_and_keeps_nothing():
+    tier = get_policy("continuum").tier
+    assert isinstance(tier, NoTier) and TIERS["none"] is NoTier and recorded_tier(None) == tier
+    assert tier.connector(tier.connector_gib(64.0, 2)) == ((), {}) and tier.size_gib(64.0) == 0.0
+    assert tier.dram_gb_taken(64.0) == 0.0 and not tier.is_the_budget and tier.needs == frozenset()
+    store = tier.sim_store(10_000)
+    assert store.save_new("a", (), 0, 1000) == 0 and not store.has_unsaved(0, 1000) and store.lookup("a", ()) == (0, 0)
+    assert tier.sim_counters(1.0, 2.0, 3, 4) == TierCounters()
+    outcome = outcome_with(LMCACHE_STORES, TierCounters(kv_offload_store_bytes=1.0))
+    assert tier.evidence(outcome) is None and tier.stores(outcome, 1.0) is None
+
+
 def outcome_with(server_log: str, counters: TierCounters, facts: EngineFacts | None = None) -> SimpleNamespace:
     """The fields of a cell's outcome the evidence reads."""
     return SimpleNamespace(server_log=server_log, config=SimpleNamespace(tier_counters=counters, engine_facts=facts))
+

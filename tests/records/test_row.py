@@ -68,7 +68,7 @@ def test_the_contract_columns_come_first_and_the_last_turn_has_one_name():
 def test_a_done_row_carries_the_summary_under_its_own_names_and_the_attempt_facts():
     summary = _summary()
     attempt = Attempt("run1", 2, 100.0, 130.0, _config())
-    row = SummaryRow.of("s", CELL, CellStatus.DONE, summary, attempt)
+    row = SummaryRow.of("s", CELL.summary_columns(), CellStatus.DONE, summary, attempt)
     assert (row.num_jobs, row.num_completed, row.jct_mean_s) == (1, 1, 3.0)
     assert row.t1_mean_s == pytest.approx(0.5) and row.t_last_mean_s == pytest.approx(1.0)
     assert row.t_last_over_t1 == pytest.approx(2.0) == summary.t_last_over_t1
@@ -80,7 +80,7 @@ def test_a_done_row_carries_the_summary_under_its_own_names_and_the_attempt_fact
 
 
 def test_a_row_round_trips_through_json_and_an_older_row_is_read_under_the_new_names():
-    row = SummaryRow.of("s", CELL, CellStatus.DONE, _summary())
+    row = SummaryRow.of("s", CELL.summary_columns(), CellStatus.DONE, _summary())
     assert SummaryRow.from_json(json.loads(json.dumps(row.to_json()))) == row
     older = {key.replace("num_", "n_", 1): value for key, value in row.to_json().items() if not key.startswith("t_last")}
     older |= {"t8_mean_s": 1.0, "t8_over_t1": 2.0, "a_column_since_dropped": 1}
@@ -91,7 +91,7 @@ def test_a_row_round_trips_through_json_and_an_older_row_is_read_under_the_new_n
 
 
 def test_a_pending_row_says_why_and_has_no_numbers():
-    row = SummaryRow.of("s", CELL, CellStatus.PENDING, reason="no H100 in the cluster")
+    row = SummaryRow.of("s", CELL.summary_columns(), CellStatus.PENDING, reason="no H100 in the cluster")
     assert row.status == "pending" and row.reason == "no H100 in the cluster" and row.num_jobs is None and row.run_id is None
 
 
@@ -122,6 +122,6 @@ def test_a_failure_outcome_has_no_records_and_names_its_node():
 def test_a_done_rows_tags_are_its_attempts_run_facts():
     """What a re-run logs to MLflow for a cell it finds on disk: the same tags as the attempt logged itself."""
     attempt = Attempt("run1", 2, 100.0, 130.0, _config())
-    row = SummaryRow.of("s", CELL, CellStatus.DONE, _summary(), attempt)
+    row = SummaryRow.of("s", CELL.summary_columns(), CellStatus.DONE, _summary(), attempt)
     facts = {key: str(value) for key, value in attempt_columns(attempt).items() if value is not None and key != "run_id"}
     assert attempt_tags(row) == facts and "node_id" in facts

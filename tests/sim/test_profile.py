@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.schema import to_row
-from orchestrator.sim.hardware import Calibration, Device, StepCost
+from orchestrator.sim.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.profile import (
-    CpuProfile,
     ProfilingCell,
     cpu_sim_engine,
     fit_step_costs,

@@ -5,8 +5,8 @@ start table says)."""
 
 import pandas as pd
 
-from orchestrator.budget.spec import GpuBudget
 from orchestrator.records.prediction import read_predictions
+from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.runtime.budgeted import run_budgeted_sweep
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 

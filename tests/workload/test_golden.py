@@ -8,7 +8,7 @@ with old ones."""
 
 from __future__ import annotations
 
-from orchestrator.sim.profile import CpuProfile
+from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.sweep.runtime.profiling import profile_spec

@@ -15,11 +15,12 @@ from dataclasses import asdict
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.engine_setup import EngineSetup, engine_setup
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.policies import get_policy
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sim.profile import CpuProfile
+from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sweep.cluster.inventory import SIM
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
@@ -126,6 +127,24 @@ class CellSpec(BaseModel):
     @property
     def device(self) -> str:
         return "cpu" if self.gpu == CPU else "gpu"
+
+    def summary_columns(self) -> dict[str, object]:
+        """Its identity in the summary's columns (``records.row.SummaryRow``): what defines it, as plain values."""
+        workload = self.workload
+        return dict(
+            cell_key=self.key, engine=self.engine.value, gpu=self.gpu, policy=self.policy, jps=self.jps,
+            dram_gb=self.dram_gb, seed=self.seed, model=self.model, weights=self.weights.value, scale=workload.scale,
+            duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
+            workload_source=workload.source, load_multiplier=workload.load_multiplier(),
+            max_context=workload.max_context, replicas=self.replicas, router=self.router.value if self.router else None,
+            tp=self.tp,
+        )  # fmt: skip
+
+    @property
+    def engine_setup(self) -> EngineSetup:
+        """The engine of each of its replicas, decided once for every stage that starts, simulates or sizes it."""
+        return engine_setup(self.engine_options, model=self.model, policy=self.policy, gpu=self.gpu, tp=self.tp,
+                            dram_gb=self.dram_gb)  # fmt: skip
 
     @property
     def replica_host_gib(self) -> float:

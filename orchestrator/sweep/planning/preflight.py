@@ -18,10 +18,9 @@ import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.sizing.agent import agent_working_sets
-from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, Sizing, regime, size
-from orchestrator.sizing.models import ModelArch, load_model
+from orchestrator.sizing.kv import Regime, regime
+from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.engine_setup import EngineSetup, engine_setup
 
 
 @dataclass(frozen=True)
@@ -38,9 +37,9 @@ def preflight(cell: CellSpec) -> Preflight:
         arch = load_model(cell.model)
     except ValueError:
         return Preflight(None, f"no estimate: no config for model {cell.model!r}", False)
-    setup = engine_setup(cell)
+    setup = cell.engine_setup
     sets = agent_working_sets(cell.workload, arch, GPU_TYPES[cell.gpu], cell.replicas)
-    sizing = replica_sizing(setup, arch)
+    sizing = setup.sizing(arch)
     fixed = setup.num_kv_blocks
     gpu_tokens = fixed * setup.block_size if fixed is not None else sizing.gpu_kv_tokens
     fit = regime(gpu_tokens, sets.live_tokens, sets.corpus_tokens)
@@ -53,14 +52,6 @@ def preflight(cell: CellSpec) -> Preflight:
         note += f"; {sizing.rank_phrase()}"
     warn = (fit is Regime.FITS_ON_GPU and setup.tier_gib > 0) or fit is Regime.QUEUEING
     return Preflight(fit, note, warn)
-
-
-def replica_sizing(setup: EngineSetup, arch: ModelArch) -> Sizing:
-    """The sizing library's replica of a cell's engine (of ``arch``, on a GPU type of the catalogue): its degree,
-    utilization and block size with the overhead the simulator sizes with, and its policy's CPU tier where it has one
-    (lmcache-nocache's is 1 GiB whatever the budget)."""
-    return size(arch, setup.gpu, GPU_TYPES[setup.gpu].memory_gib, tp=setup.tp, utilization=setup.gpu_memory_utilization,
-                overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=setup.block_size, cpu_gib=setup.tier_gib or None)
 
 
 NO_ESTIMATE = "no estimate"

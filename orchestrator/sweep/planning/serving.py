@@ -13,7 +13,6 @@ from orchestrator.models.served import ServedModel
 from orchestrator.policies import get_policy
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.engine_setup import engine_setup
 from orchestrator.sweep.planning.spec import EngineKind
 
 
@@ -34,7 +33,7 @@ def served_cell(cell: CellSpec, model: ServedModel) -> ServedCell:
     if cell.engine is EngineKind.FAKE:
         engine = FakeEngineConfig(served_model_name=served_name, prefix_cache=True)
         return ServedCell(engine, served_name, policy.ordering.sends_priority, model.answer_token_ids)
-    setup = engine_setup(cell)
+    setup = cell.engine_setup
     base = VllmEngineConfig(
         model=model.directory,
         load_format=model.load_format,

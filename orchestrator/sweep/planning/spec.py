@@ -11,6 +11,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchestrator.engine_setup import EngineOptions
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.models.catalog import shipped_name
 from orchestrator.models.dummy import source_config
@@ -18,14 +19,10 @@ from orchestrator.models.served import Weights
 from orchestrator.models.tiny import TINY_MODEL
 from orchestrator.policies import POLICIES
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sim.config import check_simulable
-from orchestrator.sim.profile import CpuProfile
+from orchestrator.sim.hardware import CpuProfile, check_simulable
 from orchestrator.sizing.models import load_model
 from orchestrator.sizing.parallel import TP_DEGREES, default_tp, holding_degrees, tp_problem
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
-
-CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
-GPU_BLOCK_SIZE = 16
 
 
 class EngineKind(str, Enum):
@@ -33,35 +30,6 @@ class EngineKind(str, Enum):
     VLLM = "vllm"  # real vLLM: on a GPU of the cell's type, or the CPU build for the ``cpu`` device
     SIM = "sim"  # the discrete-event simulator of a vLLM engine (``orchestrator/sim``), on any CPU
     FAKE = "fake"  # a stand-in server with no model, for exercising the orchestration; never a measurement
-
-
-class EngineOptions(BaseModel):
-    """vLLM settings shared by every cell of a sweep. ``None`` means the device's default."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    block_size: int | None = Field(None, ge=16, description="16 on GPU, 32 on CPU (its attention needs x32).")
-    num_kv_blocks: int | None = Field(None, ge=2, description="Fixes the KV pool (the CPU engine needs it).")
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
-    max_model_len: int = Field(16384, ge=64)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=16)
-    enforce_eager: bool | None = Field(None, description="True on CPU (25 s faster start), False on GPU.")
-
-    def block_size_on(self, device: str) -> int:
-        return self.block_size or (CPU_BLOCK_SIZE if device == CPU else GPU_BLOCK_SIZE)
-
-    def check_pool_holds_a_sequence(self, device: str) -> None:
-        """vLLM refuses to start when the KV pool cannot hold one ``max_model_len`` sequence."""
-        if self.num_kv_blocks is None:
-            return
-        block = self.block_size_on(device)
-        if self.num_kv_blocks * block < self.max_model_len:
-            raise ValueError(
-                f"num_kv_blocks {self.num_kv_blocks} x block size {block} = {self.num_kv_blocks * block} tokens cannot "
-                f"hold one max_model_len ({self.max_model_len}) sequence; use at least {-(-self.max_model_len // block)} "
-                "blocks or a smaller max_model_len"
-            )
 
 
 class RunLimits(BaseModel):

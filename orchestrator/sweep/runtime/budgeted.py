@@ -34,7 +34,7 @@ from orchestrator.records.prediction import Prediction, predictions_frame, read_
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import Verdict
 from orchestrator.sim.error_bands import load_errors
-from orchestrator.sim.profile import CpuProfile
+from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sim.version import sim_version
 from orchestrator.sweep.cluster.connect import connect_ray
 from orchestrator.sweep.cluster.inventory import Inventory

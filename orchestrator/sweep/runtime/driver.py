@@ -38,16 +38,16 @@ from orchestrator.records.cell import CellOutcome, CellStatus, FailureKind
 from orchestrator.records.prediction import read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import read_verdicts
-from orchestrator.sim.config import check_simulable
+from orchestrator.sim.hardware import check_simulable
 from orchestrator.sweep.cluster.autoscaler import read_launchable_types
 from orchestrator.sweep.cluster.connect import connect_ray
 from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot, read_inventory
-from orchestrator.sweep.cluster.model_check import check_model_files
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.preflight import preflight, preflight_frame, regime_table
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.ledger import CellLedger, awaiting_tracking, is_done
+from orchestrator.sweep.runtime.model_check import check_model_files
 from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool, WorkerState, gang_of
 from orchestrator.sweep.runtime.progress import ProgressReporter, ProgressSnapshot, RunningCell
 from orchestrator.sweep.runtime.results import SweepResults

@@ -90,7 +90,7 @@ class CellLedger:
         summary = (summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, self.slo, cell.jps,
                              self.predictions.get(cell.key)) if outcome.status.is_done else None)  # fmt: skip
         attempt = Attempt(started.run_id, started.number, outcome.started_unix, outcome.finished_unix, outcome.config)
-        row = SummaryRow.of(self.sweep, cell, outcome.status, summary, attempt)
+        row = SummaryRow.of(self.sweep, cell.summary_columns(), outcome.status, summary, attempt)
         staged = self._stage(started, outcome, summary, row)
         run = CellRun(started.run_id, cell.key, CellStatus.RUNNING, started.number)
         if outcome.status.is_done:
@@ -148,9 +148,9 @@ class CellLedger:
                 continue
             runs, reason = self._history.get(cell.key), pending_reason(cell)
             if reason is not None:  # never run here, or its type's nodes went (a lost node) and none came back
-                rows.append(SummaryRow.of(self.sweep, cell, CellStatus.PENDING, reason=reason))
+                rows.append(SummaryRow.of(self.sweep, cell.summary_columns(), CellStatus.PENDING, reason=reason))
             else:
-                rows.append(SummaryRow.of(self.sweep, cell, runs[-1].status if runs else CellStatus.NOT_RUN))
+                rows.append(SummaryRow.of(self.sweep, cell.summary_columns(), runs[-1].status if runs else CellStatus.NOT_RUN))
         with stop_if_disk_full(self.results.sweep_dir, "writing summary.parquet"):
             self.results.write_summary(rows)
 

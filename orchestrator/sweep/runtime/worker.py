@@ -257,7 +257,7 @@ class CellWorker:
     def _simulate(self, cell: CellSpec, schedule: Schedule, started: float) -> CellOutcome:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
         self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, 0)
-        engine = cell_sim_engine(cell)
+        engine = cell_sim_engine(cell.engine_setup, cell.workload, cell.cpu_profile)
         result = simulate(cell.workload, engine, schedule, Replicas(cell.replicas, cell.router, seed=cell.seed))
         scheduler = engine.scheduler
         counts = asdict(result.stats).items()
