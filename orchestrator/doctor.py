@@ -27,14 +27,14 @@ from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
-from orchestrator.policies import cpu_policy_names, get_policy
+from orchestrator.policies import cpu_policy_names, get_policy, policies_covering_every_mechanism
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 
-GPU_POLICIES = ("fcfs", "continuum", "lmcache", "native-offload")
-CPU_POLICIES = ("fcfs", "continuum")
+GPU_POLICIES = policies_covering_every_mechanism("gpu")
+CPU_POLICIES = policies_covering_every_mechanism(CPU)
 
 
 # -- short cells ---------------------------------------------------------------------------------------

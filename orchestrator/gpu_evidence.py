@@ -6,7 +6,8 @@
 Stages, in order, each timed:
 1. doctor: the node's checks (tested stack, driver against CUDA, torch sees the GPU, vLLM and LMCache's compiled
    ops import);
-2. one short cell per policy (fcfs, continuum, lmcache, native-offload) with the Llama-3.1-8B-shaped dummy model,
+2. one short cell per policy (by default the fewest that run every registered mechanism: fcfs, continuum, lmcache,
+   native-offload, simple-offload, lmcache-disk) with the Llama-3.1-8B-shaped dummy model,
    each with its evidence (what the policy did, vLLM's KV pool against the sizing library, a proven-clean reset),
    the server's start split into its phases, and whether it ran eager or with CUDA graphs;
 3. profile: the fcfs cell's step trace as the GPU's rates (``orchestrator.sim.gpu_profile``), with the
@@ -65,7 +66,7 @@ from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights, served_model
-from orchestrator.policies import POLICIES, get_policy
+from orchestrator.policies import POLICIES, get_policy, policies_covering_every_mechanism
 from orchestrator.records.cell import CellOutcome, FailureKind
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.slo import Slo
@@ -79,7 +80,6 @@ from orchestrator.sim.profile import fit_step_costs
 from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.engine_setup import engine_setup
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.serving import served_cell
 from orchestrator.sweep.planning.spec import RunLimits
@@ -87,7 +87,7 @@ from orchestrator.sweep.runtime.results import write_attempt_files
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.validation import first_line, one_line
 
-EVIDENCE_POLICIES = ("fcfs", "continuum", "lmcache", "native-offload")
+EVIDENCE_POLICIES = policies_covering_every_mechanism("gpu")
 STAGES = ("doctor", "cells", "profile", "source-study", "pressure", "capacity")
 CAPACITY_SLO = "jct_p90=30s"
 SOURCE_STUDY = "fcfs:1,fcfs:3,continuum:1,continuum:3"  # its low-load cells, POLICY:JPS
@@ -347,7 +347,7 @@ class EvidenceRun:
             self.header = replace(self.header, stack=stack_check(self.plan.target, outcome.config.stack,
                                                                  needs_lmcache).detail)
         replica_log = self.worker.replica_log()
-        eager = engine_setup(ran).enforce_eager
+        eager = ran.engine_setup.enforce_eager
         settings = "eager" if eager else "torch.compile and CUDA graphs"
         if ran.engine_options.max_num_seqs is not None:
             settings += f", max_num_seqs {ran.engine_options.max_num_seqs}"

@@ -37,6 +37,11 @@ class Policy:
     tier: Tier = NoTier()
 
     @property
+    def mechanisms(self) -> frozenset[type]:
+        """The kinds of mechanism it is made of (its ordering's, retention's and tier's classes)."""
+        return frozenset({type(self.ordering), type(self.retention), type(self.tier)})
+
+    @property
     def needs(self) -> frozenset[NodeNeed]:
         """What a node must offer its mechanisms beyond vLLM."""
         return self.tier.needs
@@ -135,3 +140,16 @@ def get_policy(name: str) -> Policy:
 def cpu_policy_names() -> list[str]:
     return [name for name, policy in POLICIES.items() if policy.runs_on(CPU)]
 
+
+def policies_covering_every_mechanism(device: str) -> tuple[str, ...]:
+    """The fewest policies that between them run every mechanism that runs on ``device`` (cpu or gpu), each taken
+    for the most mechanisms not yet run, the first in the table on a tie: what a check of a node runs one short cell
+    of each, a newly registered mechanism included."""
+    candidates = [policy for policy in POLICIES.values() if policy.runs_on(device)]
+    not_run = frozenset().union(*(policy.mechanisms for policy in candidates))
+    chosen: list[str] = []
+    while not_run:
+        policy = max(candidates, key=lambda candidate: len(candidate.mechanisms & not_run))
+        chosen.append(policy.name)
+        not_run -= policy.mechanisms
+    return tuple(chosen)

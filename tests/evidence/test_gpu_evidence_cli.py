@@ -66,15 +66,18 @@ def test_stages_that_do_not_fit_the_budget_are_skipped_with_their_estimate_and_t
                  "--work", str(tmp_path / "work")]) == 0  # fmt: skip
     assert sorted(path.name for path in out.iterdir()) == sorted(PACKED_FILES)
     stages = {stage["name"]: stage for stage in json.loads((out / EVIDENCE_FILE).read_text())["stages"]}
-    assert [stage["status"] for stage in stages.values()] == ["skipped"] * 5
+    # A cell per policy of the fewest that run every mechanism, then the profile.
+    assert [stage["status"] for stage in stages.values()] == ["skipped"] * 7
     for policy in ("fcfs", "continuum"):  # a first start is estimated at 60 s on cpu
         assert stages[f"cell {policy}"]["detail"].startswith("needs about ")
         assert stages[f"cell {policy}"]["detail"].endswith(" s of the 1 s budget left")
     assert "LMCacheConnectorV1" in stages["cell lmcache"]["facts"]["server_command"]
+    assert "LMCacheConnectorV1" in stages["cell lmcache-disk"]["facts"]["server_command"]
     assert "--kv-offloading-backend native" in stages["cell native-offload"]["facts"]["server_command"]
+    assert "--kv-offloading-backend native" in stages["cell simple-offload"]["facts"]["server_command"]  # its env picks it
     assert stages["profile"]["detail"] == "no fcfs cell trace to profile"
     closing_table = capsys.readouterr().out.split("\n\nstage ")[1]
-    assert all("  skipped     0.0  " in line for line in closing_table.splitlines()[1:6])
+    assert all("  skipped     0.0  " in line for line in closing_table.splitlines()[1:8])
 
 
 def test_sigterm_inside_a_stage_marks_it_cut_and_packs_what_finished(tmp_path):

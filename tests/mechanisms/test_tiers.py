@@ -8,7 +8,7 @@ from orchestrator.mechanisms.lmcache import LMCacheCpuTier
 from orchestrator.mechanisms.native_offload import SimpleOffload
 from orchestrator.mechanisms.registry import TIERS, recorded_tier
 from orchestrator.mechanisms.tier import NoTier
-from orchestrator.policies import get_policy
+from orchestrator.policies import POLICIES, get_policy, policies_covering_every_mechanism
 from orchestrator.records.cell import EngineFacts, TierCounters
 
 # Two of LMCache 0.5.3's log lines from the first H200 lmcache cell (docs/gpu-runs/2026-11-26-H200.md), colours kept.
@@ -69,3 +69,10 @@ def outcome_with(server_log: str, counters: TierCounters, facts: EngineFacts | N
     """The fields of a cell's outcome the evidence reads."""
     return SimpleNamespace(server_log=server_log, config=SimpleNamespace(tier_counters=counters, engine_facts=facts))
 
+
+def test_a_node_check_runs_the_fewest_policies_that_run_every_mechanism_a_new_tier_included():
+    gpu = policies_covering_every_mechanism("gpu")
+    assert gpu == ("fcfs", "continuum", "lmcache", "native-offload", "simple-offload", "lmcache-disk")
+    assert policies_covering_every_mechanism("cpu") == ("fcfs", "continuum")  # the connectors are CUDA-only
+    covered = frozenset().union(*(get_policy(name).mechanisms for name in gpu))
+    assert covered == frozenset().union(*(policy.mechanisms for policy in POLICIES.values()))
