@@ -6,7 +6,8 @@ lookup finds a prefix in host memory first, then on disk; what only the disk hol
 to the GPU, so a disk hit is slower than a memory hit and faster than recomputing. Writes to disk never stall a step,
 so a step's saves cost what the CPU tier's cost (``wait_for_save``). Everything else is LMCache's CPU tier: its
 connector, its per-rank share of the budget, its evidence (the same ``Stored`` log lines) and its node's needs, plus
-``DISK_PER_DRAM`` times the budget free under ``DISK_PATH`` on the node, which no check reads yet.
+``DISK_PER_DRAM`` times the budget free under ``DISK_FOLDER`` on the node, which the worker checks before the replica
+starts (``disk_need``).
 
 In the simulator the store is two least-recently-used levels, host memory and disk, both written on every save;
 the tokens of a load beyond what host memory holds are read at ``DISK_READ_BYTES_S`` first. That rate is a PCIe 4.0
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.mechanisms.lmcache import LMCacheCpuTier
-from orchestrator.mechanisms.tier import Connector
+from orchestrator.mechanisms.tier import Connector, DiskNeed
 from orchestrator.mechanisms.tier_store import CpuTier, TierHit, TierStore
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 DISK_PER_DRAM = 4  # the disk tier's size, in multiples of the CPU tier's
 DISK_READ_BYTES_S = 6.8e9
-DISK_PATH = "file:///tmp/kvsweep-lmcache-disk/"
+DISK_FOLDER = "/tmp/kvsweep-lmcache-disk"
+DISK_PATH = f"file://{DISK_FOLDER}/"  # as LMCACHE_LOCAL_DISK takes it
 
 
 class DiskBackedStore(TierStore):
@@ -59,6 +61,9 @@ class LMCacheDiskTier(LMCacheCpuTier):
     def disk_gib(self, dram_gb: float) -> float:
         """The local disk it fills for a replica's DRAM budget of ``dram_gb`` GiB."""
         return DISK_PER_DRAM * self.size_gib(dram_gb)
+
+    def disk_need(self, dram_gb: float) -> DiskNeed:
+        return DiskNeed(DISK_FOLDER, self.disk_gib(dram_gb))
 
     def connector(self, connector_gib: float) -> Connector:
         args, env = super().connector(connector_gib)

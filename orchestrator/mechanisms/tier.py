@@ -48,6 +48,13 @@ class Stores(NamedTuple):
 Connector = tuple[tuple[str, ...], dict[str, str]]  # vLLM's arguments and the server's environment
 
 
+class DiskNeed(NamedTuple):
+    """Local disk a tier fills on its replica's node: ``gib`` free under the folder ``path``."""
+
+    path: str
+    gib: float
+
+
 @dataclass(frozen=True)
 class Tier(ABC):
     """One tier mechanism. Registered by ``name`` in ``mechanisms.registry``; a policy holds one instance."""
@@ -81,6 +88,11 @@ class Tier(ABC):
     def connector_gib(self, dram_gb: float, tp: int) -> float:
         """The size its connector is given for a replica of ``tp`` ranks: the replica's, which vLLM splits."""
         return self.size_gib(dram_gb)
+
+    def disk_need(self, dram_gb: float) -> DiskNeed | None:
+        """The local disk it fills for a replica's DRAM budget of ``dram_gb`` GiB (None: none; host memory is the
+        cluster's to reserve, ``CellSpec.replica_host_gib``). The worker checks it before a replica starts."""
+        return None
 
     # -- serving --------------------------------------------------------------------------------------------------
 

@@ -7,10 +7,11 @@ import statistics
 import pytest
 
 from orchestrator.mechanisms.lmcache import LMCacheCpuTier
-from orchestrator.mechanisms.lmcache_disk import DISK_READ_BYTES_S, DiskBackedStore
-from orchestrator.mechanisms.tier import NodeNeed
+from orchestrator.mechanisms.lmcache_disk import DISK_FOLDER, DISK_READ_BYTES_S, DiskBackedStore
+from orchestrator.mechanisms.tier import DiskNeed, NodeNeed
 from orchestrator.policies import PolicyError, get_policy
 from orchestrator.replica.config import VllmEngineConfig
+from orchestrator.replica.disk import disk_refusal
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.loop import simulate
@@ -30,6 +31,16 @@ def test_the_disk_tier_is_lmcaches_cpu_tier_with_a_local_disk_of_four_times_it_b
     assert disk.needs == {NodeNeed.CUDA, NodeNeed.LMCACHE} and disk.keeps_kv_across_reset
     with pytest.raises(PolicyError, match="'lmcache-disk' needs a CUDA GPU"):
         disk.engine_config(VllmEngineConfig(model="m"), 64.0)
+
+
+def test_its_node_needs_four_times_the_budget_of_free_disk_which_the_worker_checks_before_a_replica_starts(tmp_path):
+    assert get_policy("lmcache-disk").tier.disk_need(16.0) == DiskNeed(DISK_FOLDER, 64.0)
+    assert get_policy("lmcache").tier.disk_need(16.0) is None and get_policy("fcfs").tier.disk_need(16.0) is None
+    not_yet_made = str(tmp_path / "tier" / "files")  # measured on the nearest folder that exists
+    assert disk_refusal(not_yet_made, 0.001) is None
+    refusal = disk_refusal(not_yet_made, 1e9)
+    assert refusal.startswith(f"the tier fills 1e+09 GiB of local disk under {not_yet_made}, and {tmp_path} has ")
+    assert refusal.endswith("GiB free: give the node more disk there, or the cell a smaller DRAM budget")
 
 
 def test_the_disk_keeps_what_host_memory_evicted_and_a_lookup_says_how_much_of_it_only_the_disk_has():

@@ -36,6 +36,7 @@ from orchestrator.records.cell import (
 from orchestrator.records.scheduler_trace import evicted_blocks
 from orchestrator.records.scheduler_trace_file import parquet_of_entries, parquet_of_lines
 from orchestrator.replica.config import EngineConfig
+from orchestrator.replica.disk import disk_refusal
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
@@ -162,10 +163,13 @@ class CellWorker:
 
     def _checked_stack(self, cell: CellSpec) -> NodeStack | None:
         """The node's serving stack for a real vLLM cell, refused where the cell's policy needs LMCache's
-        compiled ops and they do not load."""
+        compiled ops and they do not load, or local disk the node does not have."""
         stack = self._node_stack() if cell.engine is EngineKind.VLLM else None
-        needs_lmcache = NodeNeed.LMCACHE in get_policy(cell.policy).needs
-        if stack is not None and needs_lmcache and (refusal := lmcache_refusal(stack)):
+        policy = get_policy(cell.policy)
+        if stack is not None and NodeNeed.LMCACHE in policy.needs and (refusal := lmcache_refusal(stack)):
+            raise _Refused(refusal)
+        disk = policy.tier.disk_need(cell.dram_gb)
+        if stack is not None and disk is not None and (refusal := disk_refusal(disk.path, disk.gib)):
             raise _Refused(refusal)
         return stack
 
