@@ -49,10 +49,12 @@ endif
 # first), then the tests whose assertions depend on the machine's pace, alone. The tests that ask the package
 # index are `make test-index`'s.
 PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
+# The modules that hold solo tests: the solo run collects those alone, not the whole suite again (seconds, alone).
+SOLO_MODULES = $(shell grep -rlE --include='test_*.py' 'mark\.solo' tests)
 
 test: install chromium
 	$(PY) -m pytest $(PARALLEL) -m "not solo and not network" --durations=20
-	$(PY) -m pytest -m "solo and not network" --durations=5
+	$(PY) -m pytest -m "solo and not network" --durations=5 $(SOLO_MODULES)
 
 # Everything except the tests that start a real vLLM server or ask the package index.
 test-fast: install

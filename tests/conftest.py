@@ -35,6 +35,9 @@ os.environ[TEST_ROOT_ENV] = str(TEST_ROOT)
 os.environ["TMPDIR"] = str(TEST_ROOT)
 os.environ.pop("RAY_TMPDIR", None)  # Ray's temp dir is then TMPDIR/ray
 tempfile.tempdir = str(TEST_ROOT)
+# TorchInductor caches the kernels it compiles (a tensor-parallel CPU replica's, g++ for each) under the temp dir,
+# which is new for every run: kept where the node keeps its models instead, a later run loads them.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "kvsweep" / "torchinductor"))
 
 
 @pytest.hookimpl(tryfirst=True)
