@@ -1,10 +1,10 @@
 """A cell's engine, decided once (pure): the settings every stage that starts, simulates, sizes or describes the
 cell's engine reads, with the device's defaults filled in.
 
-Below planning, the simulator and the replica, which all read it: a real replica gets the setup as vLLM's flags
-(``sweep.planning.serving``), the simulator as its engine's shape (``sim.cell_engine``), preflight and the report as
-the sizing library's replica (``EngineSetup.sizing``), and the GPU evidence run as what it reports of a cell's
-settings. A cell's setup is ``CellSpec.engine_setup``. The policy's own part of the engine (its scheduler, its
+Below planning and the simulator, which read it (above the policies and the replica's configuration types): a real
+replica gets the setup as vLLM's flags (``sweep.planning.serving``), the simulator as its engine's shape
+(``sim.cell_engine``), preflight and the report as the sizing library's replica (``EngineSetup.sizing``), and the GPU
+evidence run as what it reports of a cell's settings. A cell's setup is ``CellSpec.engine_setup``. The policy's own part of the engine (its scheduler, its
 connector, its environment) is its mechanisms' (``orchestrator.mechanisms``).
 """
 
@@ -77,10 +77,15 @@ class EngineSetup:
                     overhead_gib=VLLM_NON_KV_OVERHEAD_GIB, block_size=self.block_size, cpu_gib=self.tier_gib or None)
 
 
+def device_of(gpu: str) -> str:
+    """The device a GPU type's replica runs on: cpu for the CPU engine, else gpu."""
+    return "cpu" if gpu == CPU else "gpu"
+
+
 def engine_setup(options: EngineOptions, *, model: str, policy: str, gpu: str, tp: int, dram_gb: float) -> EngineSetup:
     """The engine of a replica of ``model`` under ``policy`` on ``gpu`` (or cpu) over ``tp`` ranks with ``dram_gb`` of
     host memory for its CPU tier: ``options`` with the device's defaults filled in."""
-    device = "cpu" if gpu == CPU else "gpu"
+    device = device_of(gpu)
     return EngineSetup(
         model=model,
         policy=policy,

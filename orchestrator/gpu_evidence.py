@@ -6,8 +6,8 @@
 Stages, in order, each timed:
 1. doctor: the node's checks (tested stack, driver against CUDA, torch sees the GPU, vLLM and LMCache's compiled
    ops import);
-2. one short cell per policy (by default the fewest that run every registered mechanism: fcfs, continuum, lmcache,
-   native-offload, simple-offload, lmcache-disk) with the Llama-3.1-8B-shaped dummy model,
+2. one short cell per policy (by default fcfs and then policies, chosen greedily, that run every other registered
+   mechanism: continuum, lmcache, native-offload, simple-offload, lmcache-disk) with the Llama-3.1-8B-shaped dummy model,
    each with its evidence (what the policy did, vLLM's KV pool against the sizing library, a proven-clean reset),
    the server's start split into its phases, and whether it ran eager or with CUDA graphs;
 3. profile: the fcfs cell's step trace as the GPU's rates (``orchestrator.sim.gpu_profile``), with the

@@ -141,13 +141,14 @@ def cpu_policy_names() -> list[str]:
     return [name for name, policy in POLICIES.items() if policy.runs_on(CPU)]
 
 
-def policies_covering_every_mechanism(device: str) -> tuple[str, ...]:
-    """The fewest policies that between them run every mechanism that runs on ``device`` (cpu or gpu), each taken
-    for the most mechanisms not yet run, the first in the table on a tie: what a check of a node runs one short cell
-    of each, a newly registered mechanism included."""
+def policies_covering_every_mechanism(device: str, baseline: str = "fcfs") -> tuple[str, ...]:
+    """Policies that between them run every mechanism that runs on ``device`` (cpu or gpu): ``baseline`` first (what
+    every comparison and the evidence run's profile need), then, greedily, the policy that runs the most mechanisms
+    not yet run, the first in the table on a tie. What a check of a node runs one short cell of each, a newly
+    registered mechanism included."""
     candidates = [policy for policy in POLICIES.values() if policy.runs_on(device)]
-    not_run = frozenset().union(*(policy.mechanisms for policy in candidates))
-    chosen: list[str] = []
+    chosen = [baseline]
+    not_run = frozenset().union(*(policy.mechanisms for policy in candidates)) - POLICIES[baseline].mechanisms
     while not_run:
         policy = max(candidates, key=lambda candidate: len(candidate.mechanisms & not_run))
         chosen.append(policy.name)

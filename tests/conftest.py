@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.models.cache import default_cache_dir
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.workload.tokenizer import HfTokenCounter
 from tests.clusters import RayCluster, SecureHead, add_fake_gpu_nodes, start_secure_head, start_shared_cluster
@@ -37,7 +38,7 @@ os.environ.pop("RAY_TMPDIR", None)  # Ray's temp dir is then TMPDIR/ray
 tempfile.tempdir = str(TEST_ROOT)
 # TorchInductor caches the kernels it compiles (a tensor-parallel CPU replica's, g++ for each) under the temp dir,
 # which is new for every run: kept where the node keeps its models instead, a later run loads them.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "kvsweep" / "torchinductor"))
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default_cache_dir().parent / "torchinductor"))
 
 
 @pytest.hookimpl(tryfirst=True)

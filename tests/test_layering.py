@@ -39,6 +39,7 @@ PURE_MODULES = (
     "orchestrator.capacity.plan",
     "orchestrator.replica.config",
     "orchestrator.policies",
+    "orchestrator.engine_setup",
     "orchestrator.workload.plan",
     "orchestrator.workload.schedule",
     "orchestrator.workload.distributions",
@@ -195,6 +196,11 @@ def import_circles() -> list[list[str]]:
                 source = source_of(name)
                 if source is not None and source.name != "__init__.py" and layer_of(name) != layer_of(module):
                     edges.setdefault(layer_of(module), set()).add(layer_of(name))
+    return circles_of(edges)
+
+
+def circles_of(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of nodes of ``edges`` (node -> the nodes it imports) that reach each other."""
     circles, reached = [], {layer: _reachable(layer, edges) for layer in edges}
     for layer in sorted(edges):
         circle = sorted(other for other in reached[layer] if layer in reached.get(other, ()))
@@ -222,8 +228,9 @@ def test_the_layers_stack_with_no_import_circle():
 def test_the_circle_check_sees_a_circle_of_layers():
     assert layer_of("orchestrator.sweep.planning.cells") == "orchestrator.sweep.planning"
     assert layer_of("orchestrator.sim.engine") == "orchestrator.sim" and layer_of("analysis.report") == "analysis"
-    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert _reachable("a", edges) == {"a", "b", "c"} and "d" not in _reachable("a", edges)
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"d"}}
+    assert circles_of(edges) == [["a", "b", "c"]]
+    assert circles_of({"a": {"b"}, "b": {"c"}, "d": {"a"}}) == []
 
 
 def test_a_lazy_import_in_a_function_or_for_type_checking_is_not_an_import_at_import_time():

@@ -58,12 +58,8 @@ class DiskBackedStore(TierStore):
 class LMCacheDiskTier(LMCacheCpuTier):
     name = "lmcache-disk"
 
-    def disk_gib(self, dram_gb: float) -> float:
-        """The local disk it fills for a replica's DRAM budget of ``dram_gb`` GiB."""
-        return DISK_PER_DRAM * self.size_gib(dram_gb)
-
     def disk_need(self, dram_gb: float) -> DiskNeed:
-        return DiskNeed(DISK_FOLDER, self.disk_gib(dram_gb))
+        return DiskNeed(DISK_FOLDER, DISK_PER_DRAM * self.size_gib(dram_gb))
 
     def connector(self, connector_gib: float) -> Connector:
         args, env = super().connector(connector_gib)

@@ -1,10 +1,10 @@
 """A KV tier beyond the GPU pool: what every tier mechanism answers, and the defaults they share.
 
-A tier is a vLLM KV connector and the host memory behind it; ``NoTier`` is a policy's tier when it has none. Its module says how vLLM is asked for it (arguments
-and environment), how large it is for a cell's DRAM budget, how the simulator runs it (the store that keeps what it
-saved, how long a load and a save take), what record on a real engine proves it worked, and what a node needs to
-run it. The defaults here are vLLM's native offload's: loads from host memory over the PCIe link, stores that never
-stall a step, and vLLM's ``kv_offload_*`` counters as the record.
+A tier is a vLLM KV connector and the host memory behind it (``NoTier``: a policy's tier when it has none). Its
+module says how vLLM is asked for it (arguments and environment), how large it is for a cell's DRAM budget, how the
+simulator runs it (the store that keeps what it saved, how long a load and a save take), what record on a real
+engine proves it worked, and what a node needs to run it. The defaults here are vLLM's native offload's: loads from
+host memory over the PCIe link, stores that never stall a step, and vLLM's ``kv_offload_*`` counters as the record.
 """
 
 from __future__ import annotations

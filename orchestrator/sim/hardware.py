@@ -1,4 +1,5 @@
-"""What a simulated step costs: a roofline of the device plus fixed CPU overheads (pure).
+"""What a simulated step costs: a roofline of the device plus fixed CPU overheads (pure); which devices the simulator
+has a roofline for (``check_simulable``), and the measured CPU engine's (``CpuProfile``, fitted by ``sim.profile``).
 
 A forward pass over a batch computes ``N`` new tokens, each attending to its request's context. Its two
 kinds of kernels run one after the other, and each is bound by whichever is slower for it, arithmetic

@@ -1,4 +1,5 @@
-"""A measured engine as the simulator sees it: a roofline fitted to a real engine's step times (pure).
+"""Measuring an engine for the simulator: a roofline fitted to a real engine's step times (pure; the result is
+``hardware.CpuProfile``).
 
 For hardware without datasheet figures, chiefly the CPU build of vLLM that runs here: the scheduler
 traces of the profiling cells (three trials of one light cell) give each step's duration and its features

@@ -393,6 +393,8 @@ class SimScheduler:
         the tier lost (as LMCache stores everything past its own hit); decode tokens are not saved.
         Returns how many tokens were saved."""
         computed = min(context_before + num_new, request.prompt_tokens)
+        if not self.tier.has_unsaved(request.saved_tokens, computed):
+            return 0
         copied = self.tier.save_new(request.job_id, self._tier_segments(request), request.saved_tokens, computed)
         if copied:
             request.saved_tokens = computed

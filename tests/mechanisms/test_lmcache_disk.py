@@ -27,7 +27,7 @@ def test_the_disk_tier_is_lmcaches_cpu_tier_with_a_local_disk_of_four_times_it_b
     env, plain = dict(with_disk.extra_env), dict(without.extra_env)
     assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == plain["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "32"  # each rank's share
     assert env["LMCACHE_MAX_LOCAL_DISK_SIZE"] == "128" and env["LMCACHE_LOCAL_DISK"].startswith("file:///")
-    assert disk.tier_gib(64.0) == 64.0 and disk.tier.disk_gib(64.0) == 256.0
+    assert disk.tier_gib(64.0) == 64.0 and disk.tier.disk_need(64.0).gib == 256.0
     assert disk.needs == {NodeNeed.CUDA, NodeNeed.LMCACHE} and disk.keeps_kv_across_reset
     with pytest.raises(PolicyError, match="'lmcache-disk' needs a CUDA GPU"):
         disk.engine_config(VllmEngineConfig(model="m"), 64.0)

@@ -15,10 +15,9 @@ from dataclasses import asdict
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.engine_setup import EngineSetup, engine_setup
+from orchestrator.engine_setup import EngineSetup, device_of, engine_setup
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
-from orchestrator.policies import get_policy
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sweep.cluster.inventory import SIM
@@ -126,7 +125,7 @@ class CellSpec(BaseModel):
 
     @property
     def device(self) -> str:
-        return "cpu" if self.gpu == CPU else "gpu"
+        return device_of(self.gpu)
 
     def summary_columns(self) -> dict[str, object]:
         """Its identity in the summary's columns (``records.row.SummaryRow``): what defines it, as plain values."""
@@ -142,7 +141,7 @@ class CellSpec(BaseModel):
 
     @property
     def engine_setup(self) -> EngineSetup:
-        """The engine of each of its replicas, decided once for every stage that starts, simulates or sizes it."""
+        """The engine of each of its replicas, decided in one place for every stage that starts, simulates or sizes it."""
         return engine_setup(self.engine_options, model=self.model, policy=self.policy, gpu=self.gpu, tp=self.tp,
                             dram_gb=self.dram_gb)  # fmt: skip
 
@@ -155,7 +154,7 @@ class CellSpec(BaseModel):
             return 0.0
         if self.engine is EngineKind.FAKE:
             return self.dram_gb
-        return get_policy(self.policy).tier_gib(self.dram_gb) + REPLICA_HOST_GIB[self.device] * self.tp
+        return self.engine_setup.tier_gib + REPLICA_HOST_GIB[self.device] * self.tp
 
     @property
     def slot_host_gib(self) -> float:

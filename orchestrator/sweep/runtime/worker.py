@@ -169,7 +169,8 @@ class CellWorker:
         if stack is not None and NodeNeed.LMCACHE in policy.needs and (refusal := lmcache_refusal(stack)):
             raise _Refused(refusal)
         disk = policy.tier.disk_need(cell.dram_gb)
-        if stack is not None and disk is not None and (refusal := disk_refusal(disk.path, disk.gib)):
+        # A routed cell's replicas run on one node (its gang's), side by side on its disk.
+        if stack is not None and disk is not None and (refusal := disk_refusal(disk.path, disk.gib * cell.replicas)):
             raise _Refused(refusal)
         return stack
 
