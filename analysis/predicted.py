@@ -1,9 +1,12 @@
 """Measured beside predicted, for a sweep whose cells were predicted before they were measured (``--gpu-budget``;
 pure functions of frames and verdicts).
 
-- Each measured cell with its prediction, band and the simulator's error on it.
-- Per GPU type, the simulator's error over the measured cells: held out (each prediction was made before its cell
-  ran), so it is the figure that says how far to trust the cells still predicted.
+- Each measured cell with its prediction, band and the simulator's error on it, and whether it is held out: its
+  attempt started after its prediction was made (``Prediction.predicted_unix`` against the summary's
+  ``started_unix``). A cell measured before its prediction (the simulator may have been fitted to it since) or of an
+  unknown order (a prediction that does not say when it was made) is not.
+- Per GPU type, the simulator's error over the held-out cells only, with how many it rests on and how many measured
+  cells it leaves out: the figure that says how far to trust the cells still predicted.
 - Per comparison, what its verdict rests on: measured cells (every policy measured), predictions (none), or both
   (some measured: the verdict is still the prediction's, the measured cells checking their part of it). Where the
   simulator could not call a comparison, what has been measured since and what is still open.
@@ -35,31 +38,42 @@ def measured_rows(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def prediction_errors(predictions: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """Per measured cell: its prediction with its band, the measurement, and the error (predicted - measured, in
-    percent of the measured); censored mean job times on both sides, as the verdicts compare them."""
-    measured = measured_rows(summary)[["cell_key", "jct_censored_mean_s"]]
-    joined = predictions.merge(measured, on="cell_key")
+    """Per measured cell: its prediction with its band, the measurement, the error (predicted - measured, in
+    percent of the measured; censored mean job times on both sides, as the verdicts compare them), and whether it is
+    held out (its attempt started after its prediction was made; a time either side does not give counts as not)."""
+    measured = measured_rows(summary).assign(started_unix=_column(summary, "started_unix"))
+    joined = predictions.assign(predicted_unix=_column(predictions, "predicted_unix")).merge(
+        measured[["cell_key", "jct_censored_mean_s", "started_unix"]], on="cell_key")  # fmt: skip
     error = [relative_error_pct(p, m) for p, m in zip(joined.jct_mean_s, joined.jct_censored_mean_s)]
     band = joined.band * 100
+    held_out = (joined.started_unix.astype(float) > joined.predicted_unix.astype(float)).to_numpy()  # NaN: False
     return pd.DataFrame({
         "gpu": joined.gpu, "policy": joined.policy, "jps": joined.jps, "dram_gb": joined.dram_gb,
         "predicted_jct_s": joined.jct_mean_s, "band_pct": band, "predicted_lo_s": joined.jct_mean_s * (1 - joined.band),
         "predicted_hi_s": joined.jct_mean_s * (1 + joined.band), "measured_jct_s": joined.jct_censored_mean_s,
-        "error_pct": error, "within_band": [within_band(e, b) for e, b in zip(error, band)],
+        "error_pct": error, "within_band": [within_band(e, b) for e, b in zip(error, band)], "held_out": held_out,
     })  # fmt: skip
 
 
 def error_by_gpu(errors: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU type, the simulator's error over its measured cells: RMS, mean (its bias: above 0, it predicts slower
-    than measured), the worst, and the share of cells within their band."""
+    """Per GPU type, the simulator's held-out error: over its held-out cells (``cells``, what it rests on; the
+    measured cells not held out are counted in ``left_out``), the RMS, mean (its bias: above 0, it predicts slower
+    than measured), the worst, and the share within their band; NaN where no cell of the type is held out."""
     rows = []
     for gpu, group in errors.groupby("gpu"):
-        rows.append({"gpu": gpu, "cells": len(group), "rms_error_pct": float(np.sqrt((group.error_pct**2).mean())),
-                     "mean_error_pct": float(group.error_pct.mean()),
-                     "worst_error_pct": float(group.error_pct.loc[group.error_pct.abs().idxmax()]),
-                     "within_band_pct": float(group.within_band.mean() * 100)})  # fmt: skip
-    return pd.DataFrame(rows, columns=["gpu", "cells", "rms_error_pct", "mean_error_pct", "worst_error_pct",
+        held = group[group.held_out.astype(bool)]
+        rows.append({"gpu": gpu, "cells": len(held), "left_out": len(group) - len(held)} | _errors(held))
+    return pd.DataFrame(rows, columns=["gpu", "cells", "left_out", "rms_error_pct", "mean_error_pct", "worst_error_pct",
                                        "within_band_pct"])  # fmt: skip
+
+
+def _errors(cells: pd.DataFrame) -> dict[str, float]:
+    if not len(cells):
+        return dict.fromkeys(["rms_error_pct", "mean_error_pct", "worst_error_pct", "within_band_pct"], float("nan"))
+    error = cells.error_pct.astype(float)
+    return {"rms_error_pct": float(np.sqrt((error**2).mean())), "mean_error_pct": float(error.mean()),
+            "worst_error_pct": float(error.loc[error.abs().idxmax()]),
+            "within_band_pct": float(cells.within_band.mean() * 100)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,11 @@ def standing_verdicts(bases: list[Basis], found: list[Verdict]) -> list[Verdict]
                               f"{', '.join(basis.measured_policies)}; still open: {', '.join(basis.open_policies)}")  # fmt: skip
         standing.append(verdict)
     return standing
+
+
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """``frame``'s column ``name``, or NaN throughout where an older file lacks it."""
+    return frame[name] if name in frame.columns else pd.Series(np.nan, index=frame.index)
 
 
 def _arm(row) -> str:

@@ -231,21 +231,24 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
 def _measured_and_predicted(report: ReportBuilder, data: SweepData, predictions: pd.DataFrame,
                             bases: list[predicted.Basis], whole: pd.DataFrame) -> None:  # fmt: skip
     """A sweep predicted before it was measured: what each verdict rests on, each measured cell against its
-    prediction, and the simulator's error per GPU type over the measured cells."""
+    prediction, and the simulator's held-out error per GPU type."""
     errors = predicted.prediction_errors(predictions, whole)
     report.heading("Measured and predicted")
     version = predictions.sim_version.iloc[0] if len(predictions) else "?"
-    report.paragraph(f"Every real cell was predicted by the simulator ({version}) before any was measured "
-                     f"(predictions.csv); {len(errors)} of {len(predictions)} are measured. A verdict rests on measured "
+    report.paragraph(f"Every real cell has a prediction by the simulator ({version}, predictions.csv); "
+                     f"{len(errors)} of {len(predictions)} are measured. A verdict rests on measured "
                      "cells where every policy of its comparison was measured, on predictions where none was, and on "
                      "both where some were: it is then the prediction's, and the measured cells check their part of "
-                     "it. The errors below are held out: each prediction was made before its cell ran.")  # fmt: skip
+                     "it. The error per GPU type is held out: it counts only the cells whose attempt started after "
+                     "their prediction was made; a cell measured before it, or of an unknown order, is listed with "
+                     "held_out false and left out of it.")  # fmt: skip
     report.table("verdict_basis", "Per comparison: what its verdict rests on, the verdict that stands, the predicted "
                  "one beside it, and the policies measured and still open", predicted.basis_table(bases),
                  "predictions.csv, summary.parquet")  # fmt: skip
     if len(errors):
-        report.table("sim_error_by_gpu", "The simulator's error per GPU type over the measured cells (mean job time, "
-                     "predicted - measured, % of measured): RMS, mean (bias), worst, and the share within the band",
+        report.table("sim_error_by_gpu", "The simulator's held-out error per GPU type (mean job time, predicted - "
+                     "measured, % of measured) over the cells it rests on (cells; left_out: measured, not held out): "
+                     "RMS, mean (bias), worst, and the share within the band",
                      predicted.error_by_gpu(errors), "measured cells against their predictions")  # fmt: skip
         report.table("prediction_errors", "Each measured cell: its prediction with the simulator's band, the "
                      "measurement, and the error", errors, "measured cells against their predictions")  # fmt: skip

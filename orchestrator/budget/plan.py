@@ -3,7 +3,9 @@ and which of them the budget covers (pure).
 
 The plan walks the order as a run would: each GPU type's cells go to its slots (a slot whose server holds the cell's
 configuration takes it without a start, else the least busy slot starts one), and a type whose next cell does not fit
-what is left stops there. ``budget_plan.csv`` is the plan's table; the dry run prints it.
+what is left stops there. Each slot's first start is cold (its node's compile cache and the model's inspection are
+taken as cold, as on a fresh node: the slots of one node count one cold start each, an upper-leaning guess), its
+later ones warm. ``budget_plan.csv`` is the plan's table; the dry run prints it.
 """
 
 from __future__ import annotations
@@ -47,11 +49,12 @@ def plan_cells(ranked: Sequence[Ranked], spending: Spending, slots: Mapping[str,
         loads = busy.setdefault(cell.gpu, [0.0] * len(held))
         slot = held.index(cell.server_group) if cell.server_group in held else loads.index(min(loads))
         needs_start = held[slot] != cell.server_group or cell.gang_size > 0  # a gang starts its replicas anew
-        refusal = None if cell.gpu in stopped else spending.refusal(cell, needs_start)
+        cold = held[slot] is None  # the slot's first start: its node's caches taken as cold
+        refusal = None if cell.gpu in stopped else spending.refusal(cell, needs_start, cold)
         fits = cell.gpu not in stopped and refusal is None
-        estimate = spending.estimate_s(cell, needs_start) * gpus_held(cell)
+        estimate = spending.estimate_s(cell, needs_start, cold) * gpus_held(cell)
         if fits:
-            spending.begin(cell, needs_start)
+            spending.begin(cell, needs_start, cold)
         else:
             stopped.add(cell.gpu)
         # A cell past the budget still takes its slot: the plan's starts and costs are also the next run's, which

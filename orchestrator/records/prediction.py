@@ -2,8 +2,9 @@
 
 A budgeted sweep predicts every cell it may measure before it measures any: each cell's simulated twin (the same
 cell with ``engine=sim``, on the same schedule) gives its censored mean job time, which carries the simulator's
-error band for that GPU type and policy (``sim/error_bands.py``). ``predictions.csv`` in the sweep's directory
-holds a row per cell; a measured cell's summary row and MLflow run carry its prediction and the error.
+error band for that GPU type and policy (``sim/error_bands.py``), and the time it was made. ``predictions.csv`` in
+the sweep's directory holds a row per cell; a measured cell's summary row and MLflow run carry its prediction and the
+error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class Prediction:
     span_s: float | None  # first arrival to last job's end: the cell's load, for the cost model
     completion_pct: float | None
     sim_version: str  # ``sim/version.py``: which simulator predicted it
+    # When the simulator made it (wall clock, Unix seconds): its twin's end. A measured cell is held out where its
+    # attempt started after this; None in files written before predictions carried it (their order is unknown).
+    predicted_unix: float | None = None
 
     def judged(self, measured_jct_s: float | None) -> dict:
         """The columns a measured cell's summary gets: its prediction, the band and the simulator's error."""
@@ -49,12 +53,13 @@ def predictions_frame(predictions: list[Prediction], described: dict[str, dict])
 
 
 def read_predictions(path: Path) -> dict[str, Prediction]:
-    """The predictions of ``predictions.csv`` by cell key; none where the file is absent."""
+    """The predictions of ``predictions.csv`` by cell key; none where the file is absent. A column an older file
+    lacks reads as None."""
     if not path.exists():
         return {}
     frame = pd.read_csv(path)
     names = Prediction.__dataclass_fields__
-    return {row["cell_key"]: Prediction(**{name: _value(row[name]) for name in names})
+    return {row["cell_key"]: Prediction(**{name: _value(row.get(name)) for name in names})
             for row in frame.to_dict("records")}  # fmt: skip
 
 

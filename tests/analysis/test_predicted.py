@@ -3,6 +3,8 @@ rests on (pure)."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -16,6 +18,7 @@ from analysis.predicted import (
     standing_verdicts,
     verdict_bases,
 )
+from orchestrator.records.prediction import read_predictions
 from orchestrator.records.verdict import TOO_CLOSE, Verdict, VerdictKind
 
 
@@ -26,14 +29,18 @@ def _predictions() -> pd.DataFrame:
                                         ("H200", 2, "fcfs", 8.0), ("H200", 2, "continuum", 8.0)]:  # fmt: skip
         rows.append({"cell_key": f"{gpu}-{jps}-{policy}", "gpu": gpu, "policy": policy, "jps": jps, "dram_gb": 64.0,
                      "replicas": 1, "router": None, "tp": 1, "jct_mean_s": predicted, "band": 0.1,
-                     "sim_version": "v"})  # fmt: skip
+                     "sim_version": "v", "predicted_unix": PREDICTED_AT})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def _summary(measured: dict[str, float]) -> pd.DataFrame:
-    real = [{"cell_key": key, "engine": "vllm", "status": "done", "jct_censored_mean_s": jct} for key, jct in measured.items()]
+PREDICTED_AT = 1_000.0  # every prediction made then; a cell measured since started after
+
+
+def _summary(measured: dict[str, float], started_unix: float = PREDICTED_AT + 60) -> pd.DataFrame:
+    real = [{"cell_key": key, "engine": "vllm", "status": "done", "jct_censored_mean_s": jct,
+             "started_unix": started_unix} for key, jct in measured.items()]  # fmt: skip
     return pd.DataFrame(real + [{"cell_key": "H100-4-continuum", "engine": "vllm", "status": "pending",
-                                 "jct_censored_mean_s": None}])  # fmt: skip
+                                 "jct_censored_mean_s": None, "started_unix": None}])  # fmt: skip
 
 
 def _verdict(gpu: str, jps: float, engine: str, kind: VerdictKind, leader: str, note: str = "") -> Verdict:
@@ -48,9 +55,27 @@ def test_each_measured_cell_has_its_error_and_each_gpu_type_its_rms_bias_worst_a
     assert list(errors.error_pct) == pytest.approx([10.0, -10.0, 20.0])
     assert list(errors.within_band) == [True, True, False]
     (h100,) = error_by_gpu(errors).to_dict("records")
-    assert h100["cells"] == 3 and h100["rms_error_pct"] == pytest.approx((600 / 3) ** 0.5)
+    assert h100["cells"] == 3 and h100["left_out"] == 0 and h100["rms_error_pct"] == pytest.approx((600 / 3) ** 0.5)
     assert h100["mean_error_pct"] == pytest.approx(20 / 3) and h100["worst_error_pct"] == 20.0
     assert h100["within_band_pct"] == pytest.approx(200 / 3)
+
+
+def test_a_cell_measured_before_its_prediction_or_of_unknown_order_is_listed_but_not_held_out(tmp_path):
+    summary = _summary({"H100-2-fcfs": 10.0, "H100-2-continuum": 10.0, "H100-4-fcfs": 25.0})
+    summary.loc[summary.cell_key == "H100-2-continuum", "started_unix"] = PREDICTED_AT - 3600  # measured an hour before
+    predictions = _predictions()
+    predictions.loc[predictions.cell_key == "H100-4-fcfs", "predicted_unix"] = None  # a prediction that does not say
+    errors = prediction_errors(predictions, summary)
+    assert list(errors.held_out) == [True, False, False]
+    (h100,) = error_by_gpu(errors).to_dict("records")
+    assert (h100["cells"], h100["left_out"], h100["rms_error_pct"]) == (1, 2, pytest.approx(10.0))
+    # A predictions.csv written before predictions said when they were made reads as of unknown order.
+    older = tmp_path / "predictions.csv"
+    predictions.drop(columns=["predicted_unix"]).to_csv(older, index=False)
+    assert {p.predicted_unix for p in read_predictions(older).values()} == {None}
+    assert not prediction_errors(pd.read_csv(older), summary).held_out.any()
+    (none_held,) = error_by_gpu(prediction_errors(pd.read_csv(older), summary)).to_dict("records")
+    assert (none_held["cells"], none_held["left_out"]) == (0, 3) and math.isnan(none_held["rms_error_pct"])
 
 
 def test_a_verdict_rests_on_measured_cells_predictions_or_both_and_its_open_question_says_what_was_measured():

@@ -121,24 +121,27 @@ def twin_of(cell: CellSpec, profile: CpuProfile | None) -> CellSpec:
 
 def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfile | None,
                  earlier: dict[str, Prediction]) -> dict[str, Prediction]:  # fmt: skip
-    """Each real cell's prediction from its twin's done row; one an earlier run made from the same twin is kept as it
-    was (with the simulator's version of then)."""
+    """Each real cell's prediction from its twin's done row, made when that twin ended; one an earlier run made from
+    the same twin is kept as it was (with the simulator's version of then; one from a file that did not say when it
+    was made takes its twin's end, which is no earlier)."""
     rows = summary[(summary.engine == EngineKind.SIM.value) & (summary.status == CellStatus.DONE.value)]
     by_key = rows.set_index("cell_key")
     errors, version = load_errors(), sim_version()
     predictions = {}
     for cell in real:
         twin = twin_of(cell, profile).key
-        if cell.key in earlier and earlier[cell.key].twin_key == twin and twin in by_key.index:
-            predictions[cell.key] = earlier[cell.key]
-            continue
         if twin not in by_key.index:
             continue
         row = by_key.loc[twin]
+        if cell.key in earlier and earlier[cell.key].twin_key == twin:
+            kept = earlier[cell.key]
+            made = kept.predicted_unix if kept.predicted_unix is not None else _number(row.finished_unix)
+            predictions[cell.key] = replace(kept, predicted_unix=made)
+            continue
         predictions[cell.key] = Prediction(
             cell_key=cell.key, twin_key=twin, jct_mean_s=float(row.jct_censored_mean_s),
             band=errors.cell_band(cell.gpu, cell.policy), span_s=_number(row.span_s),
-            completion_pct=_number(row.completion_pct), sim_version=version,
+            completion_pct=_number(row.completion_pct), sim_version=version, predicted_unix=_number(row.finished_unix),
         )  # fmt: skip
     return predictions
 
@@ -162,15 +165,21 @@ def _measured_keys(files: SweepFiles) -> frozenset[str]:
 
 
 def _costs_so_far(files: SweepFiles) -> CostModel:
-    """The cost model, with the server starts the sweep's earlier runs measured (latest last)."""
+    """The cost model, with the server starts the sweep's earlier runs measured (latest last): each node's first
+    start cold, its later ones warm (a row that names no node: cold where it is its place's first)."""
     costs = CostModel()
     if not files.summary.exists():
         return costs
     summary = read_summary(files.summary)
     started = summary[(summary.engine != EngineKind.SIM.value) & summary.replica_start_s.notna()]
-    for row in started.sort_values("finished_unix").itertuples():
-        tiered = get_policy(row.policy).tier_gib(row.dram_gb) > 0
-        costs.record_start(start_place(row.engine, row.gpu), tiered, row.replica_start_s)
+    nodes_started: set[str] = set()
+    for row in started.sort_values("finished_unix").to_dict("records"):
+        tiered = get_policy(row["policy"]).tier_gib(row["dram_gb"]) > 0
+        node = row.get("node_id") if isinstance(row.get("node_id"), str) else None
+        costs.record_start(start_place(row["engine"], row["gpu"]), tiered, row["replica_start_s"],
+                           cold=None if node is None else node not in nodes_started)  # fmt: skip
+        if node is not None:
+            nodes_started.add(node)
     return costs
 
 

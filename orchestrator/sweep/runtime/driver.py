@@ -30,10 +30,10 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.budget.spend import Spending
+from orchestrator.budget.spend import OVERRUN_LIMIT, Spending
 from orchestrator.records.cell import CellOutcome, CellStatus, FailureKind
 from orchestrator.records.prediction import read_predictions
 from orchestrator.records.store import atomic_write_csv
@@ -97,10 +97,16 @@ def open_tracker(spec: SweepSpec, options: SweepOptions) -> SweepTracker:
 @dataclass
 class MeasuringOrder:
     """How a budgeted run measures: its real cells in this order (by cell key), starting each only where its
-    estimate fits what ``spending`` has left."""
+    estimate fits what ``spending`` has left, and stopping each that runs past its allowance."""
 
     rank: Mapping[str, int]
     spending: Spending
+    nodes_started: set[str] = field(default_factory=set)  # the nodes this run has started a server on: warm caches
+    stopped: dict[str, str] = field(default_factory=dict)  # by cell key: the cells stopped past their allowance, why
+
+    def cold(self, workers: list[Worker]) -> bool:
+        """Whether a server started on ``workers`` starts cold: on a node this run has started no server on yet."""
+        return any(worker.slot.node_id not in self.nodes_started for worker in workers)
 
 
 @dataclass(frozen=True)
@@ -270,6 +276,8 @@ class _Sweep:
             return self.unavailable[cell.placement]
         if self._is_left_for_later(cell):
             return f"left for later: {self.left_for_later[cell.placement]}"
+        if self.measuring is not None and cell.key in self.measuring.stopped:
+            return f"left for later: {self.measuring.stopped[cell.key]}"
         if not self.pool.inventory.has(cell.placement):
             return f"no {cell.gpu} in the cluster and none its autoscaler can launch"
         return None
@@ -316,8 +324,9 @@ class _Sweep:
 
     def _start_in_order(self, placement: str, idle: list[Worker]) -> None:
         """A budgeted run's queue, strictly in its order: the head cell goes to an idle worker whose replica it
-        reuses, else to any (a gang once all its workers are idle), if its estimate fits what the budget has left.
-        The first that does not fit leaves the rest of its placement's queue for a later run."""
+        reuses, else to any (a gang once all its workers are idle), if its estimate fits what the budget has left
+        (a start on a node this run has started no server on is estimated cold). The first that does not fit leaves
+        the rest of its placement's queue for a later run."""
         queue, spending = self.queues[placement], self.measuring.spending
         while queue and idle:
             cell = queue[0]
@@ -329,11 +338,14 @@ class _Sweep:
                 workers = [next((worker for worker in idle if worker.group == cell.server_group), idle[0])]
                 needs_start = workers[0].group != cell.server_group
             if cell.engine is not EngineKind.SIM:  # a simulated cell costs no device time
-                if (refusal := spending.refusal(cell, needs_start)) is not None:
+                cold = self.measuring.cold(workers)
+                if (refusal := spending.refusal(cell, needs_start, cold)) is not None:
                     if not spending.waiting_may_help(cell.gpu):
                         self._leave_for_later(placement, refusal)
                     return
-                spending.begin(cell, needs_start)
+                spending.begin(cell, needs_start, cold)
+                if needs_start:
+                    self.measuring.nodes_started.update(worker.slot.node_id for worker in workers)
             self._start(queue.pop(0), workers)
             for worker in workers:
                 idle.remove(worker)
@@ -412,7 +424,10 @@ class _Sweep:
         self._record(attempt, _lost_outcome(attempt, worker, FailureKind.NODE_LOST, reason, retryable))
 
     def _enforce_backstop(self) -> None:
-        """A worker that has not answered long after its cell's limit is killed (its replica dies with it)."""
+        """A worker that has not answered long after its cell's limit is killed (its replica dies with it); in a
+        budgeted run, so is one whose cell has run past its allowance."""
+        if self.measuring is not None:
+            self._stop_overruns()
         for worker in self.pool.in_flight():
             attempt = worker.attempt
             limit_s = self.spec.limits.cell_limit_s(attempt.cell.workload) + DRIVER_GRACE_S
@@ -421,12 +436,31 @@ class _Sweep:
                 self._record(attempt, _lost_outcome(attempt, worker, FailureKind.WORKER_LOST,
                                                     f"worker silent for {limit_s:g} s", False))  # fmt: skip
 
+    def _stop_overruns(self) -> None:
+        """A real cell that has run past ``OVERRUN_LIMIT`` times its estimate is stopped as a silent worker is,
+        charged what it ran (``_record``), and left for a later run: its attempt is interrupted on a time limit, and
+        not retried in this run. One that has ended meanwhile is left to ``_collect``."""
+        import ray
+
+        spending = self.measuring.spending
+        over = set(spending.overrun(spending.clock()))
+        for worker in [worker for worker in self.pool.in_flight() if worker.attempt.cell.key in over]:
+            if ray.wait([worker.attempt.ref], timeout=0)[0]:
+                continue
+            attempt, commitment = worker.attempt, spending.running[worker.attempt.cell.key]
+            why = (f"stopped after {spending.clock() - commitment.began:.0f} s, past {OVERRUN_LIMIT:g} x its "
+                   f"estimate of {commitment.estimate_s:.0f} s")  # fmt: skip
+            self.measuring.stopped[attempt.cell.key] = why
+            self.pool.release(worker, restart=True)
+            lost = _lost_outcome(attempt, worker, FailureKind.TIME_LIMIT, f"budget: {why}", False)
+            self._record(attempt, replace(lost, status=CellStatus.INTERRUPTED))
+
     def _record(self, attempt: InFlight, outcome: CellOutcome) -> None:
         cell = attempt.cell
         row = self.ledger.record(attempt.started, outcome)
         if self.measuring is not None and cell.engine is not EngineKind.SIM:
             self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, row.replica_start_s,
-                                        outcome.status.is_done)
+                                        outcome.status.is_done, outcome.failure_kind is FailureKind.TIME_LIMIT)
         if outcome.status.is_done:
             self.wall_times.append(row.wall_s)
             started = f"; its replica started in {row.replica_start_s:.0f} s" if row.replica_start_s is not None else ""
@@ -547,16 +581,22 @@ class _Sweep:
                 f"{sum(spending.spent_s.values()):.0f} s{total} ({spent})")  # fmt: skip
         reasons = {cell.key: self._pending_reason(cell) or "" for cell in pending}
         left = {cell.key for cell in pending if self._is_left_for_later(cell)}
+        stopped = {cell.key: cell.label for cell in pending if cell.key in self.measuring.stopped}
+        if stopped:
+            line += (f"; past their allowance ({OVERRUN_LIMIT:g} x the estimate), interrupted and left for later: "
+                     f"{len(stopped)} cells (" + "; ".join(f"{label}: {self.measuring.stopped[key]}"
+                                                          for key, label in stopped.items()) + ")")  # fmt: skip
         if left:
             why = "; ".join(f"{placement}: {sum(c.placement == placement for c in pending if c.key in left)} cells, {reason}"
                             for placement, reason in self.left_for_later.items())  # fmt: skip
-            line += (f"; left for later: {len(left)} cells ({why}); their predictions stand "
-                     f"({self.ledger.results.files.predictions.name}); re-run with more --gpu-budget to measure them "
-                     "in the same order, or without it to measure them all")  # fmt: skip
+            line += f"; left for later: {len(left)} cells ({why})"
+        if left or stopped:
+            line += (f"; their predictions stand ({self.ledger.results.files.predictions.name}); re-run with more "
+                     "--gpu-budget to measure them in the same order, or without it to measure them all")  # fmt: skip
         else:
             line += "; nothing left for later"
-        if others := sorted({reasons[key] for key in reasons.keys() - left}):
-            line += f"; {len(pending) - len(left)} cells pend ({'; '.join(others)})"
+        if others := sorted({reasons[key] for key in reasons.keys() - left - stopped.keys()}):
+            line += f"; {len(pending) - len(left) - len(stopped)} cells pend ({'; '.join(others)})"
         return line
 
 
