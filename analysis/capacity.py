@@ -1,5 +1,6 @@
 """The capacity section of the report (pure): what ``capacity.csv`` and ``fleet.csv`` (``sweeps/capacity.py``) say,
-as tables and one sentence per GPU type, and every done cell against the sweep's SLO (``--slo``)."""
+as tables and one sentence per GPU type (and one per arm whose capacity a failed or hung trial bounds, or whose
+states were not monotone in load), and every done cell against the sweep's SLO (``--slo``)."""
 
 from __future__ import annotations
 
@@ -28,13 +29,16 @@ def _measured_or_simulated(row) -> str:
 
 
 def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU type and arm: its capacity with the load above it that was not met, its goodput and cost there, and
-    how it was found (simulated, measured, or simulated then measured)."""
+    """Per GPU type and arm: its capacity with the load above it that was not met and how (missed, unsure, failed or
+    hung), the loads met above that one, its goodput and cost at capacity, and how it was found (simulated, measured,
+    or simulated then measured)."""
     frame = _named(capacity, routed=True)
     frame = frame.assign(found=[_measured_or_simulated(row) for row in frame.itertuples()])
-    columns = ["gpu", "arm", "tp", "replicas", "gpus", "capacity_jps", "first_unmet_jps", "goodput_jps", "goodput_lo_jps",
-               "goodput_hi_jps", "cost_per_1k_jobs", "found", "vllm_at_capacity", "above_jps", "vllm_at_above",
-               "vllm_capacity_jps", "vllm_first_unmet_jps", "vllm_measured_above_jps", "vllm_at_measured_above"]  # fmt: skip
+    columns = ["gpu", "arm", "tp", "replicas", "gpus", "capacity_jps", "first_unmet_jps", "at_first_unmet",
+               "non_monotone_jps", "goodput_jps", "goodput_lo_jps", "goodput_hi_jps", "cost_per_1k_jobs", "found",
+               "vllm_at_capacity", "above_jps", "vllm_at_above", "vllm_capacity_jps", "vllm_first_unmet_jps",
+               "vllm_at_first_unmet", "vllm_non_monotone_jps", "vllm_measured_above_jps",
+               "vllm_at_measured_above"]  # fmt: skip
     return frame[[column for column in columns if column in frame]]
 
 
@@ -47,27 +51,48 @@ def fleet_table(fleet: pd.DataFrame) -> pd.DataFrame:
 
 def sentences(capacity: pd.DataFrame, fleet: pd.DataFrame | None) -> list[str]:
     """One sentence per GPU type: with a fleet, the GPUs each arm needs for the traffic (its best router); without,
-    the capacity per GPU of the best arm against the worst."""
+    the capacity per GPU of the best arm against the worst. Then one per arm whose capacity is bounded by a trial that
+    failed or hung, or that met the SLO again above a load it did not (``_caveats``)."""
     said = []
     slo = capacity.slo.iloc[0]
     for gpu, arms in _named(capacity, routed=True).groupby("gpu", sort=False):
         if fleet is not None and len(fleet[fleet.gpu == gpu]):
             said.append(_fleet_sentence(gpu, _named(fleet[fleet.gpu == gpu]), slo))
-            continue
-        known = arms.dropna(subset=["capacity_jps"])
-        known = known.assign(per_gpu=known.capacity_jps / known.gpus)  # a routed arm's capacity is its replicas' together
-        known = known.sort_values("per_gpu", ascending=False)
-        if not len(known):
-            said.append(f"On {gpu}, no policy meets {slo} at the lowest load searched.")
-            continue
-        best, worst = known.iloc[0], known.iloc[-1]
-        if len(known) == 1 or best.per_gpu == worst.per_gpu:
-            said.append(f"On {gpu} at {slo}, {', '.join(known.arm)} carr{'y' if len(known) > 1 else 'ies'} "
-                        f"{best.per_gpu:.3g} JPS per GPU.")  # fmt: skip
-            continue
-        gain = (best.per_gpu / worst.per_gpu - 1) * 100
-        said.append(f"On {gpu} at {slo}, {best.arm} carries {best.per_gpu:.3g} JPS per GPU where {worst.arm} carries "
-                    f"{worst.per_gpu:.3g} (+{gain:.0f}%).")  # fmt: skip
+        else:
+            said.append(_capacity_sentence(gpu, arms, slo))
+        said += _caveats(gpu, arms)
+    return said
+
+
+def _capacity_sentence(gpu: str, arms: pd.DataFrame, slo: str) -> str:
+    known = arms.dropna(subset=["capacity_jps"])
+    known = known.assign(per_gpu=known.capacity_jps / known.gpus)  # a routed arm's capacity is its replicas' together
+    known = known.sort_values("per_gpu", ascending=False)
+    if not len(known):
+        return f"On {gpu}, no policy meets {slo} at the lowest load searched."
+    best, worst = known.iloc[0], known.iloc[-1]
+    if len(known) == 1 or best.per_gpu == worst.per_gpu:
+        return (f"On {gpu} at {slo}, {', '.join(known.arm)} carr{'y' if len(known) > 1 else 'ies'} "
+                f"{best.per_gpu:.3g} JPS per GPU.")  # fmt: skip
+    gain = (best.per_gpu / worst.per_gpu - 1) * 100
+    return (f"On {gpu} at {slo}, {best.arm} carries {best.per_gpu:.3g} JPS per GPU where {worst.arm} carries "
+            f"{worst.per_gpu:.3g} (+{gain:.0f}%).")  # fmt: skip
+
+
+def _caveats(gpu: str, arms: pd.DataFrame) -> list[str]:
+    """What a reader must know of an arm's capacity beyond its number: a trial failed or hung at the first load not
+    met (a load not met for want of records, not a slow one), and loads met above it (the capacity assumes meeting
+    the SLO is monotone in load; there it was not)."""
+    said = []
+    for row in arms.itertuples():
+        state = getattr(row, "at_first_unmet", None)
+        if state in ("failed", "hung"):
+            said.append(f"On {gpu}, a trial of {row.arm} {state} at {row.first_unmet_jps:g} JPS, counted as not met.")
+        again = getattr(row, "non_monotone_jps", None)
+        if isinstance(again, str) or (again is not None and pd.notna(again)):
+            loads = again if isinstance(again, str) else f"{again:g}"  # one load reads back from the CSV as a number
+            said.append(f"On {gpu}, {row.arm} met the SLO again at {loads} JPS, above {row.first_unmet_jps:g} where it "
+                        "did not: not monotone in load, as its capacity assumes.")  # fmt: skip
     return said
 
 

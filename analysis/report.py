@@ -160,10 +160,13 @@ def _capacity(report: ReportBuilder, data: SweepData) -> None:
         return
     report.heading("Capacity under the SLO")
     report.paragraph("A cell meets the SLO when every target's statistic is within its limit at the worse end of its "
-                     "95% interval (over the jobs, or over trials); a job that did not complete counts as a miss. A "
+                     "95% interval over every job of its trials (a percentile's from the jobs' order statistics: too "
+                     "few jobs bound none, and the cell is then unsure); a job that did not complete counts as a miss. A "
                      "job is good when it completed within every limit; goodput is the good share of the offered load. "
                      "The capacity is the highest load met with confidence below the first load searched that was not "
-                     "(the true capacity lies between the two).")  # fmt: skip
+                     "(the true capacity lies between the two); a load where a trial failed or hung is not met. It "
+                     "assumes meeting the SLO is monotone in load: a load met above the first not met is listed "
+                     "(non_monotone_jps), not counted.")  # fmt: skip
     if found is not None:
         fleet = pd.read_csv(data.files.fleet) if data.files.fleet.exists() else None
         said = capacity.sentences(found, fleet) + [line for line in [capacity.cheapest(found, fleet)] if line]

@@ -8,7 +8,8 @@ the replicas a target traffic needs, and what a thousand jobs cost.
 
 Per GPU type, the search bisects over load (the crossover search's machinery, ``sweeps/crossover.py``) until every
 arm's change from meeting the SLO with confidence to not is bracketed to the resolution; the capacity is the
-highest load met, and the next load searched, not met, bounds it (``orchestrator/capacity/plan.py``). With
+highest load met, and the next load searched, not met (missed, unsure, or a cell there failed or hung), bounds it;
+a load met above that one is reported, not counted (``orchestrator/capacity/plan.py``). With
 ``--engine sim`` (the default) it searches in the simulator; ``--confirm`` then measures each capacity on real vLLM,
 at itself and 1.25 times it, and walks to the measured capacity where they disagree. ``--traffic-jps`` (or
 ``--traffic-load``, a multiple of a replayed trace's own rate) sizes a fleet per policy and router: replicas at one

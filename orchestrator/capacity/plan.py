@@ -1,18 +1,23 @@
 """Capacity, fleet sizes and cost (pure): what the capacity search reads from the loads it judged, which fleet size
 to check next, and what a thousand jobs cost at a price per GPU-hour.
 
-Capacity. An arm (a policy at a DRAM budget on a GPU type) is judged at each load the search asks: it meets the SLO
-with confidence or not (``records.slo``). Its capacity is the highest load met, walking up from the lowest load
-judged, before the first load not met; the true capacity lies between the two, which is the interval reported.
-A load met above one not met (a lucky draw of jobs past the knee) does not raise it.
+Capacity. An arm (a policy at a DRAM budget on a GPU type) is judged at each load the search asks (``LoadState``):
+it meets the SLO with confidence, misses it or is unsure (``records.slo``), or a trial of it failed or hung, which is
+not met either: a policy whose cells crash under a load does not carry it. Its capacity is the highest load met,
+walking up from the lowest load judged, before the first load not met; the true capacity lies between the two, which
+is the interval reported. That assumes meeting the SLO is monotone in load (met up to a knee, not met past it). A load
+met above one not met (a lucky draw of jobs past the knee, or a failure below it) does not raise the capacity: it is
+reported as a break of that assumption (``Capacity.non_monotone_jps``).
 """
 
 from __future__ import annotations
 
+import enum
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from orchestrator.records.slo import Met
+from orchestrator.records.cell import CellStatus
 from orchestrator.validation import InputError
 
 # How far above a capacity its confirmation measures: a load this much higher must not meet the SLO.
@@ -43,30 +48,62 @@ class Arm:
         return self.tp * self.replicas
 
 
+class LoadState(str, enum.Enum):
+    """How an arm fared at one load: the SLO's judgement of its trials (``records.slo.Met``'s values), or how a trial
+    ended that left no records to judge."""
+
+    MET = "met"
+    MISSED = "missed"
+    UNSURE = "unsure"
+    FAILED = "failed"  # a trial failed (its replica did not start, its engine crashed, ...)
+    HUNG = "hung"  # a trial stopped making progress
+
+    @property
+    def is_met(self) -> bool:
+        return self is LoadState.MET
+
+
+def failure_of(statuses: Iterable[str]) -> LoadState | None:
+    """FAILED where any of an arm's trials at a load ended failed, else HUNG where any hung (``CellStatus`` values, as
+    the summary's last status of each), else None: its done trials are then the SLO's to judge."""
+    ended = set(statuses)
+    for state, status in ((LoadState.FAILED, CellStatus.FAILED), (LoadState.HUNG, CellStatus.HUNG)):
+        if status.value in ended:
+            return state
+    return None
+
+
 @dataclass(frozen=True)
 class Capacity:
-    """The highest load met before the first not met (None: not met even at the lowest load judged), and that first
-    load not met (None: met up to the highest load judged)."""
+    """The highest load met before the first not met (None: not met even at the lowest load judged), that first load
+    not met (None: met up to the highest load judged) and how the arm fared there, and every load met above it (empty
+    where meeting the SLO was monotone in load, as the capacity assumes)."""
 
     jps: float | None
     first_unmet_jps: float | None
+    first_unmet: LoadState | None
+    non_monotone_jps: tuple[float, ...]
 
     def in_words(self) -> str:
-        if self.jps is None:
-            return f"below {self.first_unmet_jps:g} JPS"
         if self.first_unmet_jps is None:
             return f"at least {self.jps:g} JPS (met at every load searched)"
-        return f"{self.jps:g} JPS (not met at {self.first_unmet_jps:g})"
+        unmet = f"{self.first_unmet.value} at {self.first_unmet_jps:g}"
+        said = f"below {self.first_unmet_jps:g} JPS ({unmet})" if self.jps is None else f"{self.jps:g} JPS ({unmet})"
+        if self.non_monotone_jps:
+            again = ", ".join(f"{jps:g}" for jps in self.non_monotone_jps)
+            said += f"; not monotone in load: met again at {again} JPS, above a load not met"
+        return said
 
 
-def capacity_of(met_by_load: dict[float, Met]) -> Capacity:
-    """The capacity that the verdicts of one arm at each load give (module docstring)."""
-    highest_met = None
-    for load in sorted(met_by_load):
-        if met_by_load[load] is not Met.MET:
-            return Capacity(highest_met, load)
-        highest_met = load
-    return Capacity(highest_met, None)
+def capacity_of(state_by_load: dict[float, LoadState]) -> Capacity:
+    """The capacity that the states of one arm at each load give (module docstring)."""
+    loads = sorted(state_by_load)
+    unmet = next((load for load in loads if not state_by_load[load].is_met), None)
+    if unmet is None:
+        return Capacity(loads[-1] if loads else None, None, None, ())
+    below = [load for load in loads if load < unmet]
+    again = tuple(load for load in loads if load > unmet and state_by_load[load].is_met)
+    return Capacity(below[-1] if below else None, unmet, state_by_load[unmet], again)
 
 
 def next_fleet_size(met_by_size: dict[int, bool], first_guess: int) -> int | None:

@@ -2,21 +2,28 @@
 with a judge that says, for every arm at once, whether it meets the SLO with confidence; with ``confirm``, each
 simulated capacity measured on real vLLM at itself and ``CONFIRM_ABOVE`` times it (walking where the measurement
 disagrees); with a target traffic, the fewest replicas behind each router that meet the SLO there, simulated.
-Every load and fleet checked is an ordinary cell of one sweep: tracked, resumable, in its report."""
+Every load and fleet checked is an ordinary cell of one sweep: tracked, resumable, in its report.
+
+An arm's trials at a load are exactly the cells its round's grid expands to there (``planning.cells.expand``: a
+cell's key covers its whole workload), so a cell of another workload in the same sweep directory never joins them;
+each is read with the status the summary ends it with, and a failed or hung trial makes the load not met
+(``plan.failure_of``), for the capacity and a fleet alike."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, replace
 
-import numpy as np
 import pandas as pd
 
 from orchestrator.capacity.plan import (
     CONFIRM_ABOVE,
     Arm,
     Capacity,
+    LoadState,
     capacity_of,
     cost_per_thousand_jobs,
+    failure_of,
     first_fleet_guess,  # fmt: skip
     fleet_size,
     next_fleet_size,
@@ -28,9 +35,10 @@ from orchestrator.policies import POLICIES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
-from orchestrator.records.slo import Met, Slo, SloOutcome, Trial, evaluate
+from orchestrator.records.slo import Slo, SloOutcome, Trial, evaluate
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.routing.rules import RouterKind
+from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile
 
@@ -49,6 +57,15 @@ class CapacityAsk:
 
     def price(self, gpu: str) -> float | None:
         return dict(self.prices).get(gpu)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """How one arm fared at one load, and the SLO's outcome over its trials where it was judged (None where a trial
+    failed or hung)."""
+
+    state: LoadState
+    outcome: SloOutcome | None
 
 
 def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> int:
@@ -70,7 +87,7 @@ def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk)
         within = ask.within
         bisect_flips(judge.labels, within.jps_min, within.jps_max, within.resolution)
         for arm in judge.arms:
-            capacity = capacity_of(judge.met_by_load(arm))
+            capacity = capacity_of(judge.state_by_load(arm))
             row = _capacity_row(arm, capacity, judge, engine, ask)
             if ask.confirm and engine is EngineKind.SIM and capacity.jps is not None:
                 row |= _confirm(gpu_spec, rounds, arm, capacity, within)
@@ -86,9 +103,10 @@ def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk)
 
 
 class SloJudge:
-    """Whether each arm of one GPU type's sweep meets the SLO at the loads asked: each call runs the sweep with
-    every load asked so far (done cells are skipped) and judges the cells of the loads asked, their trials pooled.
-    Policies without a CPU tier are run at one DRAM budget only (the largest): the others do not change them."""
+    """How each arm of one GPU type's sweep fares at the loads asked: each call runs the sweep with every load asked so
+    far (done cells are skipped) and judges each arm at the loads asked over its own cells there, its trials pooled
+    (module docstring). Policies without a CPU tier are run at one DRAM budget only (the largest): the others do not
+    change them."""
 
     def __init__(self, spec: SweepSpec, rounds: SearchRounds, engine: EngineKind):
         self.spec, self.rounds, self.engine = spec, rounds, engine
@@ -98,7 +116,7 @@ class SloJudge:
         self.arms = [Arm(gpu, policy, dram, tp, replicas, router.value if router else None) for grid in self.grids
                      for policy in grid.policies for dram in grid.dram_for(gpu) for tp in grid.tp_for(gpu)
                      for replicas, router in grid.replica_setups()]  # fmt: skip
-        self.outcomes: dict[tuple[Arm, float], SloOutcome] = {}
+        self.judged: dict[tuple[Arm, float], Judged] = {}
         self._asked: set[float] = set()
 
     def labels(self, loads: list[float]) -> dict[float, str]:
@@ -111,27 +129,29 @@ class SloJudge:
         self._asked.update(loads)
         print(f"[{self.spec.name}] judging {self.spec.gpus[0]} on {self.engine.value} at "
               f"{', '.join(f'{jps:g}' for jps in loads)} jobs per second", flush=True)  # fmt: skip
+        trials: dict[tuple[Arm, float], list[tuple[CellSpec, str]]] = defaultdict(list)
         for grid in self.grids:
-            self.rounds.run(grid.model_copy(update={"engine": self.engine, "jps": tuple(sorted(self._asked))}))
-        done = _done_cells(self.files, self.engine, self.spec.gpus[0])
-        for arm in self.arms:
-            for load in loads:
-                if (outcome := _judged(self.files, _of_arm(done, arm, load), self.rounds.options.slo)) is not None:
-                    self.outcomes[(arm, load)] = outcome
+            asked = grid.model_copy(update={"engine": self.engine, "jps": tuple(sorted(self._asked))})
+            for cell, status in _run_cells(self.rounds, asked):
+                if cell.jps in loads:
+                    trials[(_arm_of(cell), cell.jps)].append((cell, status))
+        for arm_load, cells in trials.items():
+            if (judged := _judged(self.files, cells, self.rounds.options.slo)) is not None:
+                self.judged[arm_load] = judged
 
     def label(self, arm: Arm, load: float) -> str:
-        outcome = self.outcomes.get((arm, load))
-        if outcome is None:
+        judged = self.judged.get((arm, load))
+        if judged is None:
             return NOT_MEASURED
-        return MET_LABEL if outcome.met is Met.MET else UNMET_LABEL
+        return MET_LABEL if judged.state.is_met else UNMET_LABEL
 
-    def met_in_words(self, arm: Arm, load: float) -> str:
-        """Met, missed or unsure, or not measured."""
-        outcome = self.outcomes.get((arm, load))
-        return outcome.met.value if outcome else NOT_MEASURED
+    def state_in_words(self, arm: Arm, load: float) -> str:
+        """Met, missed, unsure, failed or hung, or not measured."""
+        judged = self.judged.get((arm, load))
+        return judged.state.value if judged else NOT_MEASURED
 
-    def met_by_load(self, arm: Arm) -> dict[float, Met]:
-        return {load: outcome.met for (of, load), outcome in self.outcomes.items() if of == arm}
+    def state_by_load(self, arm: Arm) -> dict[float, LoadState]:
+        return {load: judged.state for (of, load), judged in self.judged.items() if of == arm}
 
 
 def _confirm(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, within: SearchRange) -> dict:
@@ -147,16 +167,16 @@ def _confirm(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity
     above = round(capacity.jps * CONFIRM_ABOVE, 3)
     locate_flip(judge, Flip(capacity.jps, above, MET_LABEL, UNMET_LABEL), within.jps_min, within.jps_max,
                 resolution=capacity.jps * (CONFIRM_ABOVE - 1))  # fmt: skip
-    measured = capacity_of(measure.met_by_load(arm))
-    row = {"vllm_at_capacity": measure.met_in_words(arm, capacity.jps), "vllm_at_above": measure.met_in_words(arm, above),
-           "above_jps": above, "vllm_capacity_jps": measured.jps, "vllm_first_unmet_jps": measured.first_unmet_jps}  # fmt: skip
+    measured = capacity_of(measure.state_by_load(arm))
+    row = {"vllm_at_capacity": measure.state_in_words(arm, capacity.jps), "vllm_at_above": measure.state_in_words(arm, above),
+           "above_jps": above, **_capacity_columns(measured, "vllm_")}  # fmt: skip
     if measured.jps is not None:
         measured_above = round(measured.jps * CONFIRM_ABOVE, 3)
-        if (arm, measured_above) not in measure.outcomes:
+        if (arm, measured_above) not in measure.judged:
             measure.judge([measured_above])
-        row |= {"vllm_at_measured_capacity": measure.met_in_words(arm, measured.jps),
+        row |= {"vllm_at_measured_capacity": measure.state_in_words(arm, measured.jps),
                 "vllm_measured_above_jps": measured_above,
-                "vllm_at_measured_above": measure.met_in_words(arm, measured_above)}  # fmt: skip
+                "vllm_at_measured_above": measure.state_in_words(arm, measured_above)}  # fmt: skip
     return row
 
 
@@ -169,26 +189,23 @@ def _fleet(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, 
     options = rounds.options
     files = SweepFiles(options.results_dir / spec.name)
     met_by_size: dict[int, bool] = {}
-    outcomes: dict[int, SloOutcome] = {}
+    judged: dict[int, Judged | None] = {}
     while (size := next_fleet_size(met_by_size, guess)) is not None:
         fleet = _one_arm(spec, arm).model_copy(update={
             "engine": EngineKind.SIM, "jps": (target,), "replicas": (size,), "routers": (router,)})  # fmt: skip
         print(f"[{spec.name}] {arm.gpu} {arm.label}: {size} replica(s) behind {router.value} at {target:g} JPS, "
               "simulated", flush=True)  # fmt: skip
-        rounds.run(fleet)
-        of_size = replace(arm, replicas=size, router=router.value if size > 1 else None)
-        outcome = _judged(files, _of_arm(_done_cells(files, EngineKind.SIM, arm.gpu), of_size, target), options.slo)
-        outcomes[size] = outcome
-        met_by_size[size] = outcome is not None and outcome.met is Met.MET
+        judged[size] = _judged(files, _run_cells(rounds, fleet), options.slo)
+        met_by_size[size] = judged[size] is not None and judged[size].state.is_met
     size = fleet_size(met_by_size)
     price = ask.price(arm.gpu)
     row = {"gpu": arm.gpu, "policy": arm.policy, "dram_gb": arm.dram_gb, "tp": arm.tp, "router": router.value,
            "slo": str(options.slo), "target_jps": target, "capacity_jps": capacity.jps, "first_guess": guess,
            "replicas": size, "gpus": size * arm.tp if size else None,
-           "checked": "; ".join(f"{n}: {outcomes[n].met.value if outcomes[n] else NOT_MEASURED}" for n in sorted(outcomes)),
+           "checked": "; ".join(f"{n}: {judged[n].state.value if judged[n] else NOT_MEASURED}" for n in sorted(judged)),
            "engine": EngineKind.SIM.value}  # fmt: skip
     if size:
-        row |= _goodput_columns(outcomes[size], target)
+        row |= _goodput_columns(judged[size].outcome, target)
         if price:
             row["cost_per_1k_jobs"] = cost_per_thousand_jobs(price, size * arm.tp, target)
     return row
@@ -197,9 +214,11 @@ def _fleet(spec: SweepSpec, rounds: SearchRounds, arm: Arm, capacity: Capacity, 
 def _capacity_row(arm: Arm, capacity: Capacity, judge: SloJudge, engine: EngineKind, ask: CapacityAsk) -> dict:
     row = {"gpu": arm.gpu, "policy": arm.policy, "dram_gb": arm.dram_gb, "tp": arm.tp, "replicas": arm.replicas,
            "router": arm.router, "gpus": arm.gpus, "engine": engine.value,
-           "slo": str(ask.slo), "capacity_jps": capacity.jps, "first_unmet_jps": capacity.first_unmet_jps,
-           "loads_judged": len(judge.met_by_load(arm))}  # fmt: skip
-    outcome = judge.outcomes.get((arm, capacity.jps)) if capacity.jps is not None else None
+           "slo": str(ask.slo), **_capacity_columns(capacity),
+           "loads_judged": len(judge.state_by_load(arm))}  # fmt: skip
+    if capacity.first_unmet_jps is not None and (unmet := judge.judged[(arm, capacity.first_unmet_jps)].outcome):
+        row |= _too_few_jobs(unmet)
+    outcome = judge.judged[(arm, capacity.jps)].outcome if capacity.jps is not None else None
     if outcome is not None:
         row |= _goodput_columns(outcome, capacity.jps)
         for target in outcome.targets:
@@ -209,6 +228,25 @@ def _capacity_row(arm: Arm, capacity: Capacity, judge: SloJudge, engine: EngineK
         if price:
             row["cost_per_1k_jobs"] = cost_per_thousand_jobs(price, arm.gpus, capacity.jps)
     return row
+
+
+def _capacity_columns(capacity: Capacity, prefix: str = "") -> dict:
+    """A capacity as capacity.csv's columns: the load met, the first not met, how the arm fared there (met, missed,
+    unsure, failed or hung) and the loads met above it ("; "-separated, empty where the states were monotone)."""
+    above = "; ".join(f"{jps:g}" for jps in capacity.non_monotone_jps)
+    return {f"{prefix}capacity_jps": capacity.jps, f"{prefix}first_unmet_jps": capacity.first_unmet_jps,
+            f"{prefix}at_first_unmet": capacity.first_unmet.value if capacity.first_unmet else None,
+            f"{prefix}non_monotone_jps": above or None}  # fmt: skip
+
+
+def _too_few_jobs(outcome: SloOutcome) -> dict:
+    """Where a load was unsure because its jobs could not bound a percentile: how many it had, and how many would do
+    (a longer ``--duration-s`` or more ``--trials`` give more)."""
+    short = [target for target in outcome.targets if target.jobs_needed is not None]
+    if not short:
+        return {}
+    return {"jobs_at_first_unmet": min(target.num_jobs for target in short),
+            "jobs_needed_at_first_unmet": max(target.jobs_needed for target in short)}  # fmt: skip
 
 
 def _goodput_columns(outcome: SloOutcome, jps: float) -> dict:
@@ -244,27 +282,31 @@ def _one_arm(spec: SweepSpec, arm: Arm) -> SweepSpec:
                                    "tp": (arm.tp,), **routed})  # fmt: skip
 
 
-def _done_cells(files: SweepFiles, engine: EngineKind, gpu: str) -> pd.DataFrame:
-    summary = read_summary(files.summary)
-    done = summary[(summary.engine == engine.value) & (summary.gpu == gpu) & (summary.status == CellStatus.DONE.value)]
-    return done.assign(tp=done.tp.fillna(1).astype(int) if "tp" in done else 1,
-                       replicas=done.replicas.fillna(1).astype(int) if "replicas" in done else 1,
-                       router=done.router if "router" in done else None)  # fmt: skip
+def _run_cells(rounds: SearchRounds, grid: SweepSpec) -> list[tuple[CellSpec, str]]:
+    """Every cell of ``grid`` with the status its summary row ends with, once the round has run it (done cells are
+    skipped). Read at once: the summary keeps the done cells of every grid run, but the others only of the last."""
+    rounds.run(grid)
+    files = SweepFiles(rounds.options.results_dir / grid.name)
+    status = read_summary(files.summary, ["cell_key", "status"]).set_index("cell_key").status
+    return [(cell, status.get(cell.key, CellStatus.NOT_RUN.value)) for cell in expand(grid)]
 
 
-def _of_arm(done: pd.DataFrame, arm: Arm, load: float) -> pd.DataFrame:
-    router = done.router.isna() if arm.router is None else done.router == arm.router
-    return done[(done.policy == arm.policy) & np.isclose(done.dram_gb, arm.dram_gb) & (done.tp == arm.tp)
-                & (done.replicas == arm.replicas) & router & np.isclose(done.jps, load)]  # fmt: skip
+def _arm_of(cell: CellSpec) -> Arm:
+    return Arm(cell.gpu, cell.policy, cell.dram_gb, cell.tp, cell.replicas, cell.router.value if cell.router else None)
 
 
-def _judged(files: SweepFiles, cells: pd.DataFrame, slo: Slo) -> SloOutcome | None:
-    """``slo`` judged over ``cells`` (one per trial), None when there are none."""
-    if not len(cells):
+def _judged(files: SweepFiles, cells: list[tuple[CellSpec, str]], slo: Slo) -> Judged | None:
+    """How one arm fared at one load over its ``cells`` (its trials, each with its status): failed or hung where a
+    trial ended so, else ``slo`` judged over the done trials, with its outcome; None when none is done."""
+    if (failure := failure_of(status for _, status in cells)) is not None:
+        return Judged(failure, None)
+    done = [cell.key for cell, status in cells if status == CellStatus.DONE.value]
+    if not done:
         return None
     trials = [Trial.of_frames(pd.read_parquet(files.cell(key).jobs), pd.read_parquet(files.cell(key).requests))
-              for key in cells.cell_key]  # fmt: skip
-    return evaluate(slo, trials)
+              for key in done]  # fmt: skip
+    outcome = evaluate(slo, trials)
+    return Judged(LoadState(outcome.met.value), outcome)
 
 
 def _dry_run(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> int:
@@ -285,10 +327,13 @@ def _dry_run(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> 
 
 def _print(sweep: str, ask: CapacityAsk, capacities: pd.DataFrame, fleets: pd.DataFrame) -> None:
     shown = [column for column in ("gpu", "policy", "dram_gb", "replicas", "router", "engine", "capacity_jps",
-                                   "first_unmet_jps", "goodput_jps", "cost_per_1k_jobs", "vllm_at_capacity", "vllm_at_above",
-                                   "vllm_capacity_jps", "vllm_at_measured_above") if column in capacities]  # fmt: skip
+                                   "first_unmet_jps", "at_first_unmet", "jobs_at_first_unmet",
+                                   "jobs_needed_at_first_unmet", "non_monotone_jps", "goodput_jps",
+                                   "cost_per_1k_jobs", "vllm_at_capacity", "vllm_at_above", "vllm_capacity_jps",
+                                   "vllm_at_measured_above") if column in capacities]  # fmt: skip
     print(f"[{sweep}] capacity at {ask.slo} (the highest load met with confidence; first_unmet_jps: the next load "
-          "searched, which was not):")  # fmt: skip
+          "searched, which was not, and at_first_unmet how; jobs_needed_at_first_unmet: where it was unsure for too "
+          "few jobs to bound a percentile, how many would do; non_monotone_jps: loads met above it):")  # fmt: skip
     print(capacities[shown].to_string(index=False))
     if len(fleets):
         shown = [column for column in ("gpu", "policy", "dram_gb", "router", "target_jps", "first_guess", "replicas",

@@ -1,4 +1,5 @@
-"""Capacity from the loads judged, the next fleet size to check, and cost (pure)."""
+"""Capacity from the loads judged (failures counted as not met, a non-monotone curve reported), the next fleet size
+to check, and cost (pure)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import pytest
 
 from orchestrator.capacity.plan import (
     Capacity,
+    LoadState,
     capacity_of,
     cost_per_thousand_jobs,
+    failure_of,
     first_fleet_guess,
     fleet_size,
     most_replicas,  # fmt: skip
@@ -17,14 +20,32 @@ from orchestrator.capacity.plan import (
 from orchestrator.records.slo import Met
 from orchestrator.validation import InputError
 
-M, X, U = Met.MET, Met.MISSED, Met.UNSURE
+M, X, U, F, H = LoadState.MET, LoadState.MISSED, LoadState.UNSURE, LoadState.FAILED, LoadState.HUNG
 
 
 def test_capacity_is_the_highest_load_met_before_the_first_not_met():
-    assert capacity_of({1: M, 2: M, 3: U, 4: X}) == Capacity(2, 3)
-    assert capacity_of({1: M, 2: X, 3: M}) == Capacity(1, 2)  # a lucky load past the knee does not count
-    assert capacity_of({1: X, 2: X}) == Capacity(None, 1)
-    assert capacity_of({1: M, 2: M}) == Capacity(2, None)
+    assert capacity_of({1: M, 2: M, 3: U, 4: X}) == Capacity(2, 3, U, ())
+    assert capacity_of({1: X, 2: X}) == Capacity(None, 1, X, ())
+    assert capacity_of({1: M, 2: M}) == Capacity(2, None, None, ())
+    assert capacity_of({1: M, 2: M}).in_words() == "at least 2 JPS (met at every load searched)"
+    assert {state.value for state in Met} <= {state.value for state in LoadState}  # every SLO judgement is a state
+
+
+def test_a_load_where_a_trial_failed_or_hung_is_not_met_and_says_which():
+    assert capacity_of({1: M, 2: F, 4: M, 8: U}) == Capacity(1, 2, F, (4,))
+    assert capacity_of({1.756: M, 1.8: H, 2.5: H}).in_words() == "1.756 JPS (hung at 1.8)"
+    assert capacity_of({1: F, 2: M}).in_words() == ("below 1 JPS (failed at 1); not monotone in load: met again at 2 JPS, "
+                                                   "above a load not met")  # fmt: skip
+    # Any trial's failure decides, failed before hung; with none, the done trials are the SLO's to judge.
+    assert failure_of(["done", "hung", "failed"]) is F and failure_of(["done", "hung"]) is H
+    assert failure_of(["done", "interrupted", "not_run"]) is None and failure_of([]) is None
+
+
+def test_a_load_met_above_one_not_met_is_reported_as_not_monotone_and_does_not_raise_the_capacity():
+    capacity = capacity_of({1: M, 2: X, 3: M, 4: X, 5: M})
+    assert capacity == Capacity(1, 2, X, (3, 5))
+    assert capacity.in_words() == ("1 JPS (missed at 2); not monotone in load: met again at 3, 5 JPS, above a load "
+                                   "not met")  # fmt: skip
 
 
 def _fleet_search(meets_from: int, guess: int) -> tuple[int | None, list[int]]:
