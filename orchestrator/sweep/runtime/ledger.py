@@ -57,7 +57,10 @@ class CellLedger:
         return caught_up
 
     def retire_stale_runs(self) -> None:
-        """Attempts still ``running`` belong to a driver that died (the sweep's lock says none is alive)."""
+        """Attempts still ``running`` belong to a driver that died (the sweep's lock says none is alive); so do runs
+        whose status tag says they ended but which MLflow still has running (it died between the two writes): those
+        are ended with the run status their tag maps to."""
+        self.tracker.end_runs_left_open()
         for runs in self._history.values():
             for run in list(runs):
                 if run.status is CellStatus.RUNNING:

@@ -1,7 +1,9 @@
 """MLflow tracking of a sweep: one parent run per sweep, one child run per cell attempt.
 
 The ``status`` tag of a child run is the truth about a cell: ``done`` is written last, after every
-artifact and metric, so a run that says ``done`` is complete. Resume reads these tags. Only the driver
+artifact and metric, so a run that says ``done`` is complete. Resume reads these tags. MLflow's own run status
+follows the tag, ended in the same call; a driver killed between the two leaves a run whose tag says it ended while
+MLflow still has it running, and the next run of the sweep ends it (``end_runs_left_open``). Only the driver
 writes here (MLflow's sqlite store races on first use when several processes create it).
 
 Every call to the store is retried with backoff while the store does not answer (a shared server restarting),
@@ -194,6 +196,7 @@ class SweepTracker:
         # The cell runs as read once and kept up to date with this tracker's own writes since: a search runs its
         # sweep many times in one process, and reading every run back from the store each time grows with the sweep.
         self._cell_runs: dict[str, list[CellRun]] | None = None
+        self._left_open: list[CellRun] = []  # as read: runs whose tag says they ended, still running in MLflow
 
     @classmethod
     def open(cls, tracking_uri: str, artifact_root: Path | None, sweep: str, sweep_params: dict[str, str],
@@ -252,12 +255,23 @@ class SweepTracker:
         runs: dict[str, list[CellRun]] = {}
         for run in self._search("tags.kind = 'cell'"):
             tags = run.data.tags
-            runs.setdefault(tags["cell_key"], []).append(
-                CellRun(run.info.run_id, tags["cell_key"], CellStatus(tags["status"]), int(tags.get("attempt", 1)))
-            )
+            key = tags["cell_key"]
+            cell_run = CellRun(run.info.run_id, key, CellStatus(tags["status"]), int(tags.get("attempt", 1)))
+            runs.setdefault(key, []).append(cell_run)
+            if run.info.status == "RUNNING" and _RUN_STATUS.get(cell_run.status, "RUNNING") != "RUNNING":
+                self._left_open.append(cell_run)
         for attempts in runs.values():
             attempts.sort(key=lambda cell_run: cell_run.attempt)
         return runs
+
+    def end_runs_left_open(self) -> None:
+        """End in MLflow every cell run whose status tag says it ended (done, failed, ...) but which MLflow still has
+        running, with the run status its tag maps to: its driver was killed between the two writes of
+        ``set_status``, and no later run of the sweep runs the cell again to end it."""
+        self.cell_runs()
+        for run in self._left_open:
+            self._client.set_terminated(run.run_id, _RUN_STATUS[run.status])
+        self._left_open = []
 
     def start_cell(self, cell: CellSpec, attempt: int, slot: str, extra_tags: dict[str, str]) -> str:
         from mlflow.entities import Param
@@ -301,6 +315,7 @@ class SweepTracker:
         self._client.set_tag(run_id, "status", status.value)
         if status is not CellStatus.RUNNING:
             self._client.set_terminated(run_id, _RUN_STATUS[status])
+            self._left_open = [run for run in self._left_open if run.run_id != run_id]  # ended here, as its tag says
         for runs in (self._cell_runs or {}).values():
             runs[:] = [replace(run, status=status) if run.run_id == run_id else run for run in runs]
 
