@@ -76,7 +76,7 @@ from orchestrator.run_cell import cell_from
 from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_jct
 from orchestrator.sim.gpu_profile import measure_profile, step_error, trace_steps
 from orchestrator.sim.hardware import Calibration, Device
-from orchestrator.sim.profile import fit_step_costs
+from orchestrator.sim.profile import CPU_STEP_BOUNDS, fit_step_costs
 from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
@@ -619,13 +619,15 @@ def _server_command(cell: CellSpec) -> str:
 
 
 def _cpu_roofline(steps: pd.DataFrame, arch) -> tuple[float, str]:
-    """The CPU engine's fitted roofline (``sim.profile``) and its median relative step-time error."""
-    flops, bandwidth, step_s, seq_s = fit_step_costs(steps, arch)
+    """The CPU engine's fitted roofline (``sim.profile``, within a CPU's physical range) and its median relative
+    step-time error; the table says which constants the steps did not determine."""
+    costs = fit_step_costs(steps, arch, CPU_STEP_BOUNDS)
+    flops, bandwidth, step_s, seq_s = costs
     device = Device(CPU, flops, bandwidth, bandwidth, 2048, 128)
     error = step_error(steps, arch, device, Calibration(1.0, 1.0, step_overhead_s=step_s, seq_overhead_s=seq_s))
     table = (f"  {flops / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s, {step_s * 1e3:.3g} ms per step, "
              f"{seq_s * 1e3:.3g} ms per request; median step-time error {error:.1%}")  # fmt: skip
-    return error, table
+    return error, "\n".join([table, *(f"  {note}" for note in CPU_STEP_BOUNDS.notes(costs))])
 
 
 def _published_jct(cell: CellSpec) -> float | None:

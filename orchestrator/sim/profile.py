@@ -5,6 +5,9 @@ For hardware without datasheet figures, chiefly the CPU build of vLLM that runs 
 traces of the profiling cells (three trials of one light cell) give each step's duration and its features
 (tokens, attention pairs, context read, batch), and a least-squares fit gives the effective FLOP/s, memory
 bandwidth and overheads of the same roofline the GPUs use (``hardware.StepCost``) with efficiencies of 1.
+For a CPU the fit stays within what CPUs can do (``CPU_STEP_BOUNDS``): a term the steps do not exercise (a memory
+term that never binds) would otherwise run its rate off without bound. A parameter the steps do not determine is
+held at the bound where its term counts least, and the fit says so in one line per parameter (``StepBounds.notes``).
 The API server's time per request comes from matching the cells' request latencies.
 ``benchmarks/sim_vs_cpu.py`` profiles the engine this way and compares the simulator with it on others.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -74,8 +78,64 @@ def step_pace(profile: CpuProfile, arch: ModelArch, trace: pd.DataFrame) -> floa
     return float((steps.duration_s.to_numpy(float) * weights).sum() / (predicted * weights).sum())
 
 
-def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, float, float]:
-    """(FLOP/s, bytes/s, per-step s, per-request s) of the CPU roofline that best explains ``steps``."""
+class StepCosts(NamedTuple):
+    """The roofline's constants that a fit finds: the effective FLOP/s, memory bytes/s and overheads."""
+
+    flops: float
+    bytes_s: float
+    step_s: float  # per step
+    seq_s: float  # per sequence in the step
+
+
+class _Constant(NamedTuple):
+    name: str  # as a note names it
+    unit: float  # the unit a note gives it in, in the constant's own
+    unit_name: str
+    least_at_upper: bool  # its term counts least at the top of its range (a rate), else at the bottom (an overhead)
+
+
+_CONSTANTS = (_Constant("FLOP rate", 1e9, "GFLOP/s", True), _Constant("memory rate", 1e9, "GB/s", True),
+              _Constant("per-step overhead", 1e-3, "ms", False), _Constant("per-sequence overhead", 1e-3, "ms", False))
+
+
+@dataclass(frozen=True)
+class StepBounds:
+    """The range each constant of a fit must stay in (``lower`` <= value <= ``upper``, both positive)."""
+
+    lower: StepCosts
+    upper: StepCosts
+
+    def notes(self, costs: StepCosts) -> tuple[str, ...]:
+        """One line per constant of ``costs`` at a bound of its range: the steps did not determine it."""
+        notes = []
+        for value, lower, upper, constant in zip(costs, self.lower, self.upper, _CONSTANTS):
+            at_lower, at_upper = (math.isclose(value, bound, rel_tol=1e-6) for bound in (lower, upper))
+            if at_lower or at_upper:
+                which = "lower" if at_lower else "upper"
+                notes.append(f"the steps do not determine the {constant.name}: held at its {which} bound of "
+                             f"{value / constant.unit:,.6g} {constant.unit_name}")  # fmt: skip
+        return tuple(notes)
+
+
+# The CPU engine's constants, from 2 cores of a small machine to a large two-socket server, with room on each side.
+# The fitted rates are effective ones (efficiencies of 1): the 2-core development machine's profiles came out at
+# 16.6 to 79 GFLOP/s, 26 GB/s and 1.9 to 3.3 ms per step (docs/simulator.md), far below its datasheet peaks.
+CPU_STEP_BOUNDS = StepBounds(
+    # FLOP/s: 1 GFLOP/s is a sixteenth of the slowest profile measured on 2 cores; 1 PFLOP/s is above two sockets of
+    # Intel's AMX in BF16 (1,024 FLOP a cycle per core: 2 x 128 cores x 2 GHz, 0.52 PFLOP/s). Memory bytes/s: 1 GB/s
+    # is a twentieth of one DDR4-2400 channel (19.2 GB/s); 4 TB/s is above the most main memory a two-socket server
+    # reads (12 DDR5-8800 MRDIMM channels a socket, 1.7 TB/s; Xeon Max's HBM2e, about 2 TB/s). Per step: 10 us is
+    # below what vLLM's Python scheduler spends on one, 1 s some 300 times the 3.3 ms measured on 2 cores. Per
+    # sequence: 0.1 us is a few hundred cycles, 50 ms over a hundred times the 0.41 ms measured on 2 cores.
+    lower=StepCosts(flops=1e9, bytes_s=1e9, step_s=1e-5, seq_s=1e-7),
+    upper=StepCosts(flops=1e15, bytes_s=4e12, step_s=1.0, seq_s=0.05),
+)
+
+
+def fit_step_costs(steps: pd.DataFrame, arch: ModelArch, bounds: StepBounds | None = None) -> StepCosts:
+    """The roofline constants that best explain ``steps`` (``step_samples`` rows), each within ``bounds`` where given
+    (none: unbounded, as a GPU's fit against its datasheet). Within bounds, a constant the steps do not determine
+    (moving it to the end of its range where its term counts least changes no step's prediction) is held there."""
     from scipy.optimize import least_squares
 
     measured = steps.duration_s.to_numpy(float)
@@ -88,9 +148,18 @@ def fit_step_costs(steps: pd.DataFrame, arch: ModelArch) -> tuple[float, float, 
     # Plain least squares, no robust loss: requests wait for the sum of the step times, so a step slowed by
     # something outside the roofline (the API server or the OS on the same cores) is time to keep. A soft_l1
     # fit of the first pressure grid's profiling cell made that cell's engine 10% faster than it ran.
-    start = [math.log(1e12), math.log(1e11), math.log(0.005), math.log(1e-4)]
-    fit = least_squares(residuals, start, x_scale=1.0)
-    return tuple(math.exp(value) for value in fit.x)  # type: ignore[return-value]
+    start = np.log([1e12, 1e11, 0.005, 1e-4])
+    if bounds is None:
+        return StepCosts(*(math.exp(value) for value in least_squares(residuals, start, x_scale=1.0).x))
+    lower, upper = np.log(bounds.lower), np.log(bounds.upper)
+    x = least_squares(residuals, np.clip(start, lower + 1e-3, upper - 1e-3), bounds=(lower, upper), x_scale=1.0).x
+    cost = float(np.sum(residuals(x) ** 2))
+    for index, constant in enumerate(_CONSTANTS):
+        held = x.copy()
+        held[index] = (upper if constant.least_at_upper else lower)[index]
+        if float(np.sum(residuals(held) ** 2)) <= cost * (1 + 1e-9):
+            x = held
+    return StepCosts(*(math.exp(value) for value in x))
 
 
 def cpu_sim_engine(profile: CpuProfile, model: str | ModelArch, policy: str, dram_gb: float, workload: WorkloadSpec,
@@ -115,16 +184,25 @@ class ProfilingCell:
     workload: WorkloadSpec
 
 
+@dataclass(frozen=True)
+class FittedProfile:
+    """A profile as fitted, and one line per constant the profiling cells did not determine (``StepBounds.notes``)."""
+
+    profile: CpuProfile
+    notes: tuple[str, ...]
+
+
 def profile_from_cells(cells: Sequence[ProfilingCell], num_kv_blocks: int, block_size: int,
-                       arch: ModelArch) -> CpuProfile:  # fmt: skip
+                       arch: ModelArch) -> FittedProfile:  # fmt: skip
     """The profile of the engine that ran the profiling cells (``num_kv_blocks``: the pool vLLM reported): the
-    roofline from all their step times together, then the API server's time per request from their request
-    latencies. Several cells average over how fast the machine happened to be while each ran."""
+    roofline from all their step times together, within ``CPU_STEP_BOUNDS``, then the API server's time per request
+    from their request latencies. Several cells average over how fast the machine happened to be while each ran."""
     steps = pd.concat([step_samples(cell.trace) for cell in cells], ignore_index=True)
-    flops, bandwidth, step_s, seq_s = fit_step_costs(steps, arch)
+    costs = fit_step_costs(steps, arch, CPU_STEP_BOUNDS)
     budget = int((steps.prefill_tokens + steps.decode_tokens).max())
-    profile = CpuProfile(flops, bandwidth, step_s, seq_s, 0.0, budget, num_kv_blocks - NULL_BLOCKS, block_size)
-    return replace(profile, request_overhead_s=fit_request_overhead(profile, arch, cells))
+    profile = CpuProfile(*costs, 0.0, budget, num_kv_blocks - NULL_BLOCKS, block_size)
+    profile = replace(profile, request_overhead_s=fit_request_overhead(profile, arch, cells))
+    return FittedProfile(profile, CPU_STEP_BOUNDS.notes(costs))
 
 
 def fit_request_overhead(profile: CpuProfile, arch: ModelArch, cells: Sequence[ProfilingCell]) -> float:

@@ -1,7 +1,9 @@
-"""Fitting a measured engine's roofline from its step trace recovers the constants that made the steps, and a
-profile fitted on a few cells predicts the engine on others."""
+"""Fitting a measured engine's roofline from its step trace recovers the constants that made the steps, stays within a
+CPU's physical range where the steps do not determine a constant (and says so), and a profile fitted on a few cells
+predicts the engine on others."""
 
 import io
+import math
 import random
 import statistics
 
@@ -11,6 +13,7 @@ import pytest
 from orchestrator.records.schema import to_row
 from orchestrator.sim.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.profile import (
+    CPU_STEP_BOUNDS,
     ProfilingCell,
     cpu_sim_engine,
     fit_step_costs,
@@ -26,9 +29,10 @@ from orchestrator.workload.spec import WorkloadSpec
 ARCH = load_model("llama-3.1-8b-instruct")
 
 
-def synthetic_trace(flops: float, bandwidth: float, step_s: float, seq_s: float, num_steps: int = 400) -> pd.DataFrame:
+def synthetic_trace(flops: float, bandwidth: float, step_s: float, seq_s: float, num_steps: int = 400,
+                    arch=ARCH) -> pd.DataFrame:  # fmt: skip
     overheads = Calibration(1.0, 1.0, step_overhead_s=step_s, seq_overhead_s=seq_s)
-    cost = StepCost(ARCH, Device("cpu", flops, bandwidth, 1.0, 2048, 128), overheads)
+    cost = StepCost(arch, Device("cpu", flops, bandwidth, 1.0, 2048, 128), overheads)
     rng = random.Random(3)
     rows, now = [], 0.0
     for step in range(num_steps):
@@ -43,11 +47,25 @@ def synthetic_trace(flops: float, bandwidth: float, step_s: float, seq_s: float,
     return pd.DataFrame(rows)
 
 
-def test_the_fitted_constants_are_the_ones_that_produced_the_steps():
+@pytest.mark.parametrize("bounds", [None, CPU_STEP_BOUNDS])
+def test_the_fitted_constants_are_the_ones_that_produced_the_steps(bounds):
     truth = (1e14, 1e12, 0.004, 0.0002)  # prefill steps compute-bound, decode steps memory-bound
-    fitted = fit_step_costs(step_samples(synthetic_trace(*truth)), ARCH)
+    fitted = fit_step_costs(step_samples(synthetic_trace(*truth)), ARCH, bounds)
     for value, expected in zip(fitted, truth):
         assert value == pytest.approx(expected, rel=0.15)
+    assert CPU_STEP_BOUNDS.notes(fitted) == ()
+
+
+def test_steps_with_no_memory_term_hold_the_memory_rate_at_its_bound_and_say_so():
+    # Every step of the tiny model takes its compute at 100 TFLOP/s and the overheads: the memory term never binds,
+    # and an unbounded fit runs the memory rate off (to 1e24 B/s on these steps).
+    tiny = load_model("tiny")
+    steps = step_samples(synthetic_trace(1e14, math.inf, 0.004, 0.0002, arch=tiny))
+    fitted = fit_step_costs(steps, tiny, CPU_STEP_BOUNDS)
+    assert CPU_STEP_BOUNDS.lower.bytes_s <= fitted.bytes_s <= CPU_STEP_BOUNDS.upper.bytes_s
+    assert (fitted.flops, fitted.step_s, fitted.seq_s) == pytest.approx((1e14, 0.004, 0.0002), rel=0.05)
+    assert CPU_STEP_BOUNDS.notes(fitted) == ("the steps do not determine the memory rate: held at its upper bound of "
+                                             "4,000 GB/s",)  # fmt: skip
 
 
 def test_only_steps_followed_by_another_busy_step_are_samples():
@@ -70,7 +88,9 @@ def test_a_profile_fitted_on_cells_of_a_known_engine_predicts_that_engine():
         cell = simulate_cell(KNOWN, arch, "fcfs", workload)
         trace = pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True)
         cells.append(ProfilingCell(trace, pd.DataFrame([to_row(record) for record in cell.requests]), workload))
-    fitted = profile_from_cells(cells, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch)
+    fit = profile_from_cells(cells, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch)
+    fitted = fit.profile
+    assert fit.notes == ()  # every constant of the known engine is within a CPU's range and shows in its steps
     assert (fitted.num_kv_blocks, fitted.block_size) == (KNOWN.num_kv_blocks, KNOWN.block_size)
     assert fitted.request_overhead_s == pytest.approx(KNOWN.request_overhead_s, rel=0.2)
     busier = TINY_WORKLOAD.model_copy(update={"jps": 6, "seed": 42})

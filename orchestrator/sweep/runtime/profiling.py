@@ -54,7 +54,8 @@ def measure_cpu_profile(spec: SweepSpec, options) -> CpuProfile:
 
 
 def read_cpu_profile(spec: SweepSpec, results_dir: Path) -> CpuProfile:
-    """The profile fitted from ``spec``'s profiling cells in ``results_dir``, every one of them done."""
+    """The profile fitted from ``spec``'s profiling cells in ``results_dir``, every one of them done; prints a line for
+    each constant of it that the cells did not determine."""
     files = SweepFiles(results_dir / profile_spec(spec).name)
     cells, pools = [], set()
     for row in read_summary(files.summary).itertuples():
@@ -69,4 +70,7 @@ def read_cpu_profile(spec: SweepSpec, results_dir: Path) -> CpuProfile:
     if len(pools) != 1:
         raise InputError(f"the profiling cells in {files.directory} ran on different KV pools {sorted(pools)}")
     ((num_kv_blocks, block_size),) = pools
-    return profile_from_cells(cells, num_kv_blocks, block_size, load_model(spec.model))
+    fitted = profile_from_cells(cells, num_kv_blocks, block_size, load_model(spec.model))
+    for note in fitted.notes:
+        print(f"[{files.directory.name}] the CPU engine's profile: {note}", flush=True)
+    return fitted.profile
