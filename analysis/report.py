@@ -210,7 +210,10 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     report.paragraph(
         "A winner beats every other policy by at least 1% at the lower end of a 95% interval; otherwise the "
         "policies are tied, or, where a faster policy lost jobs that the leader completed, they trade speed for "
-        "completed jobs. Timed-out jobs count at the time they were cut. "
+        "completed jobs. Timed-out jobs count at the time they were cut. Beside each verdict, the KV regime each "
+        "policy's cells measured (kv_regimes): pressure where the pool could not hold every job's context (later turns "
+        "lost their prefix, requests were preempted, pins gave way, or the CPU tier served), else fits; a load's regime "
+        "moves with the machine's speed, so a verdict is read with the regime its cells were in. "
         + ("One trial per cell: the intervals are over its jobs and cannot show run-to-run spread (use --trials)."
            if trials <= 1 else f"Up to {trials} trials per cell: intervals over trials (Student t).")
     )  # fmt: skip

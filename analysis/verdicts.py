@@ -37,6 +37,7 @@ import pandas as pd
 from orchestrator.records.arm import arm_name, shape_name
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct, mean_time
+from orchestrator.records.regime import KvRegime, regime_of_row
 from orchestrator.records.schema import JobStatus
 from orchestrator.records.verdict import MIN_EFFECT_PCT, TOO_CLOSE, Verdict, VerdictKind, changes
 from orchestrator.sim.error_bands import SimErrors
@@ -210,15 +211,29 @@ def verdicts(summary: pd.DataFrame, records_of: Callable[[str], CellRecords],
     for key, cells in done.groupby(GROUP, sort=True):
         where = dict(zip(GROUP, key))
         runs = policy_runs(cells, records_of)
-        found.append(verdict(where, runs, sim_error if where["engine"] == "sim" else None))
+        regimes = {run.policy: cell_regimes(cells[cells.policy == run.policy]) for run in runs}
+        found.append(replace(verdict(where, runs, sim_error if where["engine"] == "sim" else None),
+                             kv_regimes="; ".join(f"{policy}: {regime}" for policy, regime in regimes.items() if regime)))
         for run in runs:
             of_policy = cells[cells.policy == run.policy]
             requests = pd.concat([records_of(cell_key).requests for cell_key in of_policy.cell_key])
             counts = {name: of_policy[name].sum(min_count=1) if name in of_policy else np.nan
                       for name in ("num_timeouts", "num_errors", "num_preemptions")}  # fmt: skip
             policy_rows.append(where | {"num_trials": len(run.times)} | policy_stats(run) | counts
-                               | request_tails(requests))  # fmt: skip
+                               | request_tails(requests) | {"kv_regime": regimes[run.policy]})  # fmt: skip
     return found, pd.DataFrame(policy_rows)
+
+
+def cell_regimes(cells: pd.DataFrame) -> str:
+    """The KV regime the cells (one policy's trials) measured, in words (``records.regime``): one regime with its
+    evidence, or how many trials measured pressure where they differ; empty where none has a measured regime."""
+    measured = [regime for regime in (regime_of_row(row) for row in cells.to_dict("records")) if regime is not None]
+    if not measured:
+        return ""
+    if len({regime.regime for regime in measured}) == 1:
+        return measured[0].in_words() if len(measured) == 1 else measured[0].regime.value
+    pressed = sum(regime.regime is KvRegime.PRESSURE for regime in measured)
+    return f"pressure in {pressed} of {len(measured)} trials"
 
 
 def flips(found: list[Verdict]) -> pd.DataFrame:

@@ -52,6 +52,7 @@ class Verdict:
     num_jobs: int = 0  # its jobs, over all trials
     replicas: int = 1  # per cell; past one, the compared policies are "policy @ router"
     within_sim_error: bool = False  # simulated, with a margin inside the simulator's error: too close to call there
+    kv_regimes: str = ""  # each policy's measured KV regime (``records.regime``), "policy: regime (evidence); ..."
 
     @property
     def significant(self) -> bool:
@@ -87,7 +88,7 @@ class Verdict:
                 "kind": self.kind.value, "leader": self.leader, "faster": self.faster,
                 "faster_by_pct": self.faster_by_pct, "jobs_lost": self.jobs_lost, "num_jobs": self.num_jobs,
                 "in_words": self.in_words(), "replicas": self.replicas,
-                "within_sim_error": self.within_sim_error}  # fmt: skip
+                "within_sim_error": self.within_sim_error, "kv_regimes": self.kv_regimes}  # fmt: skip
 
     @classmethod
     def from_row(cls, row: Mapping) -> Verdict:
@@ -106,7 +107,8 @@ class Verdict:
                    jobs_lost=int(row["jobs_lost"]), num_jobs=int(row["num_jobs"]),
                    replicas=int(row.get("replicas", 1)),
                    # files written before the field: the note said so in words
-                   within_sim_error=_flag(row.get("within_sim_error", (text("note") or "").startswith(TOO_CLOSE))))  # fmt: skip
+                   within_sim_error=_flag(row.get("within_sim_error", (text("note") or "").startswith(TOO_CLOSE))),
+                   kv_regimes=(text("kv_regimes") or "") if "kv_regimes" in row else "")  # fmt: skip
 
 
 def _flag(value: object) -> bool:

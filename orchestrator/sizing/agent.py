@@ -12,6 +12,7 @@ model of the run: the simulator is the model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from orchestrator.gpus import GpuType
@@ -50,3 +51,20 @@ def agent_working_sets(workload: WorkloadSpec, arch: ModelArch, gpu: GpuType, re
         in_flight = jps * job_s
         live = in_flight * mean_context * busy_s / job_s
     return AgentWorkingSets(turn_time, load, in_flight, live, in_flight * mean_context)
+
+
+def tool_time_corpus_tokens(workload: WorkloadSpec) -> float:
+    """The contexts that the workload's tool calls alone keep alive at its load, on an engine of infinite speed: each
+    job holds its context after turn t (every turn but the last) through a tool call (module docstring)."""
+    job = workload.mean_shape()
+    held_per_job = job.turns * job.mean_prompt_tokens - job.final_prompt_tokens + (job.turns - 1) * job.output_tokens
+    return workload.jps * job.tool_time_s * held_per_job
+
+
+def pressure_jps(workload: WorkloadSpec, pool_tokens: float, step_jps: float = 1.0) -> float:
+    """The lowest load on a ``step_jps`` grid at which the contexts tool calls alone keep alive exceed a pool of
+    ``pool_tokens``: KV pressure on any machine, however fast."""
+    per_jps = tool_time_corpus_tokens(workload.model_copy(update={"jps": 1.0}))
+    if per_jps <= 0:
+        raise ValueError("a workload without tool time keeps no context alive between turns: no load guarantees pressure")
+    return math.floor(pool_tokens / per_jps / step_jps + 1) * step_jps

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.verdicts import PolicyRuns, censored_job_times, verdict
+from analysis.verdicts import PolicyRuns, cell_regimes, censored_job_times, verdict
 from orchestrator.records.intervals import interval, margin_pct
 from orchestrator.records.verdict import Verdict, VerdictKind, read_verdicts, verdict_frame
 from orchestrator.sim.error_bands import SimErrors
@@ -119,3 +119,12 @@ def test_a_timed_out_job_counts_at_the_time_it_was_cut_never_dropped():
                          "arrival_at": [0.0, 1.0, 2.0], "finished_at": [10.0, 121.0, np.nan]})  # fmt: skip
     times = censored_job_times(jobs)
     assert list(times.time_s) == pytest.approx([10.0, 120.0, 120.0]) and list(times.completed) == [True, False, False]
+
+
+def test_a_policys_measured_regime_is_one_with_its_evidence_or_how_many_trials_were_under_pressure():
+    fits = {"prefix_kept_pct": 98.0, "num_preemptions": 0, "pin_gave_way_pct": 0.0}
+    pressed = {"prefix_kept_pct": 12.0, "num_preemptions": 4, "pin_gave_way_pct": 0.0}
+    assert cell_regimes(pd.DataFrame([pressed])) == "pressure (later turns kept 12% of their prefix, 4 preemptions)"
+    assert cell_regimes(pd.DataFrame([fits, fits])) == "fits"
+    assert cell_regimes(pd.DataFrame([fits, pressed, pressed])) == "pressure in 2 of 3 trials"
+    assert cell_regimes(pd.DataFrame([{"prefix_kept_pct": np.nan}])) == ""

@@ -3,10 +3,12 @@ checks: replica reuse, the workload contract, the records and trace of each cell
 intervals, and the policies' behaviour. (The driver's retry of a replica killed mid-cell, which no engine's
 behaviour enters, runs on the fake engine: tests/sweep/test_fake_cluster.py.)
 
-At 4 JPS (scale 0.25) the 1200 x 32-token pool cannot hold every job in flight: FCFS's LRU prefix cache
-loses most hits and latency spirals, while Continuum's pins keep each admitted job's context (the pressure
-benchmark, benchmarks/sim_vs_cpu.py, measured 20% against 91% of the reachable prefix kept, and mean job
-times of 63 s against 25 s). At 1 JPS everything fits: neither policy preempts or loses a prefix hit. The
+The heavy load is where the contexts that tool calls alone keep alive exceed the 1200 x 32-token pool
+(``sizing.agent.pressure_jps``: 8 JPS at scale 0.25): on an engine of any speed, jobs waiting out their tool calls
+hold more context than the pool has, so FCFS's LRU prefix cache loses most hits while Continuum's pins keep each
+admitted job's context; a slower machine only keeps more jobs in flight. (A fixed 4 JPS put the cells there on the
+machine the test was written on, and not on one twice as fast: FCFS kept 79% of its prefix there.) At 1 JPS
+everything fits: neither policy preempts or loses a prefix hit. Each cell's measured regime is in the verdicts. The
 checks are of mechanisms, not of margins that move with the machine's speed.
 
 One trial per cell: the verdicts' intervals are then a paired bootstrap over the jobs of the trial. Repeated
@@ -27,6 +29,7 @@ from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.scheduler_trace import Finish, Step, Unpin, UnpinReason, pin_releases
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.slo import Slo, Trial, evaluate
+from orchestrator.sizing.agent import pressure_jps
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
@@ -38,8 +41,12 @@ from tests.sweep.conftest import options, runs_by_key
 # the wall clock, move with the machine's pace; `make test` runs this module after the rest, with nothing beside.
 pytestmark = [pytest.mark.engine, pytest.mark.solo]
 
-LOW, HEAVY = 1, 4  # jobs per second: everything fits the pool; FCFS's prefix cache thrashes
 SLO = Slo.parse("jct_p90=15s,ttft_p99=10s")  # every cell is judged against it as it is recorded
+WORKLOAD = WorkloadSpec(jps=1, duration_s=5, scale=0.25, request_timeout_s=300, job_timeout_s=600)
+ENGINE = EngineOptions(num_kv_blocks=1200)
+LOW = 1  # jobs per second: everything fits the pool
+# FCFS's prefix cache thrashes on any machine (vLLM keeps one block of the pool out of use).
+HEAVY = pressure_jps(WORKLOAD, (ENGINE.num_kv_blocks - 1) * ENGINE.block_size_on("cpu"))
 
 SPEC = SweepSpec(
     name="cpu-engine",
@@ -47,8 +54,8 @@ SPEC = SweepSpec(
     gpus=("cpu",),
     policies=("fcfs", "continuum"),
     jps=(LOW, HEAVY),
-    workload=WorkloadSpec(jps=1, duration_s=10, scale=0.25, request_timeout_s=300, job_timeout_s=600),
-    engine_options=EngineOptions(num_kv_blocks=1200),
+    workload=WORKLOAD,
+    engine_options=ENGINE,
     limits=RunLimits(health_timeout_s=300, hang_timeout_s=120, client_actors=2),
 )
 LATER_TURNS = range(3, 9)
@@ -107,7 +114,7 @@ def test_done_runs_carry_metrics_per_turn_series_params_intervals_and_artifacts(
     client = MlflowClient(default_tracking_uri(sweep.results))
     for row in sweep.summary().itertuples():
         run = client.get_run(row.run_id)
-        assert run.data.metrics["num_completed"] == run.data.metrics["num_jobs"] >= 5 * row.jps
+        assert run.data.metrics["num_completed"] == run.data.metrics["num_jobs"] >= WORKLOAD.duration_s * row.jps / 2
         low, mean, high = (run.data.metrics[f"jct_censored_{stat}_s"] for stat in ("lo", "mean", "hi"))
         assert low <= mean <= high
         assert run.data.params["policy"] == row.policy and run.data.params["engine_options.num_kv_blocks"] == "1200"
@@ -156,7 +163,7 @@ def test_a_replica_is_reused_across_cells_of_one_policy_after_a_proven_clean_res
 
 def test_every_job_completes_eight_turns_of_twenty_tokens_at_the_target_prompt_size(sweep):
     requests, jobs = sweep.requests("fcfs", LOW), sweep.jobs("fcfs", LOW)
-    assert len(jobs) >= 5 and (jobs.status == "completed").all() and (jobs.num_turns_completed == 8).all()
+    assert len(jobs) >= 3 and (jobs.status == "completed").all() and (jobs.num_turns_completed == 8).all()
     assert len(requests) == 8 * len(jobs) and (requests.completion_tokens == 20).all()
     error = (requests.prompt_tokens - requests.target_prompt_tokens).abs() / requests.target_prompt_tokens
     assert error.max() <= 0.02
@@ -198,24 +205,30 @@ def test_at_low_load_the_pool_holds_every_job_in_flight_so_no_policy_loses_a_pre
             assert not [event for event in events if isinstance(event, Unpin) and event.reason is UnpinReason.PRESSURE]
 
 
-def test_at_saturation_fcfs_loses_prefix_hits_that_continuum_keeps(sweep):
-    # How much FCFS loses moves with the machine's speed too: 20% kept in the pressure benchmark, under half in
-    # most suite runs, 50.9% in one on a fast day (the suite in 25 min), where Continuum kept 96.5%. That it loses
-    # a large share, and far more than Continuum on the same schedule, holds on any day.
+def test_under_pressure_fcfs_loses_prefix_hits_that_continuum_keeps(sweep):
+    # Where tool calls alone keep more context alive than the pool holds, FCFS's LRU cache cannot keep a job's prefix
+    # across its tool call on any machine: the simulator of this engine keeps 9-19% of it from a tenth of this
+    # machine's step time to twice it. How much it keeps still moves with the machine; that it loses most, and far
+    # more than Continuum on the same schedule, does not.
     fcfs_kept = kept_share_of_best_hits(sweep.requests("fcfs", HEAVY))
-    assert fcfs_kept < 0.75
-    assert kept_share_of_best_hits(sweep.requests("continuum", HEAVY)) - fcfs_kept >= 0.2
+    assert fcfs_kept < 0.5
+    assert kept_share_of_best_hits(sweep.requests("continuum", HEAVY)) - fcfs_kept >= 0.3
     # A pin's TTL runs on the wall clock, so how many next turns arrive in time depends on the machine: turns
     # 3-8 kept over 90% where this test was written, 88.5% in a fresh-clone run on a machine where the same
-    # cell runs about 2x slower (there 380 of 1104 later turns came after their pin's TTL and 69 after a pin
-    # released under memory pressure), 77.5% in a CI run with other work beside it. What does not depend on
-    # the machine is the mechanism, checked below.
+    # cell runs about 2x slower, 77.5% in a CI run with other work beside it. What does not depend on the machine is
+    # the mechanism, checked below.
     assert kept_share_of_best_hits(sweep.requests("continuum", HEAVY)) >= 0.7
     jobs = sweep.jobs("continuum", HEAVY)
     assert (jobs.status == "completed").all()
-    # Who wins on job time is the margin itself, not the mechanism: Continuum by 58.8% [57.5, 60.1] where this
-    # test was written, fcfs in two runs on a fast day (5.86 s against 6.26 s, 5.61 s against 6.82 s), where
-    # recomputing the lost prefixes costs fcfs less than Continuum's admission reserve costs it.
+    # Who wins on job time is the margin itself, not the mechanism, and not asserted.
+
+
+def test_each_verdict_says_the_regime_its_cells_measured(sweep):
+    """The heavy load's cells measured pressure and the light load's fit, as the verdicts say beside each winner."""
+    verdicts = pd.read_csv(sweep.files.verdicts, keep_default_na=False).set_index("jps")
+    for policy in SPEC.policies:
+        assert f"{policy}: pressure (" in verdicts.loc[HEAVY, "kv_regimes"]
+        assert f"{policy}: fits" in verdicts.loc[LOW, "kv_regimes"]
 
 
 def test_a_turn_that_arrives_while_its_jobs_pin_is_held_finds_its_whole_prefix_cached(sweep):
