@@ -52,7 +52,7 @@ class Verdict:
     num_jobs: int = 0  # its jobs, over all trials
     replicas: int = 1  # per cell; past one, the compared policies are "policy @ router"
     within_sim_error: bool = False  # simulated, with a margin inside the simulator's error: too close to call there
-    kv_regimes: str = ""  # each policy's measured KV regime (``records.regime``), "policy: regime (evidence); ..."
+    kv_regimes: str = ""  # each policy's measured KV regime (records/regime.py): "policy: regime (evidence); ..."
 
     @property
     def significant(self) -> bool:
