@@ -122,6 +122,6 @@ def slo_per_cell(summary: pd.DataFrame) -> pd.DataFrame:
     if "slo_met" not in summary:
         return pd.DataFrame()
     judged = summary[(summary.status == CellStatus.DONE.value) & summary.slo_met.notna()]
-    columns = ["gpu", "policy", "dram_gb", "replicas", "router", "jps", "engine", "slo", "slo_met", "goodput_jps",
+    columns = ["gpu", "policy", "dram_gb", "replicas", "router", "jps", "engine", "slo", "slo_met", "slo_targets", "goodput_jps",
                "goodput_lo_jps", "goodput_hi_jps", "jct_p90_s"]  # fmt: skip
     return judged[[column for column in columns if column in judged]].sort_values(["gpu", "policy", "dram_gb", "jps"])

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from orchestrator.records.cell import CellStatus
+from orchestrator.records.intervals import num_needed
+from orchestrator.records.slo import Slo
 from orchestrator.validation import InputError
 
 # How far above a capacity its confirmation measures: a load this much higher must not meet the SLO.
@@ -104,6 +106,14 @@ def capacity_of(state_by_load: dict[float, LoadState]) -> Capacity:
     below = [load for load in loads if load < unmet]
     again = tuple(load for load in loads if load > unmet and state_by_load[load].is_met)
     return Capacity(below[-1] if below else None, unmet, state_by_load[unmet], again)
+
+
+def lowest_judgeable_jps(slo: Slo, window_s: float, trials: int) -> float | None:
+    """The load below which a cell of ``trials`` trials over a ``window_s`` arrival window is expected to have too few
+    jobs to bound the strictest percentile of ``slo`` from above (``records.intervals.num_needed``), so that no load
+    there can be met; None where the SLO has no percentile."""
+    needed = [num_needed(target.percentile) for target in slo.targets if target.percentile is not None]
+    return max(needed) / (window_s * trials) if needed else None
 
 
 def next_fleet_size(met_by_size: dict[int, bool], first_guess: int) -> int | None:

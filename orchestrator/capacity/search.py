@@ -26,6 +26,7 @@ from orchestrator.capacity.plan import (
     failure_of,
     first_fleet_guess,  # fmt: skip
     fleet_size,
+    lowest_judgeable_jps,
     next_fleet_size,
 )
 from orchestrator.crossover.bisection import NOT_MEASURED, Flip, bisect_flips, locate_flip
@@ -76,6 +77,7 @@ def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk)
         return _dry_run(spec, options, engine, ask)
     files = SweepFiles(options.results_dir / spec.name)
     rounds = SearchRounds(options)
+    _warn_of_too_few_jobs(spec, ask)
     capacities, fleets = [], []
     for gpu in spec.gpus:
         gpu_spec = _one_gpu(spec, gpu)
@@ -237,6 +239,16 @@ def _capacity_columns(capacity: Capacity, prefix: str = "") -> dict:
     return {f"{prefix}capacity_jps": capacity.jps, f"{prefix}first_unmet_jps": capacity.first_unmet_jps,
             f"{prefix}at_first_unmet": capacity.first_unmet.value if capacity.first_unmet else None,
             f"{prefix}non_monotone_jps": above or None}  # fmt: skip
+
+
+def _warn_of_too_few_jobs(spec: SweepSpec, ask: CapacityAsk) -> None:
+    """One line where the search's lowest loads cannot be met for want of jobs, before anything runs."""
+    window_s, trials = spec.workload.arrival_window_s, len(spec.cell_seeds())
+    lowest = lowest_judgeable_jps(ask.slo, window_s, trials)
+    if lowest is not None and lowest > ask.within.jps_min:
+        print(f"[{spec.name}] note: below about {lowest:.3g} JPS a cell of {trials} trial(s) over a {window_s:g} s window "
+              f"has too few jobs to bound {ask.slo}'s percentiles, so no load there can be met (docs/capacity.md: "
+              "how many jobs a cell needs); a longer --duration-s or more --trials lower it", flush=True)  # fmt: skip
 
 
 def _too_few_jobs(outcome: SloOutcome) -> dict:

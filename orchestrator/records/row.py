@@ -81,6 +81,7 @@ class SummaryRow:
     # Against the sweep's SLO (--slo; docs/capacity.md), where it has one.
     slo: str | None = None  # the targets, e.g. jct_p90=60s,ttft_p99=2s
     slo_met: str | None = None  # met, missed or unsure: every target within its limit at 95%, any beyond, or neither
+    slo_targets: str | None = None  # each target in words: statistic, 95% interval, jobs; too few: how many would do
     good_pct: float | None = None  # jobs that completed within every limit
     good_lo_pct: float | None = None  # ... its 95% interval
     good_hi_pct: float | None = None
@@ -147,7 +148,7 @@ class SummaryRow:
 
 def attempt_tags(row: SummaryRow) -> dict[str, str]:
     """The run facts of a done row as its MLflow run's tags (those with a value; the run id is the run's own)."""
-    names = {*_ATTEMPT_FACTS, "slo", "slo_met"} | {spec.name for spec in fields(TierCounters)} | {f"stack_{spec.name}" for spec in fields(NodeStack)}
+    names = {*_ATTEMPT_FACTS, "slo", "slo_met", "slo_targets"} | {spec.name for spec in fields(TierCounters)} | {f"stack_{spec.name}" for spec in fields(NodeStack)}
     return {name: str(value) for name, value in row.to_json().items() if name in names and value is not None}
 
 

@@ -177,12 +177,13 @@ class TargetOutcome:
 
     def in_words(self) -> str:
         value = self.value
-        text = f"{self.target}: {self.met.value}, {_seconds(value.estimate)} [{_seconds(value.lo)}, {_seconds(value.hi)}]"
+        upper = "unbounded" if value.hi == math.inf and not self.num_misses else _seconds(value.hi)
+        text = f"{self.target}: {self.met.value}, {_seconds(value.estimate)} [{_seconds(value.lo)}, {upper}]"
         text += f" over {self.num_jobs} jobs"
         if self.num_misses:
             text += f", {self.num_misses} missed"
         if self.jobs_needed is not None:
-            text += f"; {self.jobs_needed} jobs or more bound its {self.target.name.split('_')[1]}"
+            text += f" ({self.jobs_needed} jobs or more bound its {self.target.name.split('_')[1]})"
         return text
 
 

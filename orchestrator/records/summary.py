@@ -76,6 +76,7 @@ class CellSummary:
     # with confidence (met, missed or unsure), and the share of its jobs within every limit with its interval.
     slo: str | None = None
     slo_met: str | None = None
+    slo_targets: str | None = None  # each target in words: its statistic, interval, jobs, and jobs needed where too few
     good_pct: float | None = None
     good_lo_pct: float | None = None
     good_hi_pct: float | None = None
@@ -146,7 +147,9 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trac
 def _against(slo: Slo, requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], offered_jps: float) -> dict:
     outcome = evaluate(slo, [Trial.of_frames(*_slo_frames(requests, jobs))])
     good, goodput = outcome.good_pct, outcome.goodput_jps(offered_jps)
-    return {"slo": str(slo), "slo_met": outcome.met.value, "good_pct": good.estimate, "good_lo_pct": good.lo,
+    return {"slo": str(slo), "slo_met": outcome.met.value,
+            "slo_targets": "; ".join(target.in_words() for target in outcome.targets),
+            "good_pct": good.estimate, "good_lo_pct": good.lo,
             "good_hi_pct": good.hi, "goodput_jps": goodput.estimate, "goodput_lo_jps": goodput.lo,
             "goodput_hi_jps": goodput.hi}  # fmt: skip
 

@@ -76,3 +76,13 @@ def test_prices_are_read_per_gpu_type_with_one_line_for_bad_input():
     for text in ("H100=cheap", "B200=5", "H100=0"):
         with pytest.raises(InputError, match="valid: comma-separated TYPE=PRICE"):
             parse_prices(text, ("H100", "H200"))
+
+
+def test_below_some_load_a_cell_has_too_few_jobs_to_bound_the_slos_percentile():
+    """A p90 needs 36 jobs, a p99 368: over a 45 s window that is 0.8 and about 8.2 JPS for one trial."""
+    from orchestrator.capacity.plan import lowest_judgeable_jps
+    from orchestrator.records.slo import Slo
+
+    assert lowest_judgeable_jps(Slo.parse("jct_p90=60s"), 45, 1) == pytest.approx(0.8)
+    assert lowest_judgeable_jps(Slo.parse("jct_p90=60s,ttft_p99=2s"), 45, 3) == pytest.approx(368 / 135)
+    assert lowest_judgeable_jps(Slo.parse("jct_mean=60s"), 45, 1) is None

@@ -95,3 +95,13 @@ def test_jobs_of_different_lengths_give_t_last_from_each_jobs_own_last_turn():
     assert summary.t_last_over_t1 == pytest.approx(4.0)
     assert [(turn.turn, turn.num_requests) for turn in summary.turns] == [(1, 2), (2, 2), (3, 1), (4, 1)]
     assert summary.turn(2).target_prompt_tokens == pytest.approx(250)  # the mean of the turn's targets
+
+
+def test_a_cell_judged_against_an_slo_says_each_target_in_words_and_the_jobs_a_percentile_needs(records):
+    from orchestrator.records.slo import Slo
+
+    summary = summarize(*records, slo=Slo.parse("jct_p90=60s,jct_mean=60s"), offered_jps=1.0)
+    assert summary.slo_met == "missed"  # one job timed out: the mean is beyond any limit
+    p90, mean = summary.slo_targets.split("; ")
+    assert p90.startswith("jct_p90=60s: unsure") and "over 3 jobs, 1 missed (36 jobs or more bound its p90)" in p90
+    assert mean.startswith("jct_mean=60s: missed, a miss")
