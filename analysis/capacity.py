@@ -35,7 +35,7 @@ def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
     frame = _named(capacity, routed=True)
     frame = frame.assign(found=[_measured_or_simulated(row) for row in frame.itertuples()])
     columns = ["gpu", "arm", "tp", "replicas", "gpus", "capacity_jps", "first_unmet_jps", "at_first_unmet",
-               "non_monotone_jps", "goodput_jps", "goodput_lo_jps", "goodput_hi_jps", "cost_per_1k_jobs", "found",
+               "non_monotone_jps", "too_few_jobs_jps", "goodput_jps", "goodput_lo_jps", "goodput_hi_jps", "cost_per_1k_jobs", "found",
                "vllm_at_capacity", "above_jps", "vllm_at_above", "vllm_capacity_jps", "vllm_first_unmet_jps",
                "vllm_at_first_unmet", "vllm_non_monotone_jps", "vllm_measured_above_jps",
                "vllm_at_measured_above"]  # fmt: skip

@@ -166,7 +166,8 @@ def _capacity(report: ReportBuilder, data: SweepData) -> None:
                      "The capacity is the highest load met with confidence below the first load searched that was not "
                      "(the true capacity lies between the two); a load where a trial failed or hung is not met. It "
                      "assumes meeting the SLO is monotone in load: a load met above the first not met is listed "
-                     "(non_monotone_jps), not counted.")  # fmt: skip
+                     "(non_monotone_jps), not counted; a load whose jobs could not bound the SLO's percentiles gives "
+                     "no verdict either way (too_few_jobs_jps).")  # fmt: skip
     if found is not None:
         fleet = pd.read_csv(data.files.fleet) if data.files.fleet.exists() else None
         said = capacity.sentences(found, fleet) + [line for line in [capacity.cheapest(found, fleet)] if line]

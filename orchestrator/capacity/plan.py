@@ -24,6 +24,9 @@ from orchestrator.validation import InputError
 
 # How far above a capacity its confirmation measures: a load this much higher must not meet the SLO.
 CONFIRM_ABOVE = 1.25
+# The capacity search starts where its cells expect this many times the jobs a percentile needs: a Poisson count of
+# 54 expected jobs falls below 36 (a p90's) about once in 200 draws, of 36 expected about half the time.
+JOBS_MARGIN = 1.5
 # A fleet is looked for up to this many times the first guess (and 4 replicas more).
 FLEET_GUESS_FACTOR = 4
 
@@ -59,10 +62,16 @@ class LoadState(str, enum.Enum):
     UNSURE = "unsure"
     FAILED = "failed"  # a trial failed (its replica did not start, its engine crashed, ...)
     HUNG = "hung"  # a trial stopped making progress
+    TOO_FEW_JOBS = "too few jobs"  # unsure only because its jobs cannot bound a percentile: no verdict either way
 
     @property
     def is_met(self) -> bool:
         return self is LoadState.MET
+
+    @property
+    def is_judged(self) -> bool:
+        """Whether the load says anything of the capacity: one with too few jobs does not."""
+        return self is not LoadState.TOO_FEW_JOBS
 
 
 def failure_of(statuses: Iterable[str]) -> LoadState | None:
@@ -85,35 +94,43 @@ class Capacity:
     first_unmet_jps: float | None
     first_unmet: LoadState | None
     non_monotone_jps: tuple[float, ...]
+    too_few_jobs_jps: tuple[float, ...] = ()  # loads left out: their jobs could not bound the SLO's percentiles
 
     def in_words(self) -> str:
         if self.first_unmet_jps is None:
-            return f"at least {self.jps:g} JPS (met at every load searched)"
-        unmet = f"{self.first_unmet.value} at {self.first_unmet_jps:g}"
-        said = f"below {self.first_unmet_jps:g} JPS ({unmet})" if self.jps is None else f"{self.jps:g} JPS ({unmet})"
+            said = (f"at least {self.jps:g} JPS (met at every load searched)" if self.jps is not None
+                    else "not judged (too few jobs at every load searched)")  # fmt: skip
+        else:
+            unmet = f"{self.first_unmet.value} at {self.first_unmet_jps:g}"
+            said = f"below {self.first_unmet_jps:g} JPS ({unmet})" if self.jps is None else f"{self.jps:g} JPS ({unmet})"
         if self.non_monotone_jps:
             again = ", ".join(f"{jps:g}" for jps in self.non_monotone_jps)
             said += f"; not monotone in load: met again at {again} JPS, above a load not met"
+        if self.too_few_jobs_jps:
+            said += f"; too few jobs to judge at {', '.join(f'{jps:g}' for jps in self.too_few_jobs_jps)} JPS"
         return said
 
 
 def capacity_of(state_by_load: dict[float, LoadState]) -> Capacity:
-    """The capacity that the states of one arm at each load give (module docstring)."""
-    loads = sorted(state_by_load)
+    """The capacity that the states of one arm at each load give (module docstring); a load with too few jobs to judge
+    is left out of it and listed."""
+    too_few = tuple(sorted(load for load, state in state_by_load.items() if not state.is_judged))
+    loads = sorted(load for load in state_by_load if load not in too_few)
     unmet = next((load for load in loads if not state_by_load[load].is_met), None)
     if unmet is None:
-        return Capacity(loads[-1] if loads else None, None, None, ())
+        return Capacity(loads[-1] if loads else None, None, None, (), too_few)
     below = [load for load in loads if load < unmet]
     again = tuple(load for load in loads if load > unmet and state_by_load[load].is_met)
-    return Capacity(below[-1] if below else None, unmet, state_by_load[unmet], again)
+    return Capacity(below[-1] if below else None, unmet, state_by_load[unmet], again, too_few)
 
 
 def lowest_judgeable_jps(slo: Slo, window_s: float, trials: int) -> float | None:
-    """The load below which a cell of ``trials`` trials over a ``window_s`` arrival window is expected to have too few
-    jobs to bound the strictest percentile of ``slo`` from above (``records.intervals.num_needed``), so that no load
-    there can be met; None where the SLO has no percentile."""
+    """The lowest load at which a cell of ``trials`` trials over a ``window_s`` arrival window expects ``JOBS_MARGIN``
+    times the jobs that bound the strictest percentile of ``slo`` from above (``records.intervals.num_needed``): below
+    it no load can be met, and near it a Poisson draw of jobs may still fall short. None where the SLO has no
+    percentile."""
     needed = [num_needed(target.percentile) for target in slo.targets if target.percentile is not None]
-    return max(needed) / (window_s * trials) if needed else None
+    return JOBS_MARGIN * max(needed) / (window_s * trials) if needed else None
 
 
 def next_fleet_size(met_by_size: dict[int, bool], first_guess: int) -> int | None:

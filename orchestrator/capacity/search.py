@@ -11,6 +11,7 @@ each is read with the status the summary ends it with, and a failed or hung tria
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -36,12 +37,13 @@ from orchestrator.policies import POLICIES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
-from orchestrator.records.slo import Slo, SloOutcome, Trial, evaluate
+from orchestrator.records.slo import Met, Slo, SloOutcome, Trial, evaluate
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile
+from orchestrator.validation import InputError
 
 MET_LABEL, UNMET_LABEL = "met", "not met"
 
@@ -73,11 +75,11 @@ def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk)
     """Every arm's capacity on every GPU type of ``spec``, confirmed and sized into fleets as ``ask`` says; writes
     ``capacity.csv`` (and ``fleet.csv``) in the sweep's directory and builds its report."""
     options = replace(options, slo=ask.slo)
+    ask = _judgeable(spec, ask)
     if options.dry_run:
         return _dry_run(spec, options, engine, ask)
     files = SweepFiles(options.results_dir / spec.name)
     rounds = SearchRounds(options)
-    _warn_of_too_few_jobs(spec, ask)
     capacities, fleets = [], []
     for gpu in spec.gpus:
         gpu_spec = _one_gpu(spec, gpu)
@@ -143,7 +145,7 @@ class SloJudge:
 
     def label(self, arm: Arm, load: float) -> str:
         judged = self.judged.get((arm, load))
-        if judged is None:
+        if judged is None or not judged.state.is_judged:
             return NOT_MEASURED
         return MET_LABEL if judged.state.is_met else UNMET_LABEL
 
@@ -218,8 +220,6 @@ def _capacity_row(arm: Arm, capacity: Capacity, judge: SloJudge, engine: EngineK
            "router": arm.router, "gpus": arm.gpus, "engine": engine.value,
            "slo": str(ask.slo), **_capacity_columns(capacity),
            "loads_judged": len(judge.state_by_load(arm))}  # fmt: skip
-    if capacity.first_unmet_jps is not None and (unmet := judge.judged[(arm, capacity.first_unmet_jps)].outcome):
-        row |= _too_few_jobs(unmet)
     outcome = judge.judged[(arm, capacity.jps)].outcome if capacity.jps is not None else None
     if outcome is not None:
         row |= _goodput_columns(outcome, capacity.jps)
@@ -238,27 +238,27 @@ def _capacity_columns(capacity: Capacity, prefix: str = "") -> dict:
     above = "; ".join(f"{jps:g}" for jps in capacity.non_monotone_jps)
     return {f"{prefix}capacity_jps": capacity.jps, f"{prefix}first_unmet_jps": capacity.first_unmet_jps,
             f"{prefix}at_first_unmet": capacity.first_unmet.value if capacity.first_unmet else None,
-            f"{prefix}non_monotone_jps": above or None}  # fmt: skip
+            f"{prefix}non_monotone_jps": above or None,
+            f"{prefix}too_few_jobs_jps": "; ".join(f"{jps:g}" for jps in capacity.too_few_jobs_jps) or None}  # fmt: skip
 
 
-def _warn_of_too_few_jobs(spec: SweepSpec, ask: CapacityAsk) -> None:
-    """One line where the search's lowest loads cannot be met for want of jobs, before anything runs."""
+def _judgeable(spec: SweepSpec, ask: CapacityAsk) -> CapacityAsk:
+    """``ask`` with the search starting no lower than the lowest load whose cells have jobs enough to bound the SLO's
+    percentiles (``plan.lowest_judgeable_jps``): below it no load can be met, and searching there would only bisect
+    towards it. Says so in one line where it moves the start; refuses a range with no such load."""
     window_s, trials = spec.workload.arrival_window_s, len(spec.cell_seeds())
     lowest = lowest_judgeable_jps(ask.slo, window_s, trials)
-    if lowest is not None and lowest > ask.within.jps_min:
-        print(f"[{spec.name}] note: below about {lowest:.3g} JPS a cell of {trials} trial(s) over a {window_s:g} s window "
-              f"has too few jobs to bound {ask.slo}'s percentiles, so no load there can be met (docs/capacity.md: "
-              "how many jobs a cell needs); a longer --duration-s or more --trials lower it", flush=True)  # fmt: skip
-
-
-def _too_few_jobs(outcome: SloOutcome) -> dict:
-    """Where a load was unsure because its jobs could not bound a percentile: how many it had, and how many would do
-    (a longer ``--duration-s`` or more ``--trials`` give more)."""
-    short = [target for target in outcome.targets if target.jobs_needed is not None]
-    if not short:
-        return {}
-    return {"jobs_at_first_unmet": min(target.num_jobs for target in short),
-            "jobs_needed_at_first_unmet": max(target.jobs_needed for target in short)}  # fmt: skip
+    within = ask.within
+    if lowest is None or lowest <= within.jps_min:
+        return ask
+    why = (f"a cell of {trials} trial(s) over a {window_s:g} s window has enough jobs to bound {ask.slo}'s percentiles "
+           f"from about {lowest:.3g} JPS (docs/capacity.md: how many jobs a cell needs); a longer --duration-s or more "
+           "--trials lower it")  # fmt: skip
+    if lowest >= within.jps_max:
+        raise InputError(f"--jps-max {within.jps_max:g}: no load searched can meet the SLO: {why}")
+    start = math.ceil(lowest * 1000) / 1000
+    print(f"[{spec.name}] note: the search starts at {start:g} JPS, not {within.jps_min:g}: {why}", flush=True)
+    return replace(ask, within=SearchRange(start, within.jps_max, within.resolution))
 
 
 def _goodput_columns(outcome: SloOutcome, jps: float) -> dict:
@@ -317,7 +317,15 @@ def _judged(files: SweepFiles, cells: list[tuple[CellSpec, str]], slo: Slo) -> J
         return None
     trials = [Trial.of_frames(pd.read_parquet(files.cell(key).jobs), pd.read_parquet(files.cell(key).requests))
               for key in done]  # fmt: skip
+    return _judged_over(trials, slo)
+
+
+def _judged_over(trials: list[Trial], slo: Slo) -> Judged:
+    """``slo`` judged over ``trials``: met, missed or unsure, or too few jobs where only that leaves it unsure."""
     outcome = evaluate(slo, trials)
+    unsure = [target for target in outcome.targets if target.met is Met.UNSURE]
+    if unsure and outcome.met is Met.UNSURE and all(target.jobs_needed is not None for target in unsure):
+        return Judged(LoadState.TOO_FEW_JOBS, outcome)  # no verdict either way: more jobs would tell
     return Judged(LoadState(outcome.met.value), outcome)
 
 
@@ -339,13 +347,12 @@ def _dry_run(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk) -> 
 
 def _print(sweep: str, ask: CapacityAsk, capacities: pd.DataFrame, fleets: pd.DataFrame) -> None:
     shown = [column for column in ("gpu", "policy", "dram_gb", "replicas", "router", "engine", "capacity_jps",
-                                   "first_unmet_jps", "at_first_unmet", "jobs_at_first_unmet",
-                                   "jobs_needed_at_first_unmet", "non_monotone_jps", "goodput_jps",
+                                   "first_unmet_jps", "at_first_unmet", "non_monotone_jps", "too_few_jobs_jps", "goodput_jps",
                                    "cost_per_1k_jobs", "vllm_at_capacity", "vllm_at_above", "vllm_capacity_jps",
                                    "vllm_at_measured_above") if column in capacities]  # fmt: skip
     print(f"[{sweep}] capacity at {ask.slo} (the highest load met with confidence; first_unmet_jps: the next load "
-          "searched, which was not, and at_first_unmet how; jobs_needed_at_first_unmet: where it was unsure for too "
-          "few jobs to bound a percentile, how many would do; non_monotone_jps: loads met above it):")  # fmt: skip
+          "searched, which was not, and at_first_unmet how; non_monotone_jps: loads met above it; too_few_jobs_jps: "
+          "loads whose jobs could not bound the SLO's percentiles, left out):")  # fmt: skip
     print(capacities[shown].to_string(index=False))
     if len(fleets):
         shown = [column for column in ("gpu", "policy", "dram_gb", "router", "target_jps", "first_guess", "replicas",

@@ -79,10 +79,18 @@ def test_prices_are_read_per_gpu_type_with_one_line_for_bad_input():
 
 
 def test_below_some_load_a_cell_has_too_few_jobs_to_bound_the_slos_percentile():
-    """A p90 needs 36 jobs, a p99 368: over a 45 s window that is 0.8 and about 8.2 JPS for one trial."""
+    """A p90 needs 36 jobs, a p99 368; the search asks for half as many again, so that a Poisson draw rarely falls
+    short: over a 45 s window that is 1.2 and about 12.3 JPS for one trial."""
     from orchestrator.capacity.plan import lowest_judgeable_jps
     from orchestrator.records.slo import Slo
 
-    assert lowest_judgeable_jps(Slo.parse("jct_p90=60s"), 45, 1) == pytest.approx(0.8)
-    assert lowest_judgeable_jps(Slo.parse("jct_p90=60s,ttft_p99=2s"), 45, 3) == pytest.approx(368 / 135)
+    assert lowest_judgeable_jps(Slo.parse("jct_p90=60s"), 45, 1) == pytest.approx(1.2)
+    assert lowest_judgeable_jps(Slo.parse("jct_p90=60s,ttft_p99=2s"), 45, 3) == pytest.approx(1.5 * 368 / 135)
     assert lowest_judgeable_jps(Slo.parse("jct_mean=60s"), 45, 1) is None
+
+
+def test_a_load_with_too_few_jobs_is_left_out_of_the_capacity_and_listed():
+    capacity = capacity_of({0.5: LoadState.TOO_FEW_JOBS, 1: LoadState.MET, 2: LoadState.MISSED})
+    assert (capacity.jps, capacity.first_unmet_jps, capacity.too_few_jobs_jps) == (1, 2, (0.5,))
+    assert "too few jobs to judge at 0.5 JPS" in capacity.in_words()
+    assert capacity_of({0.5: LoadState.TOO_FEW_JOBS}).in_words().startswith("not judged")

@@ -124,12 +124,15 @@ def test_a_cell_of_another_workload_in_the_sweep_directory_does_not_change_the_a
     assert read_summary(files.summary).duration_s.nunique() == 2  # it was there all along
 
 
-def test_a_load_unsure_for_too_few_jobs_says_how_many_it_had_and_how_many_would_do():
-    from orchestrator.records.slo import Trial, evaluate
 
-    few = Trial.of_frames(*_frames(11))
-    assert search._too_few_jobs(evaluate(SLO, [few])) == {"jobs_at_first_unmet": 11, "jobs_needed_at_first_unmet": 36}
-    assert search._too_few_jobs(evaluate(SLO, [Trial.of_frames(*_frames(40))])) == {}
+def test_a_load_whose_jobs_cannot_bound_the_percentile_is_no_verdict_either_way():
+    """Eleven jobs well within a p90 limit cannot meet it (36 could): the load has too few jobs, not a knee."""
+    from orchestrator.records.slo import Trial
+
+    def judged(num_jobs: int):
+        return search._judged_over([Trial.of_frames(*_frames(num_jobs))], SLO).state.value
+
+    assert (judged(11), judged(40)) == ("too few jobs", "met")
 
 
 def _frames(num_jobs: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -138,3 +141,15 @@ def _frames(num_jobs: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     requests = pd.DataFrame({"job_index": index, "status": "ok", "scheduled_at": 0.0, "first_token_at": 0.1,
                              "finished_at": MET_S, "completion_tokens": 20})  # fmt: skip
     return jobs, requests
+
+
+def test_the_search_starts_where_its_cells_have_jobs_enough_and_refuses_a_range_with_none(capsys):
+    from orchestrator.validation import InputError
+
+    one_trial = GRID.model_copy(update={"trials": 1})  # 45 s windows: a p90's 36 jobs, half again, from 1.2 JPS
+    moved = search._judgeable(one_trial, CapacityAsk(SLO, SearchRange(0.25, 16, 0.25)))
+    assert moved.within == SearchRange(1.2, 16, 0.25)
+    assert "the search starts at 1.2 JPS, not 0.25" in capsys.readouterr().out
+    assert search._judgeable(one_trial, CapacityAsk(SLO, SearchRange(2, 16, 0.25))).within.jps_min == 2
+    with pytest.raises(InputError, match="--jps-max 1: no load searched can meet the SLO"):
+        search._judgeable(one_trial, CapacityAsk(SLO, SearchRange(0.25, 1, 0.25)))
