@@ -33,6 +33,7 @@ import argparse
 import os
 import shlex
 import signal
+import math
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
+from orchestrator.capacity.plan import lowest_judgeable_jps
 from orchestrator.checks import Check, checked_cell, format_table, node_checks, stack_check
 from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
 from orchestrator.evidence.pack import PACKED_FILES, EvidenceHeader, StageResult, pack, stage_table, without_cell_lines
@@ -212,9 +214,23 @@ def plan_from(args: argparse.Namespace) -> Plan:
             if on_cpu and (cuda := [policy for policy, _ in loads if not get_policy(policy).runs_on(CPU)]):
                 raise ValueError(f"--capacity-cells: {', '.join(dict.fromkeys(cuda))} need(s) a CUDA GPU; on cpu "
                                  "valid: policies without a CUDA-only connector, e.g. fcfs, continuum")  # fmt: skip
+            _check_judgeable(loads, point.window_s, slo, args.capacity_cells)
             capacity = tuple(cell.model_copy(update={"workload": cell.workload.model_copy(update={"jps": jps})})
                              for policy, jps in loads for cell in pressure_cells(point, [policy], model, Weights(weights), scale))  # fmt: skip
     return Plan(args.gpu, stages, tuple(cells), source, point, pressure, capacity, slo)
+
+
+def _check_judgeable(loads: list[tuple[str, float]], window_s: float, slo: Slo, text: str) -> None:
+    """Raises ``ValueError`` (one line) where a capacity cell's window expects too few jobs to bound the SLO's
+    percentiles (``capacity.plan.lowest_judgeable_jps``): such a cell can never be met, and its GPU time buys no
+    verdict."""
+    lowest = lowest_judgeable_jps(slo, window_s, 1)
+    short = [(policy, jps) for policy, jps in loads if lowest is not None and jps < lowest]
+    if short:
+        policy, jps = min(short, key=lambda load: load[1])
+        raise ValueError(f"--capacity-cells {text!r}: {policy}:{jps:g} over a {window_s:g} s window expects about "
+                         f"{jps * window_s:.0f} jobs, too few to bound {slo}'s percentiles; valid: loads from "
+                         f"{lowest:.3g} JPS, or --pressure-window-s {math.ceil(lowest * window_s / jps)} or more")  # fmt: skip
 
 
 def _pressure_entries(cells: tuple[CellSpec, ...], on_cpu: bool) -> tuple[PolicyCell, ...]:

@@ -34,6 +34,9 @@ from orchestrator.paths import PROJECT_ROOT
         (["--stages", "capacity", "--capacity-cells", "native-offload:1"],
          "--capacity-cells: native-offload need(s) a CUDA GPU; on cpu valid"),
         (["--stages", "capacity", "--capacity-cells", "fcfs:1", "--slo", "p90=1s"], "--slo 'p90=1s': cannot read"),
+        (["--stages", "capacity", "--capacity-cells", "fcfs:20,continuum:4"],
+         "--capacity-cells 'fcfs:20,continuum:4': continuum:4 over a 3 s window expects about 12 jobs, too few to "
+         "bound jct_p90=30s's percentiles; valid: loads from 18 JPS, or --pressure-window-s 14 or more"),
     ],
 )
 def test_bad_input_fails_in_one_line_before_anything_starts(tmp_path, capsys, flags, named):
@@ -51,12 +54,12 @@ def test_the_capacity_stage_runs_its_loads_on_the_pressure_plans_pool_and_tier()
 
     plan = plan_from(parser().parse_args(["--gpu", "H100", "--out", "o", "--budget-s", "500", "--stages", "capacity",
                                           "--capacity-cells", "fcfs:1.241,native-offload:2.985", "--slo", "jct_p90=30s",
-                                          "--pressure-window-s", "15"]))  # fmt: skip
+                                          "--pressure-window-s", "45"]))  # fmt: skip
     point = plan.pressure_point
     assert [(cell.policy, cell.jps, cell.dram_gb) for cell in plan.capacity] == [("fcfs", 1.241, 0.0),
                                                                                    ("native-offload", 2.985, point.dram_gb)]
     for cell in plan.capacity:
-        assert cell.engine_options.num_kv_blocks == point.kv_blocks and cell.workload.duration_s == 15
+        assert cell.engine_options.num_kv_blocks == point.kv_blocks and cell.workload.duration_s == 45
     assert str(plan.slo) == "jct_p90=30s" and plan.pressure == ()
 
 
