@@ -27,6 +27,7 @@ from analysis.load import SweepData, cell_records, load_sweep, sweep_files
 from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
 from orchestrator.cell_json import read_cell_json
+from orchestrator.cli_help import command_parser
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.names import read_summary
@@ -436,12 +437,16 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", str(text)).strip("-").lower()
 
 
+def parser() -> argparse.ArgumentParser:
+    p = command_parser("report", __doc__)
+    p.add_argument("sweep_dir", type=Path, help="a sweep's results directory, DIR/<sweep>")
+    p.add_argument("--compare", type=Path, help="a second sweep's directory, shown side by side")
+    p.add_argument("--out", type=Path, help="output directory (default: DIR/<sweep>/report)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
-    parser.add_argument("sweep_dir", type=Path, help="a sweep's results directory, DIR/<sweep>")
-    parser.add_argument("--compare", type=Path, help="a second sweep's directory, shown side by side")
-    parser.add_argument("--out", type=Path, help="output directory (default: DIR/<sweep>/report)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         for directory in (args.sweep_dir, args.compare):  # before the first progress line: bad input is one line
             if directory is not None:

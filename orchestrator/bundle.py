@@ -42,6 +42,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.cli_help import command_parser
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.stacks import STACKS, Stack, get_stack
 from orchestrator.validation import InputError
@@ -301,8 +302,8 @@ def _project_wheel(wheels: Path) -> Path:
     return max(wheels.glob("kvsweep-*.whl"), key=lambda path: path.stat().st_mtime)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.bundle", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = command_parser("bundle", __doc__)
     p.add_argument("--stack", required=True, help=f"a tested stack: {', '.join(STACKS)}")
     p.add_argument("--device", choices=DEVICES, default="gpu", help="gpu: vLLM and LMCache; cpu: vLLM's CPU build")
     p.add_argument("--python", required=True, help="the target's Python version, e.g. 3.12")
@@ -315,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--find-links", type=Path, help="resolve and download from this directory of wheels alone, not "
                    "the index (a mirror on a build host that reaches no index)")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="an empty or new directory")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         stack, target = get_stack(args.stack), check_target(args.python, args.platform)
         if args.out.exists() and any(args.out.iterdir()):

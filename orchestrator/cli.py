@@ -4,7 +4,9 @@ of its older form (``python sweeps/NAME.py``, ``python -m ...``), which keep wor
     kvsweep sweep large_dram --engine sim        # = python sweeps/large_dram.py --engine sim
     kvsweep report results/large_dram            # = python -m analysis.report results/large_dram
     kvsweep doctor --help
+    kvsweep --version                            # kvsweep 0.1.0
 
+Every subcommand's parser starts from ``cli_help.command_parser``: its usage reads ``kvsweep NAME`` in either form.
 A subcommand's module is imported only when it runs, so ``kvsweep --help`` starts in a moment and a program's own
 dependencies (Ray, MLflow, vLLM) load only for the programs that need them.
 """
@@ -15,6 +17,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from orchestrator.cli_help import version_line
 from orchestrator.paths import PROJECT_ROOT
 
 
@@ -46,6 +49,7 @@ COMMANDS: dict[str, Command] = {
     "calibrate": Command("orchestrator.sim.calibrate", "the simulator's calibration against the measured cells"),
     "profile": Command("orchestrator.sim.gpu_profile", "a GPU's step traces as the simulator's rates"),
     "refit": Command("orchestrator.refit", "a budgeted sweep's cells re-predicted with rates refit from its measured ones"),
+    "completion": Command("orchestrator.completion", "a bash or zsh completion script for kvsweep, from its parsers"),
 }
 
 
@@ -57,8 +61,8 @@ def sweep_names() -> list[str]:
 
 def usage() -> str:
     width = max(len(name) for name in COMMANDS)
-    lines = ["usage: kvsweep COMMAND [ARGS ...]", "", "Measure KV-cache policies for LLM agent serving.", "",
-             "commands (each takes --help; the form after = keeps working):"]  # fmt: skip
+    lines = ["usage: kvsweep [--version] COMMAND [ARGS ...]", "", "Measure KV-cache policies for LLM agent serving.",
+             "", "commands (each takes --help; the form after = keeps working):"]  # fmt: skip
     for name, command in COMMANDS.items():
         lines.append(f"  {name:<{width}}  {command.summary} (= {command.older_form})")
     lines += ["", f"sweeps: {', '.join(sweep_names())}"]
@@ -70,13 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return 0 if args else 2
+    if args[0] == "--version":
+        print(version_line())
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     if name == "sweep":
         return _sweep(rest)
-    sys.argv[0] = f"kvsweep {name}"
     return importlib.import_module(COMMANDS[name].module).main(rest)
 
 
@@ -90,8 +96,7 @@ def _sweep(args: list[str]) -> int:
         return 2
     from orchestrator.sweep.cli import sweep_main
 
-    sys.argv[0] = f"kvsweep sweep {args[0]}"
-    return sweep_main(importlib.import_module(f"sweeps.{args[0]}").SPEC, args[1:])
+    return sweep_main(importlib.import_module(f"sweeps.{args[0]}").SPEC, args[1:], args[0])
 
 
 if __name__ == "__main__":

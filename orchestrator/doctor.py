@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterable
 
 from orchestrator.checks import Check, can_serve, checked_cell, format_table, node_checks
+from orchestrator.cli_help import command_parser
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
@@ -154,10 +155,8 @@ def not_checked_here(targets: list[str]) -> list[Check]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    from orchestrator.sweep.cluster.connect import connect_ray
-
-    p = argparse.ArgumentParser(prog="python -m orchestrator.doctor", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = command_parser("doctor", __doc__)
     p.add_argument("--ray-address", help="default: RAY_ADDRESS, a running local cluster, or a new one")
     p.add_argument("--gpus", help="GPU types to check (default: every type with a node up; cpu where none is)")
     p.add_argument("--policies", help=f"default: {','.join(GPU_POLICIES)} on GPU, {','.join(CPU_POLICIES)} on cpu")
@@ -168,7 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration-s", type=float, default=5.0, help="arrival window of each short cell; default: 5")
     p.add_argument("--auth-only", action="store_true",
                    help="check the cluster's authentication only (seconds: no node checks, no replica)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from orchestrator.sweep.cluster.connect import connect_ray
+
+    args = parser().parse_args(argv)
     try:
         chosen = [gpu for gpu in (args.gpus or "").split(",") if gpu]
         for gpu in chosen:

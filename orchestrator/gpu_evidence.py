@@ -47,6 +47,7 @@ from pydantic import ValidationError
 
 from orchestrator.capacity.plan import lowest_judgeable_jps
 from orchestrator.checks import Check, checked_cell, format_table, node_checks, stack_check
+from orchestrator.cli_help import command_parser
 from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
 from orchestrator.evidence.pack import PACKED_FILES, EvidenceHeader, StageResult, pack, stage_table, without_cell_lines
 from orchestrator.evidence.pressure import (
@@ -105,7 +106,7 @@ class Cut(BaseException):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.gpu_evidence", description=__doc__.split("\n")[0])
+    p = command_parser("evidence", __doc__)
     p.add_argument("--gpu", required=True, help=f"this machine's GPU type, or cpu to rehearse on the CPU engine: "
                    f"{', '.join(known_device_names())}")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="where the packed evidence goes (three files)")

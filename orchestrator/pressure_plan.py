@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from orchestrator.budget.cost import START_SLACK, CostModel
+from orchestrator.cli_help import command_parser
 from orchestrator.evidence.pressure import (
     BASELINE,
     PRESSURE_POLICIES,
@@ -47,7 +48,7 @@ from orchestrator.sweep.runtime.worker import CellWorker
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.pressure_plan", description=__doc__.split("\n")[0])
+    p = command_parser("pressure", __doc__)
     commands = p.add_subparsers(dest="command", required=True)
     predict = commands.add_parser("predict", help="the plan's cells in the simulator, written as JSON and Markdown")
     predict.add_argument("--gpus", nargs="+", default=["H100", "H200"], help="GPU types of the catalogue")

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.cell_json import read_cell_json
+from orchestrator.cli_help import command_parser
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
@@ -119,11 +120,15 @@ def _rms(errors: pd.Series) -> float:
     return float(np.sqrt((errors.dropna() ** 2).mean())) if errors.notna().any() else float("nan")
 
 
+def parser() -> argparse.ArgumentParser:
+    p = command_parser("refit", __doc__)
+    p.add_argument("sweep_dir", type=Path, help="a budgeted sweep's directory (DIR/<sweep>)")
+    p.add_argument("--gpu", required=True, help=f"the GPU type to refit: {', '.join(GPU_TYPES)}")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.refit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep_dir", type=Path, help="a budgeted sweep's directory (DIR/<sweep>)")
-    parser.add_argument("--gpu", required=True, help=f"the GPU type to refit: {', '.join(GPU_TYPES)}")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         if args.gpu not in GPU_TYPES:
             raise InputError(f"--gpu {args.gpu!r}: the simulator's rates are per GPU type; valid: {', '.join(GPU_TYPES)}")

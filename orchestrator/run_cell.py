@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.checks import can_serve, checked_cell, format_table, node_checks
+from orchestrator.cli_help import command_parser
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
@@ -31,14 +32,19 @@ from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.results import write_attempt_files
 from orchestrator.sweep.runtime.worker import CellWorker
-from orchestrator.validation import one_line
+from orchestrator.validation import flag_line
 from orchestrator.workload.spec import WorkloadSpec
 
 CPU_KV_BLOCKS = 2400  # the CPU engine's pool: a few JPS of the 0.25-scale workload fill it
 
 
+# The cell's fields (as pydantic's errors locate them in the workload, engine options or one-cell sweep) that a flag
+# of another name sets; every other field is set by the flag of its own name.
+_FLAG_OF_FIELD = {("num_kv_blocks",): "kv_blocks", ("gpus",): "gpu", ("policies",): "policy"}
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.run_cell", description=__doc__.split("\n")[0])
+    p = command_parser("cell", __doc__)
     p.add_argument("--gpu", default=CPU,
                    help=f"this machine's GPU type, or cpu for the CPU engine: {', '.join(known_device_names())}")
     p.add_argument("--policy", default="fcfs", help=f"KV policy, one of: {', '.join(POLICIES)}")
@@ -98,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cell = cell_from(args)
     except ValidationError as error:
-        print(f"error: {one_line(error)}", file=sys.stderr)
+        fields = {(dest,): dest for dest in vars(args)} | _FLAG_OF_FIELD
+        print(f"error: {flag_line(error, fields, args)}", file=sys.stderr)
         return 2
     checks = []
     if not args.no_checks:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Mapping
+
 from pydantic import ValidationError
+
+# pydantic's bound errors as what the value must be, from the bound in the error's context.
+_BOUNDS = {"greater_than": "greater than {gt}", "greater_than_equal": "{ge} or more", "less_than": "less than {lt}",
+           "less_than_equal": "{le} or less"}  # fmt: skip
 
 
 class InputError(ValueError):
@@ -18,6 +25,27 @@ def one_line(error: ValidationError) -> str:
     if not first["loc"] or isinstance(first.get("input"), dict):  # a check across fields names the values itself
         return f"{field}: {message}" if field else message
     return f"{field}: {message} (got {first.get('input')!r})"
+
+
+def flag_line(error: ValidationError, flag_of: Mapping[tuple[str, ...], str], args: argparse.Namespace) -> str:
+    """The first problem of ``error`` as one line naming the flag that set the field, the value given to it and what
+    is valid: ``--scale 0: must be greater than 0``. ``flag_of`` maps a field's location (as pydantic's errors give
+    it, without list indexes) to its flag's dest in ``args``. A problem of a field no given flag set, or of a check
+    across fields (which names its values itself), is worded as ``one_line`` words it."""
+    first = error.errors()[0]
+    location = tuple(part for part in first["loc"] if isinstance(part, str) and part.isidentifier())
+    dest = flag_of.get(location)
+    given = getattr(args, dest, None) if dest else None
+    if given is None or isinstance(first.get("input"), dict):
+        return one_line(error)
+    shown = " ".join(given) if isinstance(given, list) else f"{given:g}" if isinstance(given, float) else str(given)
+    if first["type"] in _BOUNDS:
+        bounds = {name: f"{bound:g}" for name, bound in first["ctx"].items()}
+        problem = "must be " + _BOUNDS[first["type"]].format(**bounds)
+    else:
+        problem = first["msg"].removeprefix("Value error, ")
+        problem = problem[:1].lower() + problem[1:]
+    return f"--{dest.replace('_', '-')} {shown}: {problem}"
 
 
 def first_line(error: BaseException) -> str:

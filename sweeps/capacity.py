@@ -4,7 +4,7 @@ the replicas a target traffic needs, and what a thousand jobs cost.
     python sweeps/capacity.py --slo jct_p90=60s [--gpus H200,H100,A100,L40S] [--policies fcfs,continuum,lmcache]
         [--dram-gb 50,400] [--jps-min 0.25 --jps-max 16] [--resolution 0.25] [--engine sim|vllm] [--confirm]
         [--traffic-jps 20 | --traffic-load 3] [--routers least-loaded,session-affinity] [--gpu-price H100=2.49,...]
-        [--gpu cpu] [...every sweep flag]
+        [--gpu cpu] [...every sweep flag but --jps, --load, --gpu-budget]
 
 Per GPU type, the search bisects over load (the crossover search's machinery, ``sweeps/crossover.py``) until every
 arm's change from meeting the SLO with confidence to not is bracketed to the resolution; the capacity is the
@@ -22,6 +22,7 @@ Every load is an ordinary cell of one sweep (``capacity`` by default): tracked, 
 capacity section comes first. The answers are written to ``DIR/<sweep>/capacity.csv`` and ``fleet.csv``.
 """
 
+import argparse
 import sys
 
 from orchestrator.capacity.plan import parse_prices
@@ -30,12 +31,13 @@ from orchestrator.crossover.search import SearchRange
 from orchestrator.gpus import CPU
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
+from orchestrator.sweep.cli import prepare, run_with_one_line_errors
+from orchestrator.sweep.cli import parser as sweep_parser
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 from orchestrator.workload.traces.schema import load_trace
 from sweeps.cpu_tiny import SPEC as CPU_TINY
-from sweeps.crossover import refuse_budget, search_flags, vars_without
+from sweeps.crossover import SEARCH_ENGINES, SEARCH_REFUSES, search_args, search_flags, vars_without
 from sweeps.large_dram import SPEC as SOURCE_STUDY
 
 # Fleets are sized behind the router an agent deployment would pick (a job's turns on one replica) and the project's
@@ -45,9 +47,8 @@ SPEC = SOURCE_STUDY.model_copy(update={"name": "capacity", "engine": EngineKind.
 CPU_SPEC = CPU_TINY.model_copy(update={"name": "capacity-cpu", "jps": (1.0,)})
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = parser(SPEC)
-    p.description = __doc__.split("\n")[0]
+def parser() -> argparse.ArgumentParser:
+    p = sweep_parser(SPEC, "capacity", __doc__, engines=SEARCH_ENGINES, hidden=SEARCH_REFUSES)
     search_flags(p, SearchRange(0.25, 16.0, 0.25), confirm="measure each simulated capacity on real vLLM at itself "
                  "and 1.25 times it, and find the measured capacity where they disagree")
     p.add_argument("--traffic-jps", type=float, help="size a fleet for this many jobs per second, per policy and router")
@@ -55,14 +56,15 @@ def main(argv: list[str] | None = None) -> int:
                    "own arrival rate")
     p.add_argument("--gpu-price", help="price per GPU-hour by GPU type, e.g. H100=2.49,H200=3.80: adds the cost of a "
                    "thousand jobs (no prices are built in)")
-    args = p.parse_args(argv)
-    if args.gpu:
-        args.gpus = [args.gpu]
-    return run_with_one_line_errors(lambda: _search(args))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return run_with_one_line_errors(lambda: _search(search_args(args)))
 
 
 def _search(args) -> int:
-    refuse_budget(args)
     if not args.slo:
         raise InputError("--slo is required: the objective each capacity is found under, e.g. --slo jct_p90=60s")
     slo = Slo.parse(args.slo)

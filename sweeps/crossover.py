@@ -1,7 +1,8 @@
 """Find the load at which the verdict between two policies changes, by bisection over jobs per second.
 
     python sweeps/crossover.py --gpu H200 --policies fcfs,continuum [--jps-min 1 --jps-max 15]
-        [--resolution 0.5] [--engine sim|vllm|auto] [--confirm] [--dram-gb 400] [--trials N] [...every sweep flag]
+        [--resolution 0.5] [--engine sim|vllm|auto] [--confirm] [--dram-gb 400] [--trials N]
+        [...every sweep flag but --jps, --load, --gpu-budget]
 
 The search starts from a few loads spread geometrically over [jps-min, jps-max], then halves (geometrically)
 every interval whose two ends got different verdicts (a winner, or a tie: analysis/verdicts.py) until it is
@@ -20,12 +21,14 @@ to ``DIR/<sweep>/crossover.csv``; the sweep's report shows the winner at every l
 changes. The search itself is ``orchestrator/crossover/``; this script is its command line.
 """
 
+import argparse
 import sys
 
 from orchestrator.crossover.search import SearchRange, run_search, search_name
 from orchestrator.gpus import CPU
 from orchestrator.models.catalog import LLAMA_8B
-from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
+from orchestrator.sweep.cli import prepare, run_with_one_line_errors
+from orchestrator.sweep.cli import parser as sweep_parser
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
@@ -44,21 +47,34 @@ SPEC = SweepSpec(
 
 # --gpu cpu: the CPU engine as sweeps/cpu_tiny.py runs it (the tiny model, its workload and its pool).
 CPU_SPEC = CPU_TINY.model_copy(update={"name": "crossover", "jps": (1.0,)})
+# Where a search over load runs: --engine names that, not the sweep's engine.
+SEARCH_ENGINES = {
+    EngineKind.SIM.value: "the search runs in the simulator",
+    EngineKind.AUTO.value: "the same as sim",
+    EngineKind.VLLM.value: "the search runs on real vLLM (the cells of a GPU type the cluster lacks stay pending)",
+}
+# The sweeps' flags a search takes no value from, and why: it picks its own loads, and spends real time only through
+# --confirm. Left out of its help, and refused when given.
+SEARCH_REFUSES = {
+    "jps": "the search picks its own loads between --jps-min and --jps-max",
+    "load": "the search picks its own loads between --jps-min and --jps-max, in jobs per second",
+    "gpu_budget": "a search spends real time through --confirm, a few cells per answer",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = sweep_parser(SPEC, "crossover", __doc__, engines=SEARCH_ENGINES, hidden=SEARCH_REFUSES)
+    search_flags(p, SearchRange(1.0, 15.0, 0.5), confirm="measure each bracket on real vLLM after a simulated "
+                 "search, and locate the measured change where it lies elsewhere")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser(SPEC)
-    p.description = __doc__.split("\n")[0]
-    search_flags(p, SearchRange(1.0, 15.0, 0.5), confirm="measure each bracket on real vLLM after a simulated "
-                 "search, and locate the measured change where it lies elsewhere")
-    args = p.parse_args(argv)
-    if args.gpu:
-        args.gpus = [args.gpu]
-    return run_with_one_line_errors(lambda: _search(args))
+    args = parser().parse_args(argv)
+    return run_with_one_line_errors(lambda: _search(search_args(args)))
 
 
 def _search(args) -> int:
-    refuse_budget(args)
     within = SearchRange(args.jps_min, args.jps_max, args.resolution)
     # --engine says where the search runs, not the sweep's engine: the CPU engine's sweep is checked as the real
     # one it is (the simulator can run it only once it is profiled).
@@ -69,12 +85,17 @@ def _search(args) -> int:
     return run_search(spec, options, engine, within, args.confirm)
 
 
-def refuse_budget(args) -> None:
-    """A search spends real time only through ``--confirm``: ``--gpu-budget`` (from the sweeps' shared flags) is for
-    grid sweeps."""
-    if args.gpu_budget:
-        raise InputError(f"--gpu-budget {args.gpu_budget}: a search spends real time through --confirm, a few cells "
-                         "per answer; valid on grid sweeps (sweeps/large_dram.py, sweeps/cpu_tiny.py, ...)")
+def search_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The parsed flags of a search (this one's or sweeps/capacity.py's) with ``--gpu`` as ``--gpus``; ``InputError``
+    for a flag of the sweeps' that a search refuses (``SEARCH_REFUSES``), or ``--gpu`` beside ``--gpus``."""
+    for dest, why in SEARCH_REFUSES.items():
+        if (value := getattr(args, dest)) is not None:
+            given = " ".join(value) if isinstance(value, list) else value
+            raise InputError(f"--{dest.replace('_', '-')} {given}: {why}; valid on grid sweeps (kvsweep sweep NAME)")
+    if args.gpu and args.gpus:
+        raise InputError(f"--gpu {args.gpu} and --gpus {' '.join(args.gpus)} both name the GPU types searched; valid: "
+                         "one of them (--gpu X is --gpus X)")  # fmt: skip
+    return type(args)(**{**vars(args), "gpus": [args.gpu]}) if args.gpu else args
 
 
 def search_flags(p, defaults: SearchRange, confirm: str) -> None:

@@ -13,7 +13,7 @@ from orchestrator.run_cell import main
 
 @pytest.mark.parametrize(
     "flags, named",
-    [(["--jps", "0"], "jps"), (["--jps", "-2"], "jps"), (["--scale", "9"], "scale"), (["--block-size", "8"], "block_size"),
+    [(["--jps", "0"], "jps"), (["--jps", "-2"], "jps"), (["--scale", "9"], "scale"), (["--block-size", "8"], "--block-size 8"),
      (["--policy", "lmcache"], "lmcache"), (["--policy", "lru"], "lru")],
 )
 def test_bad_input_fails_fast_with_one_line(tmp_path, capsys, flags, named):

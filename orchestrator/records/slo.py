@@ -91,8 +91,16 @@ class Slo:
         targets = []
         for part in (part.strip() for part in text.split(",")):
             match = _TARGET.match(part.lower())
-            if not match or match["metric"] not in METRICS:
+            name, _, time = part.partition("=")
+            if not match and re.fullmatch(r"-\d+(?:\.\d+)?(?:ms|s)?", time.strip().lower()):
+                raise InputError(f"--slo {text!r}: {part!r} sets a negative time; valid: a time above 0, in s or ms "
+                                 f"(e.g. {name.strip()}=2s)")  # fmt: skip
+            if not match:
                 raise InputError(f"--slo {text!r}: cannot read {part!r}; {_VALID}")
+            if match["metric"] not in METRICS:
+                metrics = ", ".join(f"{metric} ({meaning})" for metric, meaning in METRICS.items())
+                raise InputError(f"--slo {text!r}: unknown metric {match['metric']!r}; valid: {metrics}, as "
+                                 f"METRIC_STAT=TIME (e.g. jct_p90=60s)")  # fmt: skip
             percentile = None if match["stat"] == "mean" else float(match["stat"][1:])
             if percentile is not None and not 0 < percentile < 100:
                 raise InputError(f"--slo {text!r}: percentile {match['stat']} must lie above p0 and below p100; {_VALID}")

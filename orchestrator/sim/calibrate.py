@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.cli_help import command_parser
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
 from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device
@@ -197,14 +198,18 @@ def report(cells: list[MeasuredCell], jcts: list[float]) -> str:
     return "\n".join(lines)
 
 
+def parser() -> argparse.ArgumentParser:
+    p = command_parser("calibrate", __doc__)
+    p.add_argument("--fit", action="store_true", help="refit and rewrite calibration.toml")
+    p.add_argument("--max-evaluations", type=int, default=150, help="Nelder-Mead budget (each simulates every cell)")
+    p.add_argument("--processes", type=int, default=2, help="processes simulating the cells at once; default: 2")
+    p.add_argument("--write-errors", action="store_true",
+                   help=f"rewrite the calibration's table in {SIM_ERROR_FILE.name}, the error per policy")  # fmt: skip
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.calibrate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fit", action="store_true", help="refit and rewrite calibration.toml")
-    parser.add_argument("--max-evaluations", type=int, default=150, help="Nelder-Mead budget (each simulates every cell)")
-    parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--write-errors", action="store_true",
-                        help=f"rewrite the calibration's table in {SIM_ERROR_FILE.name}, the error per policy")  # fmt: skip
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     cells = measured_cells()
     calibration = Calibration.load()
     with ProcessPoolExecutor(args.processes) as pool:

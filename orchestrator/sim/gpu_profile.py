@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.cli_help import command_parser
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CELL_CONFIG_FILE
@@ -87,14 +88,18 @@ def write_profile(profile: GpuProfile, source: str, path: Path = RATES_FILE) -> 
     tmp.replace(path)
 
 
+def parser() -> argparse.ArgumentParser:
+    p = command_parser("profile", __doc__)
+    p.add_argument("traces", nargs="+", type=Path,
+                   help="cells' scheduler_trace.parquet files from the GPU (or older results' JSON lines)")
+    p.add_argument("--gpu", required=True, help=f"the GPU type they ran on: {', '.join(GPU_TYPES)}")
+    p.add_argument("--model", default=MODEL, help="the model they served (a shipped config name or a config.json)")
+    p.add_argument("--write", action="store_true", help=f"write the rates into {RATES_FILE.relative_to(PROJECT_ROOT)}")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.gpu_profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("traces", nargs="+", type=Path,
-                        help="cells' scheduler_trace.parquet files from the GPU (or older results' JSON lines)")
-    parser.add_argument("--gpu", required=True, help=f"the GPU type they ran on: {', '.join(GPU_TYPES)}")
-    parser.add_argument("--model", default=MODEL, help="the model they served (a shipped config name or a config.json)")
-    parser.add_argument("--write", action="store_true", help=f"write the rates into {RATES_FILE.relative_to(PROJECT_ROOT)}")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     if args.gpu not in GPU_TYPES:
         print(f"error: unknown GPU type {args.gpu!r}; valid: {', '.join(GPU_TYPES)}", file=sys.stderr)
         return 2

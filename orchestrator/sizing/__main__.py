@@ -13,6 +13,7 @@ import json
 import sys
 from dataclasses import asdict
 
+from orchestrator.cli_help import command_parser
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.models.catalog import shipped_names
 from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, Sizing, size
@@ -22,7 +23,7 @@ from orchestrator.units import GIB
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.sizing", description=__doc__.split("\n")[0])
+    p = command_parser("sizing", __doc__)
     p.add_argument("--model", required=True, help=f"a shipped config ({', '.join(shipped_names())}), a model dir or config.json")
     p.add_argument("--gpu", required=True, help=f"GPU type: {', '.join(GPU_TYPES)}")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of one replica")

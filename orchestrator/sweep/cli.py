@@ -1,6 +1,7 @@
-"""The command line every script in ``sweeps/`` shares: the script supplies its grid, flags override it.
+"""The command line every script in ``sweeps/`` shares: the script supplies its grid, flags override it. Its usage
+and help read ``kvsweep sweep NAME`` and its description is the script's docstring, run either way.
 
-    python sweeps/cpu_tiny.py [--engine auto|vllm|sim|fake] [--results-dir DIR] [--tracking-uri URI]
+    kvsweep sweep cpu_tiny [--engine auto|vllm|sim|fake] [--results-dir DIR] [--tracking-uri URI]
         [--gpus H100,A100] [--policies fcfs,continuum] [--jps 1,3,6] [--dram-gb 400] [--seeds 42] [--trials N]
         [--duration-s F] [--scale F] [--workload source-study|parametric|trace] [--trace PATH] [--load M,...]
         [--turns D] [--tool-tokens D] [--output-tokens D] [--tool-time-s D] [--model NAME] [--weights real|dummy]
@@ -12,26 +13,32 @@
 
 Lists take commas or spaces. ``D`` is a number, a preset distribution's name or a distribution as JSON
 (``workload/distributions.py``). Bad input is one ``error:`` line and exit code 2, before Ray or the
-tracking store is touched.
+tracking store is touched; a bad value is named by the flag that gave it (``--dram-gb -5: ...``), not by the field of
+the spec it set (``FLAG_OF_FIELD``).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import errno
 import os
 import sys
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.cli_help import command_parser
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
+from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
-from orchestrator.validation import InputError, one_line
+from orchestrator.validation import InputError, flag_line, one_line
 from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
@@ -52,18 +59,73 @@ WORKLOAD_SHAPES: dict[str, dict] = {
 }  # fmt: skip
 
 
+# What each --engine runs (``planning.spec.EngineKind``; ``planning.cells.expand`` resolves auto per GPU type).
+ENGINES: dict[str, str] = {
+    EngineKind.AUTO.value: "real vLLM on the GPU types the Ray cluster has, the simulator for the others",
+    EngineKind.VLLM.value: "real vLLM for every cell (its CPU build on cpu); the cells of a GPU type the cluster lacks "
+                           "stay pending",
+    EngineKind.SIM.value: "the simulator for every cell, on any CPU",
+    EngineKind.FAKE.value: "a stand-in server with no model, for testing the orchestration (never a measurement)",
+}  # fmt: skip
+# The grid's lists, each set by the flag of its own name, item by item converted to the type.
+LIST_FLAGS: dict[str, type] = {"gpus": str, "policies": str, "jps": float, "dram_gb": float, "seeds": int,
+                               "replicas": int, "routers": str, "tp": int}  # fmt: skip
+# The job shape's flags and the workload's fields they set (a number, a preset or a distribution).
+SHAPE_FLAGS = {"turns": "num_turns", "tool_tokens": "tool_tokens", "output_tokens": "output_tokens",
+               "tool_time_s": "tool_time_s"}  # fmt: skip
+# Every other flag that sets a value of the spec, and the field it sets as a path in the spec.
+VALUE_FLAGS: dict[str, tuple[str, ...]] = {
+    "engine": ("engine",), "name": ("name",), "model": ("model",), "weights": ("weights",), "trials": ("trials",),
+    "serve_overhead": ("serve_overhead",), "duration_s": ("workload", "duration_s"), "scale": ("workload", "scale"),
+    "max_context": ("workload", "max_context"), "kv_blocks": ("engine_options", "num_kv_blocks"),
+    "max_num_seqs": ("engine_options", "max_num_seqs"), "max_model_len": ("engine_options", "max_model_len"),
+    "gpu_memory_utilization": ("engine_options", "gpu_memory_utilization"),
+    "max_attempts": ("limits", "max_attempts"), "cell_timeout_s": ("limits", "cell_timeout_s"),
+    "hang_timeout_s": ("limits", "hang_timeout_s"), "start_stall_s": ("limits", "start_stall_s"),
+    "client_actors": ("limits", "client_actors"),
+}  # fmt: skip
+# Each field of the spec a flag sets, as pydantic's errors locate it, to the flag (its dest): a bad value is named by
+# the flag the user typed.
+FLAG_OF_FIELD: dict[tuple[str, ...], str] = {
+    **{(flag,): flag for flag in LIST_FLAGS},
+    **{("workload", field): flag for flag, field in SHAPE_FLAGS.items()},
+    **{field: flag for flag, field in VALUE_FLAGS.items()},
+}
+
+
 def _shown(value: float | Distribution) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else value.kind
 
 
-def parser(spec: SweepSpec) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=Path(sys.argv[0]).name, description=f"Sweep {spec.name!r}.")
-    p.add_argument("--engine", choices=[kind.value for kind in EngineKind], help=f"default: {spec.engine.value}")
+def running_sweep(spec: SweepSpec) -> str:
+    """The name in ``sweeps/`` of the script this process runs (``python sweeps/NAME.py``), else ``spec``'s name."""
+    running = Path(sys.argv[0])
+    return running.stem if running.suffix == ".py" and running.parent.name == "sweeps" else spec.name
+
+
+def sweep_doc(name: str) -> str:
+    """The docstring of ``sweeps/NAME.py``, read without running the script; empty where there is none."""
+    path = PROJECT_ROOT / "sweeps" / f"{name}.py"
+    return (ast.get_docstring(ast.parse(path.read_text())) or "") if path.is_file() else ""
+
+
+def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, engines: Mapping[str, str] = ENGINES,
+           hidden: Collection[str] = ()) -> argparse.ArgumentParser:
+    """The flags every sweep takes, ``spec``'s grid their defaults: the parser of ``kvsweep COMMAND`` described by
+    ``doc`` (``cli_help.command_parser``), or without a command of the script running (one that builds on the sweeps'
+    flags). ``engines``: the ``--engine`` choices and what each runs; ``hidden``: flags (dests) the command refuses,
+    left out of its help."""
+    p = command_parser(command or "", doc)
+    if command is None:
+        p.prog = Path(sys.argv[0]).name
+    p.add_argument("--engine", choices=list(engines), help="; ".join(f"{name}: {meaning}" for name, meaning in
+                   engines.items()) + f"; default: {spec.engine.value}")  # fmt: skip
     p.add_argument("--results-dir", type=Path, help=f"default: ${RESULTS_ENV}, else ./results (absolute paths are safest)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI; default: sqlite:///<results-dir>/mlflow.db")
     p.add_argument("--gpus", nargs="+", help=f"GPU types (Ray accelerator types) or cpu; default: {','.join(spec.gpus)}")
     p.add_argument("--policies", nargs="+", help=f"default: {','.join(spec.policies)}")
-    p.add_argument("--jps", nargs="+", help=f"jobs per second; default: {','.join(f'{j:g}' for j in spec.jps)}")
+    p.add_argument("--jps", nargs="+", help=argparse.SUPPRESS if "jps" in hidden else
+                   f"jobs per second; default: {','.join(f'{j:g}' for j in spec.jps)}")  # fmt: skip
     p.add_argument("--dram-gb", nargs="+", help="CPU DRAM budgets in GiB (2^30 bytes, as LMCache and vLLM read them), "
                    "for every GPU type (replaces per-GPU defaults)")
     p.add_argument("--replicas", nargs="+", help="replicas per cell, behind a router past one, as a Ray Serve application "
@@ -87,8 +149,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--trace", type=Path, help="replay this agent trace (kvsweep-trace/1 JSONL, docs/workloads.md)")
     p.add_argument("--max-context", type=int, help="drop whole jobs with a request (prompt and answer) longer than "
                    "this many tokens, counted in the summary (num_jobs_dropped); default: none dropped")
-    p.add_argument("--load", nargs="+", help="with a trace: load multipliers of its own arrival rate (the JPS axis "
-                   "becomes multiplier x the trace's rate)")
+    p.add_argument("--load", nargs="+", help=argparse.SUPPRESS if "load" in hidden else "with a trace: load "
+                   "multipliers of its own arrival rate (the JPS axis becomes multiplier x the trace's rate)")
     shape = "a number, a preset name or a JSON distribution"
     p.add_argument("--turns", help=f"turns per job: {shape}")
     p.add_argument("--tool-tokens", help=f"tool-output tokens after each turn (before --scale): {shape}")
@@ -102,7 +164,8 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
                    "download (fixed-length answers keep the serving behaviour the real model's); "
                    f"default: {spec.weights.value}")
     p.add_argument("--kv-blocks", type=int, help="fix the KV pool size in blocks")
-    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-seqs", type=int, help="the most requests vLLM runs in one step (its --max-num-seqs); "
+                   "default: vLLM's for the device")
     p.add_argument("--max-model-len", type=int, help="the longest prompt and answer vLLM takes; default: "
                    f"{spec.engine_options.max_model_len}")
     p.add_argument("--gpu-memory-utilization", type=float, help="the share of each GPU's memory vLLM takes for the "
@@ -126,10 +189,11 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
     p.add_argument("--slo", help="judge every cell against this service-level objective: comma-separated "
                    "METRIC_STAT=TIME targets, METRIC jct, ttft or tbt, STAT mean or pNN, e.g. jct_p90=60s,ttft_p99=2s; "
                    "each done cell gets slo_met (met, missed or unsure, at 95%%) and its goodput (docs/capacity.md)")
-    p.add_argument("--gpu-budget", help="device time to spend, for all GPU types (2h) or per type (H100=2h,H200=30m; "
-                   "cpu is the CPU engine): every cell is predicted in the simulator first, then the cells whose "
-                   "measurement can change the answer are measured first, until the next one's estimate does not fit; "
-                   "a re-run goes on in the same order (docs/budgeted-sweeps.md)")
+    p.add_argument("--gpu-budget", help=argparse.SUPPRESS if "gpu_budget" in hidden else "device time to spend, for "
+                   "all GPU types (2h) or per type (H100=2h,H200=30m; cpu is the CPU engine): every cell is predicted "
+                   "in the simulator first, then the cells whose measurement can change the answer are measured "
+                   "first, until the next one's estimate does not fit; a re-run goes on in the same order "
+                   "(docs/budgeted-sweeps.md)")  # fmt: skip
     p.add_argument("--name", help=f"sweep name (results subdirectory, MLflow experiment); default: {spec.name}")
     p.add_argument("--progress-interval-s", type=float, default=SweepOptions.progress_interval_s,
                    help="plain progress lines every this many seconds")
@@ -141,21 +205,16 @@ def parser(spec: SweepSpec) -> argparse.ArgumentParser:
 def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
     """``spec`` with every given flag applied, validated as a whole."""
     data = spec.model_dump()
-    for flag, field, convert in (
-        ("gpus", "gpus", str), ("policies", "policies", str), ("jps", "jps", float), ("seeds", "seeds", int),
-        ("replicas", "replicas", int), ("routers", "routers", str), ("tp", "tp", int),
-    ):  # fmt: skip
+    for flag, convert in LIST_FLAGS.items():
         if getattr(args, flag) is not None:
-            data[field] = parse_list(getattr(args, flag), convert, flag)
+            data[flag] = parse_list(getattr(args, flag), convert, flag.replace("_", "-"))
     if args.dram_gb is not None:
-        data["dram_gb"] = parse_list(args.dram_gb, float, "dram-gb")
         data["dram_gb_by_gpu"] = {}
     data["dram_gb_by_gpu"] = {gpu: budgets for gpu, budgets in data["dram_gb_by_gpu"].items() if gpu in data["gpus"]}
     _apply_trace_flags(spec, args, data)
     if args.workload in WORKLOAD_SHAPES:
         data["workload"] |= WORKLOAD_SHAPES[args.workload] | {"trace": None}
-    for flag, field in (("turns", "num_turns"), ("tool_tokens", "tool_tokens"), ("output_tokens", "output_tokens"),
-                        ("tool_time_s", "tool_time_s")):  # fmt: skip
+    for flag, field in SHAPE_FLAGS.items():
         if getattr(args, flag) is not None:
             try:
                 value = parse_distribution(getattr(args, flag), "--" + flag.replace("_", "-"))
@@ -165,21 +224,12 @@ def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
             if field == "tool_tokens" and isinstance(value, float):
                 value = Fixed(value=value)
             data["workload"][field] = value
-    for flag, section, field in (
-        ("engine", None, "engine"), ("name", None, "name"), ("model", None, "model"), ("weights", None, "weights"),
-        ("trials", None, "trials"), ("serve_overhead", None, "serve_overhead"),
-        ("duration_s", "workload", "duration_s"), ("scale", "workload", "scale"),
-        ("max_context", "workload", "max_context"),
-        ("kv_blocks", "engine_options", "num_kv_blocks"), ("max_num_seqs", "engine_options", "max_num_seqs"),
-        ("max_model_len", "engine_options", "max_model_len"),
-        ("gpu_memory_utilization", "engine_options", "gpu_memory_utilization"),
-        ("max_attempts", "limits", "max_attempts"), ("cell_timeout_s", "limits", "cell_timeout_s"),
-        ("hang_timeout_s", "limits", "hang_timeout_s"), ("start_stall_s", "limits", "start_stall_s"),
-        ("client_actors", "limits", "client_actors"),
-    ):  # fmt: skip
-        value = getattr(args, flag)
-        if value is not None:
-            (data[section] if section else data)[field] = value
+    for flag, (*sections, field) in VALUE_FLAGS.items():
+        if getattr(args, flag) is not None:
+            section = data
+            for name in sections:
+                section = section[name]
+            section[field] = getattr(args, flag)
     return SweepSpec.model_validate(data)
 
 
@@ -230,9 +280,21 @@ def results_dir_from(args: argparse.Namespace) -> Path:
     return chosen.expanduser().absolute()
 
 
+# Why a folder takes no new file, by the error a file written in it met.
+_UNWRITABLE = {
+    errno.EACCES: "is not writable by this user (permission denied)",
+    errno.EPERM: "is not writable by this user (permission denied)",
+    errno.EROFS: "is on a read-only file system",
+    errno.ENOENT: "takes no new files (a virtual file system such as /proc)",
+    errno.ENOSPC: "is on a full disk",
+    errno.EDQUOT: "is over its disk quota",
+}
+
+
 def check_writable(results_dir: Path) -> None:
     """Raises ``InputError`` unless the results directory can be created and written: probed in it, or where it
-    does not exist yet in the nearest folder above that does (nothing is made before the sweep starts)."""
+    does not exist yet in the nearest folder above that does (nothing is made before the sweep starts). The line
+    says which folder refused and why: not a directory, permission, a read-only or virtual file system, a full disk."""
     existing = next(folder for folder in (results_dir, *results_dir.parents) if folder.exists())
     valid = "valid: a directory you can write, or a new one in such a directory"
     if not existing.is_dir():
@@ -242,15 +304,20 @@ def check_writable(results_dir: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        raise InputError(f"--results-dir {results_dir}: cannot write in {existing} ({error.strerror or error}); {valid}") from None
+        why = _UNWRITABLE.get(error.errno, f"cannot be written ({error.strerror or error})")
+        where = "cannot write in it: it" if existing == results_dir else f"cannot create it: {existing}"
+        raise InputError(f"--results-dir {results_dir}: {where} {why}; {valid}") from None
 
 
 def prepare(spec: SweepSpec, args: argparse.Namespace):
-    """The sweep and its options from the parsed flags, every check done (raises ``InputError`` or
-    pydantic's ``ValidationError`` with the one line to print)."""
+    """The sweep and its options from the parsed flags, every check done (raises ``InputError`` with the one line to
+    print: a value the spec refuses named by its flag, ``FLAG_OF_FIELD``)."""
     from orchestrator.sweep.runtime.tracking import absolute_tracking_uri, check_tracking_server, default_tracking_uri
 
-    spec = apply_flags(spec, args)
+    try:
+        spec = apply_flags(spec, args)
+    except ValidationError as error:
+        raise InputError(flag_line(error, FLAG_OF_FIELD, args)) from None
     slo = Slo.parse(args.slo) if args.slo else None
     gpu_budget = GpuBudget.parse(args.gpu_budget) if args.gpu_budget else None
     if gpu_budget is not None:
@@ -283,11 +350,14 @@ def check_budget(spec: SweepSpec, budget: GpuBudget) -> None:
                          "only from the real CPU engine's profile; valid: the fake engine on GPU types (--gpus H100)")  # fmt: skip
 
 
-def sweep_main(spec: SweepSpec, argv: list[str] | None = None) -> int:
+def sweep_main(spec: SweepSpec, argv: list[str] | None = None, script: str | None = None) -> int:
+    """Runs ``spec`` as ``kvsweep sweep SCRIPT`` (default: the script running, ``running_sweep``) with ``argv``'s
+    flags; its exit code."""
     from orchestrator.sweep.runtime.budgeted import run_budgeted_sweep
     from orchestrator.sweep.runtime.driver import run_sweep
 
-    args = parser(spec).parse_args(argv)
+    script = script or running_sweep(spec)
+    args = parser(spec, f"sweep {script}", sweep_doc(script)).parse_args(argv)
 
     def run() -> int:
         prepared, options = prepare(spec, args)

@@ -148,3 +148,15 @@ def test_request_targets_count_a_jobs_requests_as_one_draw():
     per_request = judge(Target("ttft", 90, 2.0), np.repeat(times, 8), np.repeat(jobs, 8))
     assert per_request.num_jobs == 40
     assert per_request.value.lo <= per_job.value.lo and per_request.value.hi >= per_job.value.hi
+
+
+def test_a_negative_time_and_an_unknown_metric_are_named_as_such():
+    with pytest.raises(InputError) as negative:
+        Slo.parse("jct_p90=60s,ttft_p99=-1s")
+    assert str(negative.value) == ("--slo 'jct_p90=60s,ttft_p99=-1s': 'ttft_p99=-1s' sets a negative time; valid: "
+                                   "a time above 0, in s or ms (e.g. ttft_p99=2s)")  # fmt: skip
+    with pytest.raises(InputError) as unknown:
+        Slo.parse("foo_p90=1s")
+    assert str(unknown.value) == ("--slo 'foo_p90=1s': unknown metric 'foo'; valid: jct (job completion time), ttft "
+                                  "(time to first token), tbt (time between tokens), as METRIC_STAT=TIME "
+                                  "(e.g. jct_p90=60s)")  # fmt: skip

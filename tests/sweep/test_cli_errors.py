@@ -3,13 +3,17 @@
 The messages are made in-process (``sweep_main``, the scripts' whole body), so they are checked in-process; one
 case runs the real script, for what only a process shows (its exit status and its stderr alone)."""
 
+import errno
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.sweep.cli import sweep_main
+from orchestrator.sweep.cli import check_writable, sweep_main
+from orchestrator.validation import InputError
 from sweeps.cpu_tiny import SPEC
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
@@ -30,8 +34,8 @@ def run_in_process(tmp_path, capsys, *flags) -> tuple[int, str]:
         (["--jps", "fast"], "--jps takes a list of float values, got 'fast'"),
         (["--policies", "lmcache"], "policy 'lmcache' needs a CUDA GPU and cannot run on the cpu device"),
         (["--engine", "sim"], "the simulator models the cpu device only from a profile measured on this machine"),
-        (["--scale", "0"], "workload.scale: Input should be greater than 0 (got 0.0)"),
-        (["--tool-time-s", "-1"], "workload.tool_time_s: Input should be greater than or equal to 0 (got -1.0)"),
+        (["--scale", "0"], "--scale 0: must be greater than 0"),
+        (["--tool-time-s", "-1"], "--tool-time-s -1: must be 0 or more"),
         (["--tool-time-s", "swe"], "--tool-time-s 'swe' is not a number, preset or JSON distribution; valid: a number, a preset (swe-agent-tool-time"),
         (["--turns", "agent-turns"], "num_turns is drawn from a int-uniform distribution; give tool_tokens as a distribution too"),
         (["--max-model-len", "2048"], "need more than max_model_len 2048 tokens (prompt and answer; the longest 3274); valid: --max-model-len 3274 or more, --max-context 2048 (drops those jobs whole, counted)"),
@@ -68,3 +72,58 @@ def test_a_dram_budget_larger_than_the_node_is_refused_before_anything_is_tracke
     assert "error: DRAM budget 100000 GiB is larger than any cpu node can give" in stderr
     assert stderr.count("\n") == 1
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--dram-gb", "-5"], "--dram-gb -5: a DRAM budget must be 0 or more GiB, got -5"),
+        (["--jps", "0"], "--jps 0: jobs per second must be positive, got 0"),
+        (["--scale", "0"], "--scale 0: must be greater than 0"),
+        (["--scale", "5"], "--scale 5: must be 4 or less"),
+        (["--duration-s", "-3"], "--duration-s -3: must be greater than 0"),
+        (["--tool-time-s", "-1"], "--tool-time-s -1: must be 0 or more"),
+        (["--kv-blocks", "1"], "--kv-blocks 1: must be 2 or more"),
+        (["--trials", "101"], "--trials 101: must be 100 or less"),
+        (["--gpu-memory-utilization", "2"], "--gpu-memory-utilization 2: must be 1 or less"),
+        (["--replicas", "0"], "--replicas 0: a cell has at least 1 replica, got 0"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_is_named_by_its_flag_not_by_the_specs_field(tmp_path, capsys, flags, line):
+    """One line naming the flag, the value as typed and what is valid; no field path, no repeated value."""
+    code, stderr = run_in_process(tmp_path, capsys, *flags)
+    assert (code, stderr) == (2, f"error: {line}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_results_dir_in_a_folder_that_takes_no_files_says_which_folder_and_why(tmp_path, capsys):
+    """/proc takes no new file, even for root (permission is what it says to anyone else)."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    code = sweep_main(SPEC, ["--results-dir", "/proc/kvsweep-results"])
+    stderr = capsys.readouterr().err
+    assert code == 2 and stderr.count("\n") == 1
+    assert stderr.startswith("error: --results-dir /proc/kvsweep-results: cannot create it: /proc ")
+    assert "No such file or directory" not in stderr and "valid: a directory you can write" in stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "why"),
+    [
+        (errno.EACCES, "is not writable by this user (permission denied)"),
+        (errno.EROFS, "is on a read-only file system"),
+        (errno.ENOSPC, "is on a full disk"),
+    ],
+)  # fmt: skip
+def test_an_unwritable_results_dir_says_why_in_one_line(tmp_path, monkeypatch, error, why):
+    def refuse(self, data):
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(Path, "write_bytes", refuse)
+    with pytest.raises(InputError) as new:
+        check_writable(tmp_path / "new")
+    assert str(new.value) == (f"--results-dir {tmp_path / 'new'}: cannot create it: {tmp_path} {why}; valid: a "
+                              "directory you can write, or a new one in such a directory")  # fmt: skip
+    with pytest.raises(InputError) as existing:
+        check_writable(tmp_path)
+    assert str(existing.value).startswith(f"--results-dir {tmp_path}: cannot write in it: it {why}; valid: ")
