@@ -16,7 +16,10 @@ import pandas as pd
 from analysis.verdicts import CellRecords, censored_job_times, replica_shapes, routed_arms
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
+from orchestrator.gpus import CPU
 from orchestrator.records.names import read_summary
+from orchestrator.sim.error_bands import SimErrors
+from orchestrator.sim.stacks import SOURCE_STUDY, stacks_errors
 
 # What the numbers of an engine are, said on every table of a report.
 PROVENANCE = {
@@ -57,12 +60,28 @@ class SweepData:
         engines = sorted(set(rows.engine))
         ran = self.done if rows is self.summary else rows
         devices = sorted({str(d) for d in ran.get("device_name", []) if d and d == d})
-        parts = [PROVENANCE.get(engine, engine) for engine in engines]
+        parts = [PROVENANCE.get(engine, engine) + (", ".join(["", *sim_stacks(rows)]) if engine == "sim" else "")
+                 for engine in engines]  # fmt: skip
         weights = {w for w in rows.get("weights", []) if w and w == w}
         text = "; ".join(parts) + (f" ({', '.join(devices)})" if devices and "vllm" in engines else "")
         if "dummy" in weights:
             text += "; " + (DUMMY_WEIGHTS if weights == {"dummy"} else f"some cells with {DUMMY_WEIGHTS}")
         return text
+
+
+def sim_stacks(summary: pd.DataFrame) -> list[str]:
+    """The engine stacks the simulated GPU cells of ``summary`` ran (``sim.stacks``); a summary from before stacks has
+    none, which is the source study's."""
+    simulated = summary[(summary.engine == "sim") & (summary.gpu != CPU)]
+    if not len(simulated):
+        return []
+    named = simulated.get("sim_stack", pd.Series(None, index=simulated.index))
+    return sorted({str(name) if name == name and name is not None else SOURCE_STUDY for name in named})
+
+
+def sim_errors(summary: pd.DataFrame) -> SimErrors:
+    """The bands the simulated verdicts of ``summary`` must clear: their stacks' (``stacks.stacks_errors``)."""
+    return stacks_errors(sim_stacks(summary))
 
 
 def sweep_files(directory: Path) -> SweepFiles:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import capacity, plots, predicted, tables
-from analysis.load import SweepData, cell_records, load_sweep, sweep_files
+from analysis.load import SweepData, cell_records, load_sweep, sim_errors, sweep_files
 from analysis.timeline import NUM_BINS, step_bins
 from analysis.verdicts import flips, verdicts
 from orchestrator.cell_json import read_cell_json
@@ -33,7 +33,6 @@ from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import VerdictKind, verdict_frame
-from orchestrator.sim.error_bands import load_errors
 
 REPORT_FILE = "report.html"
 CELL_PAGES_DIR = "cells"
@@ -191,12 +190,12 @@ def _verdicts(report: ReportBuilder, data: SweepData) -> pd.DataFrame:
     if not len(data.done):
         return pd.DataFrame(columns=["gpu", "policy"])
     records = cell_records(data.files)
-    found, per_policy = verdicts(data.summary, records, load_errors())
+    found, per_policy = verdicts(data.summary, records, sim_errors(data.summary))
     predictions = pd.read_csv(data.files.predictions) if data.files.predictions.exists() else None
     bases = []
     if predictions is not None:  # every comparison once: the verdict that stands, and what it rests on
         whole = read_summary(data.files.summary)
-        predicted_found, _ = verdicts(whole[whole.engine == "sim"], records, load_errors())
+        predicted_found, _ = verdicts(whole[whole.engine == "sim"], records, sim_errors(whole))
         bases = predicted.verdict_bases(predicted_found + [v for v in found if v.engine != "sim"], predictions, whole)
         found = predicted.standing_verdicts(bases, found)
     table = verdict_frame(found)

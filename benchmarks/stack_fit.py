@@ -7,10 +7,11 @@ every cell (in-sample), and with the stack fitted on every run but the cell's ow
 ``stack_fit.leave_one_run_out``). Printed: each cell's mean JCT and the three errors; per policy and GPU type the
 median and worst |error|; each comparison (a policy against fcfs over the same jobs, and native-offload against
 lmcache) measured with its interval and simulated each way, and whether the simulator calls it; the constants of the
-fit and of each fold; the step-time error before and after; the acceptance; the constants as TOML; and last one line of
-JSON. About a minute and a half on two cores.
+fit and of each fold; the step-time error before and after; the acceptance; and last one line of JSON. About a minute
+and a half on two cores. The stack's file itself is written by ``kvsweep calibrate --stack vllm-0.26 RUN_DIR...``, the
+same fit.
 
-    python benchmarks/stack_fit.py [--runs DIR ...] [--toml FILE]
+    python benchmarks/stack_fit.py [--runs DIR ...]
 """
 
 from __future__ import annotations
@@ -26,21 +27,20 @@ import pandas as pd
 
 from orchestrator.sim.gpu_cells import GPU_RUNS_DIR, GpuCell, read_runs, run_dirs
 from orchestrator.sim.hardware import Calibration
+from orchestrator.sim.stacks import DEFAULT_STACK as STACK
 from orchestrator.sim.stack_fit import (
-    STACK,
     Comparison,
     Fold,
-    Provenance,
-    StackCalibration,
     comparisons,
+    constants,
     error_summary,
     fit_roofline,
     fit_stack,
     leave_one_run_out,
     relative_error,
     roofline_steps,
+    held_out,
     simulated_job_times,
-    stack_toml,
     step_errors,
 )
 
@@ -114,29 +114,28 @@ def roofline_lines(cells: Sequence[GpuCell], fitted: Calibration) -> list[str]:
     return lines
 
 
-def constants_lines(stack: StackCalibration, folds: Sequence[Fold]) -> list[str]:
-    def listed(found: StackCalibration) -> str:
-        return ", ".join(f"{name} {value:.4g}" for name, value in found.constants().items())
+def constants_lines(stack: Calibration, folds: Sequence[Fold]) -> list[str]:
+    def listed(found: Calibration) -> str:
+        return ", ".join(f"{name} {value:.4g}" for name, value in constants(found).items())
 
     heading = "constants (fitted on every run; then each fold, fitted without the run named):"
-    return [heading, f"  all: {listed(stack)}"] + [f"  without {fold.run}: {listed(fold.stack)}" for fold in folds]
+    return [heading, f"  all: {listed(stack)}"] + [f"  without {fold.run}: {listed(fold.calibration)}" for fold in folds]
 
 
-def as_json(stack: StackCalibration, cells: Sequence[GpuCell], times: Times, found: Sequence[Comparison],
+def as_json(stack: Calibration, cells: Sequence[GpuCell], times: Times, found: Sequence[Comparison],
             results: dict) -> str:  # fmt: skip
     cell_rows = {cell.key: {"measured_s": cell.jct_mean_s} | {way: float(times[way][cell.key].mean()) for way in WAYS}
                  for cell in cells}  # fmt: skip
     comparison_rows = [{"call": c.label, "policy": c.cell.policy, "rival": c.rival.policy,
                         "measured_pct": c.measured.estimate, "measured_lo": c.measured.lo, "measured_hi": c.measured.hi}
                        | {way: c.simulated_pct(times[way]) for way in WAYS} for c in found]  # fmt: skip
-    return json.dumps({"stack": STACK, "constants": stack.constants(), **results, "cells": cell_rows,
+    return json.dumps({"stack": STACK, "constants": constants(stack), **results, "cells": cell_rows,
                        "comparisons": comparison_rows})  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, nargs="+", help=f"GPU run folders (default: every one in {GPU_RUNS_DIR})")
-    parser.add_argument("--toml", type=Path, help="also write the fitted constants there")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
@@ -147,21 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     stack, folds = fit_stack(cells), leave_one_run_out(cells)
     times = {"today": {cell.key: simulated_job_times(cell, None) for cell in cells},
              "in-sample": {cell.key: simulated_job_times(cell, stack) for cell in cells},
-             "held out": {key: found for fold in folds for key, found in fold.job_times.items()}}  # fmt: skip
+             "held out": held_out(folds)}  # fmt: skip
     summaries = {way: error_summary(cells, times[way]) for way in WAYS}
     found = comparisons(cells)
     margins = tier_margins(found, times)
     passed = acceptance(summaries, found, times, margins)
-    toml = stack_toml(stack, Provenance.of(cells))
     print(f"# {STACK}: {len(cells)} GPU cells of {len({cell.run.run for cell in cells})} runs\n")
     print(cell_table(cells, times), summary_table(summaries), comparison_table(found, times), sep="\n\n", end="\n\n")
     for gpu, row in margins.items():
         print(f"native-offload over lmcache on {gpu}: measured {row['measured']:+.1f}%, "
               + ", ".join(f"{way} {row[way]:+.1f}%" for way in WAYS))
-    print("", *constants_lines(stack, folds), "", *roofline_lines(cells, stack.calibration), "", sep="\n")
-    print(*(f"{'holds' if holds else 'FAILS'}: {claim}" for claim, holds in passed.items()), "", toml, sep="\n")
-    if args.toml:
-        args.toml.write_text(toml)
+    print("", *constants_lines(stack, folds), "", *roofline_lines(cells, stack), "", sep="\n")
+    print(*(f"{'holds' if holds else 'FAILS'}: {claim}" for claim, holds in passed.items()), "", sep="\n")
     elapsed = time.monotonic() - started
     print(f"{elapsed:.0f} s")
     print(as_json(stack, cells, times, found, {"summaries": summaries, "margins": margins, "acceptance": passed,

@@ -41,7 +41,9 @@ from orchestrator.evidence.pressure import (
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
-from orchestrator.sim.error_bands import load_errors, write_errors
+from orchestrator.sim.error_bands import write_errors
+from orchestrator.sim.stacks import DEFAULT_STACK, SOURCE_STUDY, get_stack, stack_names
+from orchestrator.sim.version import sim_version
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
@@ -52,7 +54,9 @@ def parser() -> argparse.ArgumentParser:
     commands = p.add_subparsers(dest="command", required=True)
     predict = commands.add_parser("predict", help="the plan's cells in the simulator, written as JSON and Markdown")
     predict.add_argument("--gpus", nargs="+", default=["H100", "H200"], help="GPU types of the catalogue")
-    predict.add_argument("--model", default=LLAMA_8B)
+    predict.add_argument("--model", default=LLAMA_8B, help=f"default: {LLAMA_8B}")
+    predict.add_argument("--sim-stack", default=DEFAULT_STACK, choices=stack_names(),
+                         help=f"the engine stack the simulator predicts (sim/stacks.py); default: {DEFAULT_STACK}")
     predict.add_argument("--out", type=Path, required=True, help="the JSON file; the Markdown page goes beside it")
     found = commands.add_parser("compare", help="an evidence run's pressure cells beside their predictions")
     found.add_argument("predictions", type=Path, help="the JSON file predict wrote")
@@ -62,18 +66,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def predictions(gpu: str, model: str) -> dict:
-    """The plan on ``gpu``, every cell simulated: the point, and per policy its regime, figures and band."""
+def predictions(gpu: str, model: str, stack: str = DEFAULT_STACK) -> dict:
+    """The plan on ``gpu``, every cell simulated with the engine stack ``stack``: the point, and per policy its regime,
+    figures and band (the stack's)."""
     point = pressure_point(gpu, model)
     cells = pressure_cells(point, PRESSURE_POLICIES, model, Weights.DUMMY)
-    worker, errors = CellWorker(), load_errors()
-    outcomes = {cell.policy: worker.run(simulated(cell), RunLimits()) for cell in cells}
+    worker, errors = CellWorker(), get_stack(stack).errors()
+    outcomes = {cell.policy: worker.run(simulated(cell, stack), RunLimits()) for cell in cells}
     facts = {cell.policy: cell_facts(cell, outcomes[cell.policy]) for cell in cells}
     spans = sum(f.span_s or 0.0 for f in facts.values())
     measured = CostModel().shipped(gpu)
     starts = measured.first_s + (len(cells) - 1) * measured.later_s * START_SLACK
     return {
-        "gpu": gpu, "model": model, "point": asdict(point), "seed": cells[0].seed, "window_s": point.window_s,
+        "gpu": gpu, "model": model, "sim_stack": stack, "sim_version": sim_version(stack), "point": asdict(point),
+        "seed": cells[0].seed, "window_s": point.window_s,
         "cells": {cell.policy: {"regime": (regime := preflight(cell).regime) and regime.value, "cell_key": cell.key,
                                 "band": errors.cell_band(gpu, cell.policy), **facts[cell.policy].as_dict()}
                   for cell in cells},
@@ -92,7 +98,7 @@ def predictions_markdown(plans: list[dict]) -> str:
     for plan in plans:
         point, budget = plan["point"], plan["budget"]
         pool_tokens = point["kv_blocks"] * point["block_size"]
-        lines += [f"## {plan['gpu']}", "",
+        lines += [f"## {plan['gpu']} (simulated, {plan.get('sim_stack', SOURCE_STUDY)})", "",
                   f"{point['jps']:g} JPS over {point['window_s']:g} s, a pool of {point['kv_blocks']:,} blocks of "
                   f"{point['block_size']} ({pool_tokens:,} tokens), a {point['dram_gb']:g} GiB CPU tier, max_num_seqs "
                   f"{point['max_num_seqs']}; the sizing's estimate: live {point['live_tokens'] / 1e3:,.0f}K, corpus "
@@ -169,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             unknown = [gpu for gpu in args.gpus if gpu not in GPU_TYPES]
             if unknown:
                 raise ValueError(f"unknown --gpus {', '.join(unknown)}; valid: {', '.join(GPU_TYPES)}")
-            plans = [predictions(gpu, args.model) for gpu in args.gpus]
+            plans = [predictions(gpu, args.model, args.sim_stack) for gpu in args.gpus]
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"plans": plans}, indent=2) + "\n")
             page = predictions_markdown(plans)

@@ -31,6 +31,7 @@ from orchestrator.records.prediction import relative_error_pct
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.summary import summarize
 from orchestrator.sim.cell_engine import cell_sim_engine
+from orchestrator.sim.stacks import stack_calibration
 from orchestrator.sim.gpu_profile import MeasuredProfile, measure_profile, trace_steps
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, simulate
@@ -111,7 +112,8 @@ def _cell(files: SweepFiles, key: str) -> CellSpec:
 
 
 def _predicted_jct_s(twin: CellSpec, device: Device) -> float:
-    engine = cell_sim_engine(twin.engine_setup, twin.workload, twin.cpu_profile, device)
+    engine = cell_sim_engine(twin.engine_setup, twin.workload, twin.cpu_profile, device,
+                             stack_calibration(twin.sim_stack))  # fmt: skip
     result = simulate(twin.workload, engine, schedule_for(twin.workload), Replicas(twin.replicas, twin.router, seed=twin.seed))
     return summarize(result.requests, result.jobs).jct_censored_mean_s
 

@@ -75,9 +75,8 @@ def run_search(spec: SweepSpec, options, engine: EngineKind, within: SearchRange
 def sweep_judge(spec: SweepSpec, options, engine: EngineKind, rounds: SearchRounds) -> Judge:
     """Verdicts from measuring: each call runs the sweep with every load asked so far (those done are
     skipped) and reads the verdict of each load asked from the sweep's results."""
-    from analysis.load import cell_records
+    from analysis.load import cell_records, sim_errors
     from analysis.verdicts import verdicts
-    from orchestrator.sim.error_bands import load_errors
 
     asked: set[float] = set()
     files = SweepFiles(options.results_dir / spec.name)
@@ -88,7 +87,7 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind, rounds: SearchRoun
               flush=True)  # fmt: skip
         rounds.run(spec.model_copy(update={"engine": engine, "jps": tuple(sorted(asked))}))
         summary = read_summary(files.summary)
-        found, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), load_errors())
+        found, _ = verdicts(summary[summary.engine == engine.value], cell_records(files), sim_errors(summary))
         by_load = {verdict.jps: verdict.label for verdict in found}
         return {jps: by_load.get(jps, NOT_MEASURED) for jps in loads}
 

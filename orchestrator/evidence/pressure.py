@@ -31,6 +31,7 @@ from orchestrator.policies import get_policy
 from orchestrator.records.cell import CellOutcome
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
 from orchestrator.records.summary import summarize
+from orchestrator.sim.stacks import DEFAULT_STACK
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import load_model
@@ -137,9 +138,9 @@ def pressure_cells(point: PressurePoint, policies: Sequence[str], model: str, we
     )  # fmt: skip
 
 
-def simulated(cell: CellSpec) -> CellSpec:
-    """``cell`` in the simulator: the same GPU type, pool, load, window and seed."""
-    return cell.model_copy(update={"engine": EngineKind.SIM, "weights": Weights.REAL})
+def simulated(cell: CellSpec, stack: str = DEFAULT_STACK) -> CellSpec:
+    """``cell`` in the simulator with the engine stack ``stack``: the same GPU type, pool, load, window and seed."""
+    return cell.model_copy(update={"engine": EngineKind.SIM, "weights": Weights.REAL, "sim_stack": stack})
 
 
 def _workload(jps: float, window_s: float, scale: float = 1.0) -> WorkloadSpec:

@@ -128,6 +128,14 @@ class Tier(ABC):
         """How long a step that saved ``saves`` tokens (one entry per request) waits after its forward pass."""
         return 0.0
 
+    def step_work_s(self, calibration: Calibration, computes_prompt: bool, saves: Sequence[int],
+                    loads: Sequence[int]) -> float:  # fmt: skip
+        """The connector's own work inside a step, which the step waits for before its copies are laid beside it:
+        ``computes_prompt`` whether the step computes prompt tokens, ``saves`` and ``loads`` the tokens each request
+        stored to and retrieved from the tier in it. None by default (the connector's copies are the step's only
+        wait)."""
+        return 0.0
+
     # -- evidence on a real engine --------------------------------------------------------------------------------
 
     def stores(self, outcome: CellOutcome, kv_bytes_per_token: float) -> Stores | None:

@@ -60,6 +60,7 @@ class SummaryRow:
     replicas: int | None = None  # behind a router, when more than one
     router: str | None = None  # round-robin, least-loaded, session-affinity or prefix-aware
     tp: int = 1  # tensor-parallel degree: the GPUs of one replica
+    sim_stack: str | None = None  # a simulated GPU cell: the engine stack it simulated (sim/stacks.py)
     num_errors: int | None = None  # jobs ended by an error answer
     t_last_over_t1: float | None = None  # the last turn's mean latency over the first's
     jct_censored_mean_s: float | None = None  # every job's time, one cut short counted to its cut

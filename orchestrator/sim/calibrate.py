@@ -1,7 +1,9 @@
-"""Fit the simulator's few physical constants on the H200 measurements, and report the error per cell.
+"""Fit the simulator's few physical constants on the H200 measurements, and report the error per cell; or fit an
+engine stack on GPU runs.
 
-    python -m orchestrator.sim.calibrate            # the table for the shipped calibration.toml
-    python -m orchestrator.sim.calibrate --fit      # refit, rewrite calibration.toml, print the table
+    kvsweep calibrate                                 # the table for the shipped calibration.toml (source-study)
+    kvsweep calibrate --fit                           # refit, rewrite calibration.toml, print the table
+    kvsweep calibrate --stack vllm-0.26 docs/gpu-runs/2026-11-*/   # fit a stack on GPU runs (``sim.stack_fit``)
 
 Only the H200 files in ``measured/`` (copied from the source study) are used: the large-DRAM sweep
 (400 GB, fcfs / continuum / lmcache, JPS 1-15) and the bottleneck ablation (64 GB, with LMCache's 1 GB
@@ -9,6 +11,10 @@ Only the H200 files in ``measured/`` (copied from the source study) are used: th
 overhead, LMCache's save stall), not a GPU; every other GPU gets its own roofline from its datasheet and its
 measured rates (``rates.py``) with the same constants. The objective is the squared log error of average JCT
 over all cells, so a cell at 700 s and a cell at 8 s weigh the same.
+
+With ``--stack NAME RUN_DIR...`` it fits the engine stack ``NAME`` instead on the GPU cells those runs measured
+(``sim.stack_fit``), every run left out in turn to say how well it predicts a run it has not seen, and writes
+``fitted_stacks/NAME.toml`` (``sim.stacks``) with the runs it read and each constant's source.
 
 The per-request overhead (``seq_overhead_s``) is not fitted here: the H200 cells run batches of about 20
 requests, where it hardly shows (between 0.14 and 0.02 ms their RMS log error moves from 0.121 to 0.133), so
@@ -30,6 +36,7 @@ from orchestrator.cli_help import command_parser
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
 from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device
+from orchestrator.sim.stacks import check_new_name, stack_path
 from orchestrator.sim.loop import simulate
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -205,11 +212,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=int, default=2, help="processes simulating the cells at once; default: 2")
     p.add_argument("--write-errors", action="store_true",
                    help=f"rewrite the calibration's table in {SIM_ERROR_FILE.name}, the error per policy")  # fmt: skip
+    p.add_argument("--stack", metavar="NAME",
+                   help="fit the engine stack NAME (e.g. vllm-0.26) on the GPU runs RUN_DIR... and write "
+                   "orchestrator/sim/fitted_stacks/NAME.toml; default: check the source study's calibration")  # fmt: skip
+    p.add_argument("run_dirs", nargs="*", type=Path, metavar="RUN_DIR",
+                   help="with --stack: GPU run folders (docs/gpu-runs/<date>-<GPU>...), each a fold left out in turn")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.stack is not None:
+        if args.fit or args.write_errors:
+            p.error("--stack fits on GPU runs: --fit and --write-errors are the source study's")
+        try:
+            check_new_name(args.stack)
+        except ValueError as error:
+            p.error(str(error))
+        if not args.run_dirs:
+            p.error(f"--stack {args.stack} needs the GPU runs to fit on: RUN_DIR... (e.g. docs/gpu-runs/2026-11-*/)")
+        return fit_stack_command(args.stack, args.run_dirs)
+    if args.run_dirs:
+        p.error(f"RUN_DIR ({args.run_dirs[0]}) is read with --stack NAME only")
     cells = measured_cells()
     calibration = Calibration.load()
     with ProcessPoolExecutor(args.processes) as pool:
@@ -224,6 +249,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {SIM_ERROR_FILE}")
     print("\n".join(f"{name} = {value:.6g}" for name, value in asdict(calibration).items()))
     print(report(cells, jcts))
+    return 0
+
+
+def fit_stack_command(name: str, directories: list[Path]) -> int:
+    """Fit the stack ``name`` on the GPU runs ``directories``; print its in-sample and held-out errors; write it."""
+    from orchestrator.sim import stack_fit
+    from orchestrator.sim.gpu_cells import read_runs
+
+    try:
+        cells = read_runs(directories)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    num_runs = len({cell.run.run for cell in cells})
+    if num_runs < 2:
+        print(f"error: {len(cells)} cells of {num_runs} runs in {', '.join(map(str, directories))}: a stack is fitted "
+              "on at least two GPU runs, so that each can be left out", file=sys.stderr)  # fmt: skip
+        return 2
+    print(f"fitting {name} on {len(cells)} GPU cells of {num_runs} runs, then once per run left out", file=sys.stderr,
+          flush=True)  # fmt: skip
+    calibration = stack_fit.fit_stack(cells)
+    folds = stack_fit.leave_one_run_out(cells)
+    in_sample = {cell.key: stack_fit.simulated_job_times(cell, calibration) for cell in cells}
+    held = stack_fit.held_out(folds)
+    for way, times in (("in-sample", in_sample), ("held out", held)):
+        overall = stack_fit.error_summary(cells, times)["all"]
+        print(f"{way}: median |error| of mean JCT {overall['median']:.1%}, worst {overall['worst']:.1%} over "
+              f"{len(cells)} cells")  # fmt: skip
+    errors = stack_fit.held_out_errors(cells, held)
+    print("held-out RMS error per policy (the stack's error bands): "
+          + ", ".join(f"{policy} {error:.1%}" for policy, error in errors.items()))
+    command = " ".join(["kvsweep calibrate --stack", name, *sorted(map(str, directories))])
+    path = stack_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(stack_fit.stack_toml(calibration, stack_fit.Provenance.of(cells), errors, name, command))
+    tmp.replace(path)
+    print(f"wrote {path}")
     return 0
 
 

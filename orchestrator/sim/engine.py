@@ -159,8 +159,14 @@ class EngineCore:
         return run.ends[num_applied - 1]
 
     def _wait_for_copies(self, plan: StepPlan, start: float, forward_end: float, saves: list[int]) -> float:
-        """The step's end: its forward pass, and whatever of its CPU-tier loads and saves the tier makes it wait for."""
+        """The step's end: its forward pass, the tier's own work in the step (its copies are part of that work, so they
+        are laid beside the forward pass after it), and whatever of its CPU-tier loads and saves the tier makes it wait
+        for."""
         cost, stats, tier = self.cost, self.stats, self.scheduler.tier_mechanism
+        computes_prompt = any(before < request.prompt_tokens for request, _, before in plan.scheduled)
+        work = tier.step_work_s(cost.calibration, computes_prompt, saves, [load.num_tokens for load in plan.loads])
+        stats.save_stall_s += work
+        forward_end += work
         if plan.loads:
             # Loads that land before the step ends run layer by layer beside the forward pass (LMCache's
             # wait_for_layer_load): the step ends when both are done, so only a load longer than the compute stalls it.

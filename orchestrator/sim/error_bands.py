@@ -46,20 +46,22 @@ class SimErrors:
     policies: Mapping[str, float]
     gpus: Mapping[str, float] = field(default_factory=dict)
 
+    def policy_error(self, policy: str) -> float:
+        """A policy's error; an unmeasured one takes the largest of any policy."""
+        return self.policies.get(policy, max(self.policies.values(), default=0.0))
+
+    def gpu_error(self, gpu: str) -> float:
+        """A GPU type's error; an unmeasured one takes the largest of any type."""
+        return self.gpus.get(gpu, max(self.gpus.values(), default=0.0))
+
     def cell_band(self, gpu: str, policy: str) -> float:
-        """The relative error of one simulated cell's mean JCT: its policy's and its GPU's combined as independent.
-        An unmeasured policy or GPU takes the largest of its kind."""
-        policy_error = self.policies.get(policy, max(self.policies.values(), default=0.0))
-        return math.hypot(policy_error, self.gpus.get(gpu, max(self.gpus.values(), default=0.0)))
+        """The relative error of one simulated cell's mean JCT: its policy's and its GPU's combined as independent."""
+        return math.hypot(self.policy_error(policy), self.gpu_error(gpu))
 
     def band_pct(self, gpu: str, a: str, b: str) -> float:
         """The margin a simulated comparison of policies ``a`` and ``b`` on ``gpu`` must clear, in percent: the two
-        policies' errors and the GPU's combined as independent (root sum of squares). An unmeasured policy or GPU
-        takes the largest of its kind."""
-        policy_fallback = max(self.policies.values(), default=0.0)
-        gpu_error = self.gpus.get(gpu, max(self.gpus.values(), default=0.0))
-        return math.sqrt(self.policies.get(a, policy_fallback) ** 2 + self.policies.get(b, policy_fallback) ** 2
-                         + gpu_error**2) * 100  # fmt: skip
+        policies' errors and the GPU's combined as independent (root sum of squares)."""
+        return math.sqrt(self.policy_error(a) ** 2 + self.policy_error(b) ** 2 + self.gpu_error(gpu) ** 2) * 100
 
 
 def load_error_tables(path: Path = SIM_ERROR_FILE) -> dict[str, dict[str, float]]:

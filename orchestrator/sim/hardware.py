@@ -21,11 +21,12 @@ a ring's: ``a_lat`` and ``B_bus`` are the part's measured all-reduce latency and
 (NVLink or PCIe), activations in BF16 whatever the weights.
 
 ``F``, ``F_fp8`` and ``B_hbm`` are datasheet figures and ``a_lat`` and ``B_bus`` published measurements, all in
-``orchestrator/data/gpus.toml``; ``e_compute``, ``e_hbm``, ``o_step`` and ``o_seq`` are the calibration
-(``calibration.toml``), fitted on the H200 at ``T = 1``: they describe the software stack (kernels, scheduler,
-sampler). The ``r`` are the part's measured shares of its datasheet rates against the H200's (``rates.py``, 1 where
-nothing was measured). A CPU tier adds copies at the GPU's measured host-link rate, each rank over its own link
-(``T`` links in parallel), and LMCache adds its per-step save stall (``lmcache_save_*``).
+``orchestrator/data/gpus.toml``; ``e_compute``, ``e_hbm``, ``o_step`` and ``o_seq`` are the engine stack's calibration
+(``sim.stacks``: the source study's ``calibration.toml``, fitted on its H200 runs at ``T = 1``, or a stack fitted on
+this project's GPU cells): they describe the software stack (kernels, scheduler, sampler). The ``r`` are the part's
+measured shares of its datasheet rates against the H200's (``rates.py``, 1 where nothing was measured). A CPU tier adds copies at the GPU's measured host-link rate, each rank over its own link
+(``T`` links in parallel), and a tier adds what its connector makes a step wait for (``Tier.save_stall_s``,
+``Tier.step_work_s``) and what a load costs besides its bytes (``Tier.load_s``), from the stack's own constants.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ CPU_MAX_NUM_SEQS = 128  # vLLM's serving default on CPU
 
 @dataclass(frozen=True)
 class Calibration:
-    """The software stack's physical constants; fitted once on the H200 measurements."""
+    """One engine stack's physical constants (``sim.stacks``: the source study's, fitted on its H200 runs, or a stack
+    fitted on this project's GPU cells). The connectors' costs default to 0, where a stack's fit found none or did not
+    look (the source study's times LMCache's save with ``lmcache_save_*`` alone)."""
 
     compute_efficiency: float = 0.5  # share of dense peak FLOP/s a forward pass reaches
     hbm_efficiency: float = 0.7  # share of HBM bandwidth a forward pass reaches
@@ -57,6 +60,13 @@ class Calibration:
     request_overhead_s: float = 0.01  # per request in the API server: HTTP, tokenization, detokenization
     lmcache_save_step_s: float = 0.004  # LMCache's wait_for_save on a prefill step: hashing, allocation
     lmcache_save_chunk_s: float = 0.0006  # and per 256-token chunk saved (kernel and stream syncs, no DMA)
+    # LMCache's work inside a step as its own log times it (``LMCacheCpuTier.step_work_s``), the step waiting for all:
+    lmcache_prompt_step_s: float = 0.0  # a step that computes prompt tokens: the host's step work, no longer hidden
+    lmcache_store_s: float = 0.0  # per store (a request's new full chunks after a step)
+    lmcache_store_chunk_s: float = 0.0  # per 256-token chunk stored
+    lmcache_retrieve_s: float = 0.0  # per retrieve (a request's prefix before its first step)
+    lmcache_retrieve_chunk_s: float = 0.0  # per 256-token chunk retrieved
+    native_load_job_s: float = 0.0  # native offload: each load's fixed time on its transfer queue (``NativeOffload``)
 
     @classmethod
     def load(cls, path: Path = CALIBRATION_FILE) -> Calibration:

@@ -1,5 +1,5 @@
 """An engine stack's constants fitted on its own GPU cells (``gpu_cells``), and how well they predict a run left out
-(pure: the cells come in read; nothing is written).
+(pure: the cells come in read; the stack's file is text for the caller to write, ``stacks.py`` reads it).
 
 Each constant is fitted on the record that shows it, in three stages, so that no constant stands in for another:
 
@@ -8,14 +8,17 @@ Each constant is fitted on the record that shows it, in three stages, so that no
    by bounded least squares in seconds (requests wait for the sum of the steps, so a long step weighs as long), one set
    for every GPU type: each type's roofline is its datasheet and measured rates (``rates.py``) times the same shares.
    Fitted on each type's steps alone, the 2026-11 H100 and H200 traces give shares within 4% of each other.
-2. LMCache's work in a step (``connector_costs.LMCacheStepWork``): its stores and retrieves cost what LMCache's own log
-   times them at (a fixed part and a part per chunk, non-negative least squares over every logged one), and a step
-   that computes prompt tokens pays the rest of what its trace shows beyond the roofline, on average. Its traces are
-   read with one step in flight: its blocking save ends vLLM's asynchronous pipeline.
+2. LMCache's work in a step (``lmcache_*``, ``LMCacheCpuTier.step_work_s``): its stores and retrieves cost what
+   LMCache's own log times them at (a fixed part and a part per chunk, non-negative least squares over every logged
+   one), and a step that computes prompt tokens pays the rest of what its trace shows beyond the roofline, on average.
+   Its traces are read with one step in flight: its blocking save ends vLLM's asynchronous pipeline.
 3. What no step shows, on mean job times (the squared log error of the censored mean, the cells weighing alike): the
    API server's time per request (``request_overhead_s``) on the cells without a connector, then native offload's
-   time per load on its transfer queue (``connector_costs.NativeLoadJobs``) on the native-offload cells, each a bounded
-   scalar search.
+   time per load on its transfer queue (``native_load_job_s``, ``NativeOffload.load_s``) on the native-offload cells,
+   each a bounded scalar search.
+
+Every cell is simulated as a sweep's worker simulates it (``cell_engine.cell_sim_engine``, ``loop.simulate``), with
+the calibration under test.
 
 Ranges: the efficiencies are shares of a datasheet peak (at most 1); asynchronous scheduling may hide the per-step
 overhead entirely (0), and 20 ms is nine times the older stack's; a request's API time up to 50 ms (the 1 JPS cells'
@@ -26,15 +29,17 @@ Held out: ``leave_one_run_out`` fits on every run but one (a dated folder: one G
 together, so that a session's machine and day never inform its own prediction) and simulates the run left out. A
 comparison is a policy against another over the same jobs of one call (``comparisons``): measured with a paired
 bootstrap interval, simulated from the simulated cells' job times; a simulated margin under ``calibrate.TIE`` calls it
-too close, and a measured interval that holds 0 is a tie.
+too close, and a measured interval that holds 0 is a tie. The held-out errors per policy (``held_out_errors``) are the
+stack's error bands (``stacks.SimStack.errors``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -44,7 +49,6 @@ from orchestrator.policies import get_policy
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
 from orchestrator.sim.calibrate import TIE
 from orchestrator.sim.cell_engine import cell_sim_engine
-from orchestrator.sim.connector_costs import ConnectorCosts, LMCacheStepWork, simulate_stack
 from orchestrator.sim.gpu_cells import GpuCell
 from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.loop import simulate
@@ -52,7 +56,6 @@ from orchestrator.sim.profile import predicted_step_s, step_samples
 from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import schedule_for
 
-STACK = "vllm-0.26"
 BASELINE = "fcfs"
 ROOFLINE_BOUNDS: dict[str, tuple[float, float]] = {
     "compute_efficiency": (0.3, 1.0),
@@ -62,6 +65,10 @@ ROOFLINE_BOUNDS: dict[str, tuple[float, float]] = {
 }
 REQUEST_OVERHEAD_BOUNDS = (0.0, 0.05)
 LOAD_JOB_BOUNDS = (0.0, 0.2)
+# The connectors' constants this fit sets (``hardware.Calibration``); the source study's save stall is not one of them.
+LMCACHE_CONSTANTS = ("lmcache_prompt_step_s", "lmcache_store_s", "lmcache_store_chunk_s", "lmcache_retrieve_s",
+                     "lmcache_retrieve_chunk_s")  # fmt: skip
+FITTED = (*ROOFLINE_BOUNDS, "request_overhead_s", *LMCACHE_CONSTANTS, "native_load_job_s")
 # LMCache's cells ran an asynchronous scheduler, but their steps fit the roofline only read with one step in flight
 # (log step times against the roofline's: correlation 0.95-0.97 so, 0.19-0.67 read with two): its save blocks the step.
 LMCACHE_STEPS_IN_FLIGHT = 1
@@ -70,19 +77,9 @@ _STORED = re.compile(r"LMCache INFO:.*?Stored (\d+) out of total \d+ tokens\. si
 _RETRIEVED = re.compile(r"LMCache INFO:.*?Retrieved (\d+) out of \d+ required tokens.*?cost ([\d.]+) ms")
 
 
-@dataclass(frozen=True)
-class StackCalibration:
-    """One engine stack's constants: the roofline and request overhead (``calibration``, whose ``lmcache_save_*`` are
-    zero: LMCache's work is ``connectors.lmcache``) and the connectors' costs."""
-
-    calibration: Calibration
-    connectors: ConnectorCosts
-
-    def constants(self) -> dict[str, float]:
-        """Every fitted constant by name (the calibration's under theirs, the connectors' prefixed)."""
-        roofline = {name: getattr(self.calibration, name) for name in (*ROOFLINE_BOUNDS, "request_overhead_s")}
-        lmcache = {f"lmcache_{name}": value for name, value in asdict(self.connectors.lmcache).items()}
-        return roofline | lmcache | {"native_load_job_s": self.connectors.native_load_job_s}
+def constants(calibration: Calibration) -> dict[str, float]:
+    """Every constant the fit sets, by name."""
+    return {name: getattr(calibration, name) for name in FITTED}
 
 
 def connector_of(cell: GpuCell) -> str:
@@ -93,25 +90,21 @@ def connector_of(cell: GpuCell) -> str:
 # -- simulating a measured cell -----------------------------------------------------------------------------------
 
 
-def simulated_job_times(cell: GpuCell, stack: StackCalibration | None) -> pd.Series:
-    """The cell's simulated twin (its schedule, pool, batch limits and tier, as a sweep's worker simulates it), each
-    job's censored time by ``job_index``; ``stack`` None: the shipped calibration and engine."""
-    engine = cell_sim_engine(cell.setup, cell.workload)
-    schedule = schedule_for(cell.workload)
-    if stack is None:
-        result = simulate(cell.workload, engine, schedule)
-    else:
-        cost = StepCost(load_model(cell.setup.model), engine.cost.device, stack.calibration, tp=cell.setup.tp)
-        result = simulate_stack(cell.workload, replace(engine, cost=cost), stack.connectors, schedule)
+def simulated_job_times(cell: GpuCell, calibration: Calibration | None) -> pd.Series:
+    """The cell's simulated twin (its schedule, pool, batch limits and tier, as a sweep's worker simulates it) under
+    ``calibration`` (None: the source study's), each job's censored time by ``job_index``."""
+    engine = cell_sim_engine(cell.setup, cell.workload, calibration=calibration)
+    result = simulate(cell.workload, engine, schedule_for(cell.workload))
     jobs = sorted(result.jobs, key=lambda job: job.job_index)
     ends = np.array([np.nan if job.finished_at is None else job.finished_at for job in jobs], dtype=float)
     times = censored_times(np.array([job.arrival_at for job in jobs], dtype=float), ends)
     return pd.Series(times, index=[job.job_index for job in jobs])
 
 
-def log_error(cells: Sequence[GpuCell], stack: StackCalibration) -> float:
+def log_error(cells: Sequence[GpuCell], calibration: Calibration) -> float:
     """Mean squared log error of the censored mean job time over ``cells``."""
-    return float(np.mean([math.log(simulated_job_times(cell, stack).mean() / cell.jct_mean_s) ** 2 for cell in cells]))
+    return float(np.mean([math.log(simulated_job_times(cell, calibration).mean() / cell.jct_mean_s) ** 2
+                          for cell in cells]))  # fmt: skip
 
 
 # -- stage 1: the roofline from the steps ----------------------------------------------------------------------------
@@ -179,8 +172,9 @@ def per_chunk_cost(work: np.ndarray) -> tuple[float, float]:
     return float(fixed), float(per_chunk)
 
 
-def fit_lmcache(cells: Sequence[GpuCell], calibration: Calibration) -> LMCacheStepWork:
-    """LMCache's work in a step from the LMCache cells among ``cells`` (none: no work), beside the fitted roofline."""
+def fit_lmcache(cells: Sequence[GpuCell], calibration: Calibration) -> Calibration:
+    """``calibration`` (its roofline fitted) with LMCache's work in a step from the LMCache cells among ``cells`` (none:
+    no work)."""
     lmcache = [cell for cell in cells if connector_of(cell) == "lmcache"]
     logged = [logged_work(cell.server_log) for cell in lmcache]
     store_s, store_chunk_s = per_chunk_cost(np.concatenate([stores for stores, _ in logged] or [np.empty((0, 2))]))
@@ -195,45 +189,40 @@ def fit_lmcache(cells: Sequence[GpuCell], calibration: Calibration) -> LMCacheSt
         beyond += extra - stores[:, 1].sum() - retrieves[:, 1].sum()
         num_steps += int(prompt.sum())
     prompt_step_s = max(0.0, float(beyond) / num_steps) if num_steps else 0.0
-    return LMCacheStepWork(prompt_step_s, store_s, store_chunk_s, retrieve_s, retrieve_chunk_s)
+    return calibration.with_values(**dict(zip(LMCACHE_CONSTANTS, (prompt_step_s, store_s, store_chunk_s, retrieve_s,
+                                                                  retrieve_chunk_s))))  # fmt: skip
 
 
 # -- stage 3: the latencies on mean job times -------------------------------------------------------------------------
 
 
-def scalar_fit(cells: Sequence[GpuCell], stack_at: Callable[[float], StackCalibration],
+def scalar_fit(cells: Sequence[GpuCell], calibration_at: Callable[[float], Calibration],
                bounds: tuple[float, float]) -> float:  # fmt: skip
-    """The value in ``bounds`` whose stack (``stack_at``) best predicts the cells' mean job times; the lower bound when
-    there are no cells."""
+    """The value in ``bounds`` whose calibration (``calibration_at``) best predicts the cells' mean job times; the lower
+    bound when there are no cells."""
     from scipy.optimize import minimize_scalar
 
     if not cells:
         return bounds[0]
-    found = minimize_scalar(lambda value: log_error(cells, stack_at(value)), bounds=bounds, method="bounded",
+    found = minimize_scalar(lambda value: log_error(cells, calibration_at(value)), bounds=bounds, method="bounded",
                             options={"xatol": SEARCH_TOLERANCE_S})  # fmt: skip
     return float(found.x)
 
 
-def fit_stack(cells: Sequence[GpuCell], start: Calibration | None = None) -> StackCalibration:
-    """Every constant of the stack from ``cells``, stage by stage (the module's docstring)."""
-    start = (start or Calibration.load()).with_values(lmcache_save_step_s=0.0, lmcache_save_chunk_s=0.0)
+def fit_stack(cells: Sequence[GpuCell], start: Calibration | None = None) -> Calibration:
+    """Every constant of the stack from ``cells``, stage by stage (the module's docstring), from ``start`` (default:
+    the source study's) without its connectors' costs: LMCache's work here is ``LMCACHE_CONSTANTS``, not the source
+    study's save stall, which would charge it twice."""
+    unset = dict.fromkeys(("lmcache_save_step_s", "lmcache_save_chunk_s", *LMCACHE_CONSTANTS, "native_load_job_s"), 0.0)
+    start = (start or Calibration.load()).with_values(**unset)
     steps = roofline_steps(cells)
-    calibration = fit_roofline(steps, start) if len(steps) else start
-    stack = StackCalibration(calibration, ConnectorCosts(fit_lmcache(cells, calibration)))
+    calibration = fit_lmcache(cells, fit_roofline(steps, start) if len(steps) else start)
     pure = [cell for cell in cells if connector_of(cell) == "none"]
-    overhead = scalar_fit(pure, lambda value: _with(stack, request_overhead_s=value), REQUEST_OVERHEAD_BOUNDS)
-    stack = _with(stack, request_overhead_s=overhead)
+    overhead = scalar_fit(pure, lambda value: calibration.with_values(request_overhead_s=value), REQUEST_OVERHEAD_BOUNDS)
+    calibration = calibration.with_values(request_overhead_s=overhead)
     native = [cell for cell in cells if connector_of(cell) == "native"]
-    job = scalar_fit(native, lambda value: _with_load_job(stack, value), LOAD_JOB_BOUNDS)
-    return _with_load_job(stack, job)
-
-
-def _with(stack: StackCalibration, **values: float) -> StackCalibration:
-    return replace(stack, calibration=stack.calibration.with_values(**values))
-
-
-def _with_load_job(stack: StackCalibration, load_job_s: float) -> StackCalibration:
-    return replace(stack, connectors=replace(stack.connectors, native_load_job_s=load_job_s))
+    job = scalar_fit(native, lambda value: calibration.with_values(native_load_job_s=value), LOAD_JOB_BOUNDS)
+    return calibration.with_values(native_load_job_s=job)
 
 
 # -- held out, and what the predictions call ------------------------------------------------------------------------
@@ -244,24 +233,38 @@ class Fold:
     """One run left out: the stack fitted on every other run, and the left-out cells' simulated job times by key."""
 
     run: str
-    stack: StackCalibration
+    calibration: Calibration
     job_times: dict[str, pd.Series]
 
 
-def leave_one_run_out(cells: Sequence[GpuCell], fit: Callable[[Sequence[GpuCell]], StackCalibration] = fit_stack,
-                      simulate_cell: Callable[[GpuCell, StackCalibration], pd.Series] = simulated_job_times
+def leave_one_run_out(cells: Sequence[GpuCell], fit: Callable[[Sequence[GpuCell]], Calibration] = fit_stack,
+                      simulate_cell: Callable[[GpuCell, Calibration], pd.Series] = simulated_job_times
                       ) -> list[Fold]:  # fmt: skip
     """For each run (``RunId.run``), ``fit`` on the cells of every other run and simulate the run's own cells."""
     folds = []
     for run in sorted({cell.run.run for cell in cells}):
-        stack = fit([cell for cell in cells if cell.run.run != run])
-        held = {cell.key: simulate_cell(cell, stack) for cell in cells if cell.run.run == run}
-        folds.append(Fold(run, stack, held))
+        calibration = fit([cell for cell in cells if cell.run.run != run])
+        held = {cell.key: simulate_cell(cell, calibration) for cell in cells if cell.run.run == run}
+        folds.append(Fold(run, calibration, held))
     return folds
+
+
+def held_out(folds: Sequence[Fold]) -> dict[str, pd.Series]:
+    """Every cell's job times as the fold that left its run out simulated them, by key."""
+    return {key: times for fold in folds for key, times in fold.job_times.items()}
 
 
 def relative_error(simulated: pd.Series, cell: GpuCell) -> float:
     return float(simulated.mean() / cell.jct_mean_s - 1)
+
+
+def held_out_errors(cells: Sequence[GpuCell], times: dict[str, pd.Series]) -> dict[str, float]:
+    """Per policy, the root mean square of the relative error of mean JCT over its cells (``times``: each cell's
+    simulated job times, by key, from the fold that left its run out): the stack's error band for the policy."""
+    squares: dict[str, list[float]] = {}
+    for cell in cells:
+        squares.setdefault(cell.policy, []).append(relative_error(times[cell.key], cell) ** 2)
+    return {policy: math.sqrt(float(np.mean(values))) for policy, values in sorted(squares.items())}
 
 
 def error_summary(cells: Sequence[GpuCell], times: dict[str, pd.Series]) -> dict[str, dict[str, float]]:
@@ -341,9 +344,10 @@ def _compared(cell: GpuCell, rival: GpuCell) -> Comparison:
 
 @dataclass(frozen=True)
 class Provenance:
-    """What a fit saw: its runs and cells, and the records each stage read."""
+    """What a fit saw: its runs, GPU types and cells, and the records each stage read."""
 
     runs: tuple[str, ...]
+    gpus: tuple[str, ...]
     num_cells: int
     num_roofline_steps: int
     num_lmcache_stores: int
@@ -354,8 +358,9 @@ class Provenance:
     @classmethod
     def of(cls, cells: Sequence[GpuCell]) -> Provenance:
         logged = [logged_work(cell.server_log) for cell in cells if connector_of(cell) == "lmcache"]
-        return cls(runs=tuple(sorted({cell.run.run for cell in cells})), num_cells=len(cells),
-                   num_roofline_steps=len(roofline_steps(cells)), num_lmcache_stores=sum(len(s) for s, _ in logged),
+        return cls(runs=tuple(sorted({cell.run.run for cell in cells})), gpus=tuple(sorted({cell.gpu for cell in cells})),
+                   num_cells=len(cells), num_roofline_steps=len(roofline_steps(cells)),
+                   num_lmcache_stores=sum(len(s) for s, _ in logged),
                    num_lmcache_retrieves=sum(len(r) for _, r in logged),
                    num_overhead_cells=sum(connector_of(cell) == "none" for cell in cells),
                    num_native_cells=sum(connector_of(cell) == "native" for cell in cells))  # fmt: skip
@@ -368,27 +373,38 @@ def at_bounds(calibration: Calibration) -> dict[str, str]:
             for name, (lower, upper) in ROOFLINE_BOUNDS.items() if getattr(calibration, name) in (lower, upper)}
 
 
-def stack_toml(stack: StackCalibration, seen: Provenance, name: str = STACK) -> str:
-    """The stack's constants as TOML, each with where it came from. Its ``[calibration]`` table is what
-    ``Calibration.load`` reads."""
-    calibration, lmcache, bounds = stack.calibration, stack.connectors.lmcache, at_bounds(stack.calibration)
+def _sources(seen: Provenance) -> dict[str, str]:
+    """Where each constant of the stack's file comes from."""
     roofline = f"least squares over {seen.num_roofline_steps:,} busy steps of the cells without a connector"
     sources = {name: roofline if index == 0 else "the same fit" for index, name in enumerate(ROOFLINE_BOUNDS)}
-    sources["request_overhead_s"] = f"mean job times of the {seen.num_overhead_cells} cells without a connector"
-    lines = [f"# The simulator's constants for the engine stack {name}, fitted by `python benchmarks/stack_fit.py` on "
-             f"{seen.num_cells} GPU cells", f"# of the runs {', '.join(seen.runs)} (docs/gpu-runs);",
+    return sources | {
+        "request_overhead_s": f"mean job times of the {seen.num_overhead_cells} cells without a connector",
+        "lmcache_save_step_s": "0: LMCache's work is lmcache_prompt_step_s and its stores and retrieves",
+        "lmcache_save_chunk_s": "0, as above",
+        "lmcache_prompt_step_s": "its traces beyond the roofline and its logged work",
+        "lmcache_store_s": f"its log: {seen.num_lmcache_stores:,} stores, fixed part",
+        "lmcache_store_chunk_s": "per 256-token chunk",
+        "lmcache_retrieve_s": f"its log: {seen.num_lmcache_retrieves:,} retrieves, fixed part",
+        "lmcache_retrieve_chunk_s": "per 256-token chunk",
+        "native_load_job_s": f"mean job times of the {seen.num_native_cells} native-offload cells",
+    }  # fmt: skip
+
+
+def stack_toml(calibration: Calibration, seen: Provenance, errors: dict[str, float], name: str, command: str) -> str:
+    """The stack's file (``stacks.py`` reads it): its provenance (``[stack]``: the runs, GPU types and cells it was
+    fitted on, and ``command``, which wrote it), every constant with where it came from (``[calibration]``, what
+    ``Calibration.load`` reads) and each policy's error on runs left out (``[held_out]``, ``held_out_errors``)."""
+    bounds = at_bounds(calibration)
+    lines = [f"# The simulator's constants for the engine stack {name}, fitted on {seen.num_cells} GPU cells of "
+             f"{len(seen.runs)} runs (docs/gpu-runs)", f"# by `{command}`: never edited by hand.",
              "# orchestrator/sim/stack_fit.py says how each stage fits its constants.", "", "[stack]",
-             f'name = "{name}"', "", "[calibration]"]  # fmt: skip
+             f"name = {json.dumps(name)}", f"command = {json.dumps(command)}", f"runs = {json.dumps(list(seen.runs))}",
+             f"gpus = {json.dumps(list(seen.gpus))}", f"num_cells = {seen.num_cells}",
+             f"num_roofline_steps = {seen.num_roofline_steps}",
+             f"num_lmcache_stores = {seen.num_lmcache_stores}", f"num_lmcache_retrieves = {seen.num_lmcache_retrieves}",
+             "", "[calibration]"]  # fmt: skip
     lines += [f"{key} = {getattr(calibration, key):.6g}  # {source}{bounds.get(key, '')}"
-              for key, source in sources.items()]  # fmt: skip
-    lines += [
-        "lmcache_save_step_s = 0  # LMCache's work is [lmcache] below", "lmcache_save_chunk_s = 0", "", "[lmcache]",
-        f"prompt_step_s = {lmcache.prompt_step_s:.6g}  # its traces beyond the roofline and its logged work",
-        f"store_s = {lmcache.store_s:.6g}  # its log: {seen.num_lmcache_stores:,} stores, fixed part",
-        f"store_chunk_s = {lmcache.store_chunk_s:.6g}  # per 256-token chunk",
-        f"retrieve_s = {lmcache.retrieve_s:.6g}  # its log: {seen.num_lmcache_retrieves:,} retrieves, fixed part",
-        f"retrieve_chunk_s = {lmcache.retrieve_chunk_s:.6g}  # per 256-token chunk", "", "[native_offload]",
-        f"load_job_s = {stack.connectors.native_load_job_s:.6g}  # mean job times of the {seen.num_native_cells} "
-        "native-offload cells",
-    ]  # fmt: skip
+              for key, source in _sources(seen).items()]  # fmt: skip
+    lines += ["", "# Per policy: the RMS relative error of mean JCT, each cell predicted by a fit without its run",
+              "[held_out]", *(f'"{policy}" = {error:.4f}' for policy, error in sorted(errors.items()))]  # fmt: skip
     return "\n".join(lines) + "\n"

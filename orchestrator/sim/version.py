@@ -1,6 +1,7 @@
-"""Which simulator made a prediction: the project's version and a hash of every file the simulator's numbers come
-from (its calibration, the GPUs' measured rates, its own error bands, the GPU catalogue). Two predictions with one
-version came from the same simulator; a refit or recalibration changes it."""
+"""Which simulator made a prediction: the project's version, the engine stack it simulated with (``stacks.py``) and a
+hash of every file the simulator's numbers come from (the stack's calibration, its error bands, the GPUs' measured
+rates, the GPU catalogue). Two predictions with one version came from the same simulator; a refit, a recalibration or
+another stack changes it."""
 
 from __future__ import annotations
 
@@ -8,19 +9,20 @@ import hashlib
 import importlib.metadata
 from pathlib import Path
 
-from orchestrator.sim.error_bands import SIM_ERROR_FILE
-from orchestrator.sim.hardware import CALIBRATION_FILE
 from orchestrator.sim.rates import RATES_FILE
+from orchestrator.sim.stacks import get_stack
 
 GPUS_FILE = Path(__file__).parents[1] / "data" / "gpus.toml"
 
 
-def sim_version() -> str:
+def sim_version(stack: str) -> str:
+    """The version of the simulator with the engine stack ``stack``."""
+    constants, errors = get_stack(stack).files
     digest = hashlib.sha256()
-    for path in (CALIBRATION_FILE, RATES_FILE, SIM_ERROR_FILE, GPUS_FILE):
+    for path in (constants, RATES_FILE, errors, GPUS_FILE):
         digest.update(path.read_bytes())
     try:
         release = importlib.metadata.version("kvsweep")
     except importlib.metadata.PackageNotFoundError:
         release = "unreleased"
-    return f"kvsweep {release}, simulator data {digest.hexdigest()[:12]}"
+    return f"kvsweep {release}, simulator {stack} data {digest.hexdigest()[:12]}"

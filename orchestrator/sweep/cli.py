@@ -35,6 +35,7 @@ from orchestrator.models.served import Weights
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
+from orchestrator.sim.stacks import stack_names
 from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
@@ -82,7 +83,7 @@ VALUE_FLAGS: dict[str, tuple[str, ...]] = {
     "gpu_memory_utilization": ("engine_options", "gpu_memory_utilization"),
     "max_attempts": ("limits", "max_attempts"), "cell_timeout_s": ("limits", "cell_timeout_s"),
     "hang_timeout_s": ("limits", "hang_timeout_s"), "start_stall_s": ("limits", "start_stall_s"),
-    "client_actors": ("limits", "client_actors"),
+    "client_actors": ("limits", "client_actors"), "sim_stack": ("sim_stack",),
 }  # fmt: skip
 # Each field of the spec a flag sets, as pydantic's errors locate it, to the flag (its dest): a bad value is named by
 # the flag the user typed.
@@ -120,6 +121,10 @@ def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, 
         p.prog = Path(sys.argv[0]).name
     p.add_argument("--engine", choices=list(engines), help="; ".join(f"{name}: {meaning}" for name, meaning in
                    engines.items()) + f"; default: {spec.engine.value}")  # fmt: skip
+    p.add_argument("--sim-stack", choices=stack_names(), help="the engine stack whose calibration the simulated cells "
+                   "of GPU types run (and a budget's predictions): source-study, fitted on the source study's runs of "
+                   f"an older vLLM, or one fitted on this project's GPU runs (docs/simulator.md); default: "
+                   f"{spec.sim_stack}")  # fmt: skip
     p.add_argument("--results-dir", type=Path, help=f"default: ${RESULTS_ENV}, else ./results (absolute paths are safest)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI; default: sqlite:///<results-dir>/mlflow.db")
     p.add_argument("--gpus", nargs="+", help=f"GPU types (Ray accelerator types) or cpu; default: {','.join(spec.gpus)}")

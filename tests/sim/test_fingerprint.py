@@ -23,6 +23,7 @@ from orchestrator.records.cell import CellStatus
 from orchestrator.records.scheduler_trace import trace_bytes
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.store import records_frame
+from orchestrator.sim.stacks import SOURCE_STUDY
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.worker import CellWorker
@@ -38,6 +39,7 @@ SPEC = SweepSpec(
     dram_gb=(32,),
     model="meta-llama/Llama-3.1-8B-Instruct",
     workload=WorkloadSpec(jps=1, duration_s=15, request_timeout_s=60, job_timeout_s=120),
+    sim_stack=SOURCE_STUDY,  # the simulator as it was before engine stacks: this stack must give exactly that
 )
 
 

@@ -19,7 +19,6 @@ from orchestrator.records.scheduler_trace_file import trace_frame
 from orchestrator.records.schema import to_row
 from orchestrator.sim import stack_fit
 from orchestrator.sim.cell_engine import cell_sim_engine
-from orchestrator.sim.connector_costs import ConnectorCosts, LMCacheStepWork, simulate_stack
 from orchestrator.sim.gpu_cells import GPU_RUNS_DIR, GpuCell, RunId, read_runs
 from orchestrator.sim.hardware import Calibration, StepCost
 from orchestrator.sim.loop import simulate
@@ -30,19 +29,17 @@ from orchestrator.workload.spec import WorkloadSpec
 MODEL = "llama-3.1-8b-instruct"
 KNOWN = Calibration(compute_efficiency=0.7, hbm_efficiency=0.6, step_overhead_s=0.001, seq_overhead_s=3e-5,
                     request_overhead_s=0.02, lmcache_save_step_s=0.0, lmcache_save_chunk_s=0.0)  # fmt: skip
-LMCACHE_WORK = LMCacheStepWork(prompt_step_s=0.008)
+PROMPT_STEP_S = 0.008
 LOAD_JOB_S = 0.05
 PRESSURE = {"num_kv_blocks": 1500, "max_num_seqs": 128}  # a pool the cells overflow, so that their tier serves
 
 
-def simulated_cell(run: str, gpu: str, policy: str, seed: int, costs: ConnectorCosts, **options) -> GpuCell:
-    """A cell simulated with ``KNOWN`` and ``costs``, recorded as a measured one (its trace one step in flight)."""
+def simulated_cell(run: str, gpu: str, policy: str, seed: int, calibration: Calibration, **options) -> GpuCell:
+    """A cell simulated with ``calibration``, recorded as a measured one (its trace one step in flight)."""
     workload = WorkloadSpec(jps=1.8, duration_s=4, seed=seed)
     setup = engine_setup(EngineOptions(**options), model=MODEL, policy=policy, gpu=gpu, tp=1,
                          dram_gb=32.0 if policy != "fcfs" else 0.0)  # fmt: skip
-    engine = cell_sim_engine(setup, workload)
-    engine = replace(engine, cost=StepCost(load_model(MODEL), engine.cost.device, KNOWN))
-    result = simulate_stack(workload, engine, costs)
+    result = simulate(workload, cell_sim_engine(setup, workload, calibration=calibration))
     return GpuCell(run=RunId(run, 1), name=f"cells/{policy}-{seed}", setup=setup, workload=workload,
                    schedule_fingerprint=schedule_for(workload).fingerprint(),
                    jobs=pd.DataFrame([to_row(job) for job in result.jobs]),
@@ -53,7 +50,7 @@ def simulated_cell(run: str, gpu: str, policy: str, seed: int, costs: ConnectorC
 
 @pytest.fixture(scope="module")
 def known_cells() -> list[GpuCell]:
-    costs = ConnectorCosts(LMCACHE_WORK, native_load_job_s=LOAD_JOB_S)
+    costs = KNOWN.with_values(lmcache_prompt_step_s=PROMPT_STEP_S, native_load_job_s=LOAD_JOB_S)
     return [simulated_cell("run-a", "H100", "fcfs", 1, costs), simulated_cell("run-b", "H200", "fcfs", 2, costs),
             simulated_cell("run-b", "H200", "fcfs", 3, costs, **PRESSURE),
             simulated_cell("run-a", "H100", "lmcache", 4, costs, **PRESSURE),
@@ -68,7 +65,7 @@ def test_the_roofline_comes_back_from_the_steps(known_cells):
 
 
 def test_lmcache_step_work_comes_back_from_its_trace_beyond_the_roofline(known_cells):
-    assert stack_fit.fit_lmcache(known_cells, KNOWN).prompt_step_s == pytest.approx(LMCACHE_WORK.prompt_step_s, rel=0.02)
+    assert stack_fit.fit_lmcache(known_cells, KNOWN).lmcache_prompt_step_s == pytest.approx(PROMPT_STEP_S, rel=0.02)
 
 
 def test_lmcache_store_and_retrieve_costs_come_back_from_its_log():
@@ -85,16 +82,23 @@ def test_lmcache_store_and_retrieve_costs_come_back_from_its_log():
 
 def test_the_latencies_come_back_from_mean_job_times(known_cells):
     fitted = stack_fit.fit_stack(known_cells)
-    assert fitted.calibration.request_overhead_s == pytest.approx(KNOWN.request_overhead_s, abs=0.002)
-    assert fitted.connectors.native_load_job_s == pytest.approx(LOAD_JOB_S, abs=0.01)
+    assert fitted.request_overhead_s == pytest.approx(KNOWN.request_overhead_s, abs=0.002)
+    assert fitted.native_load_job_s == pytest.approx(LOAD_JOB_S, abs=0.01)
 
 
-def test_without_costs_the_stacks_engine_is_the_simulators(known_cells):
-    cell = known_cells[-1]  # native offload: loads beside the steps
-    engine = cell_sim_engine(cell.setup, cell.workload)
-    plain = simulate(cell.workload, engine).jobs
-    stacked = simulate_stack(cell.workload, engine, ConnectorCosts()).jobs
-    assert [job.finished_at for job in stacked] == [job.finished_at for job in plain]
+@pytest.mark.parametrize("policy", ["lmcache", "native-offload"])
+def test_a_connectors_costs_lengthen_its_own_tiers_jobs_and_no_others(known_cells, policy):
+    cell = next(cell for cell in known_cells if cell.policy == policy)
+
+    def finished(calibration: Calibration) -> list:
+        engine = cell_sim_engine(cell.setup, cell.workload, calibration=calibration)
+        return [job.finished_at for job in simulate(cell.workload, engine).jobs]
+
+    plain = finished(KNOWN)
+    lmcache_costs = finished(KNOWN.with_values(lmcache_prompt_step_s=0.01, lmcache_store_s=0.002))
+    native_costs = finished(KNOWN.with_values(native_load_job_s=0.05))
+    assert (lmcache_costs != plain) == (policy == "lmcache")
+    assert (native_costs != plain) == (policy == "native-offload")
 
 
 def test_leaving_a_run_out_fits_on_every_other_run_and_predicts_its_cells(known_cells):
@@ -102,7 +106,7 @@ def test_leaving_a_run_out_fits_on_every_other_run_and_predicts_its_cells(known_
 
     def fit(cells):
         seen.append(sorted({cell.run.run for cell in cells}))
-        return stack_fit.StackCalibration(KNOWN, ConnectorCosts())
+        return KNOWN
 
     folds = stack_fit.leave_one_run_out(known_cells, fit, lambda cell, stack: pd.Series([1.0]))
     assert [fold.run for fold in folds] == ["run-a", "run-b"] and seen == [["run-b"], ["run-a"]]
@@ -129,12 +133,14 @@ def test_a_measured_win_is_missed_by_a_simulated_tie_and_a_measured_tie_called_b
     assert tied.measured_call == "tie" and tied.predicted(times)
 
 
-def test_the_stacks_toml_is_a_calibration_file_with_its_sources(known_cells):
-    stack = stack_fit.StackCalibration(KNOWN.with_values(step_overhead_s=0.0), ConnectorCosts(LMCACHE_WORK, 0.05))
-    text = stack_fit.stack_toml(stack, stack_fit.Provenance.of(known_cells))
+def test_the_stacks_file_is_a_calibration_with_its_sources_provenance_and_bands(known_cells, tmp_path):
+    calibration = KNOWN.with_values(step_overhead_s=0.0, lmcache_prompt_step_s=PROMPT_STEP_S, native_load_job_s=0.05)
+    text = stack_fit.stack_toml(calibration, stack_fit.Provenance.of(known_cells), {"fcfs": 0.04, "lmcache": 0.07},
+                                "vllm-9.9", "kvsweep calibrate --stack vllm-9.9 run-a run-b")  # fmt: skip
+    (tmp_path / "vllm-9.9.toml").write_text(text)
+    assert Calibration.load(tmp_path / "vllm-9.9.toml") == calibration
     document = tomllib.loads(text)
-    assert Calibration(**document["calibration"]) == stack.calibration
-    assert document["lmcache"]["prompt_step_s"] == LMCACHE_WORK.prompt_step_s
-    assert document["native_offload"]["load_job_s"] == 0.05
+    assert document["stack"]["runs"] == ["run-a", "run-b"] and document["stack"]["gpus"] == ["H100", "H200"]
+    assert document["held_out"] == {"fcfs": 0.04, "lmcache": 0.07}
     assert "step_overhead_s = 0  # the same fit (at the lower bound of its range)" in text
     assert np.isclose(document["calibration"]["compute_efficiency"], 0.7)

@@ -12,6 +12,7 @@ from orchestrator.cell_json import read_cell_json
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import read_verdicts
+from orchestrator.sim.stacks import DEFAULT_STACK
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
@@ -48,6 +49,7 @@ def test_every_cell_is_simulated_done_and_tagged_sim_even_for_gpu_types_the_clus
     rows = summary(simulated, "simulated")
     assert len(rows) == 4 and set(rows.status) == {"done"} and set(rows.engine) == {"sim"}
     assert (rows.num_completed == rows.num_jobs).all() and (rows.num_jobs > 0).all()
+    assert set(rows.sim_stack) == {DEFAULT_STACK}  # the engine stack every simulated cell ran, by default the newest
     from mlflow import MlflowClient
 
     client = MlflowClient(default_tracking_uri(simulated))
@@ -56,7 +58,7 @@ def test_every_cell_is_simulated_done_and_tagged_sim_even_for_gpu_types_the_clus
     for row in rows.itertuples():
         run = client.get_run(row.run_id)
         assert run.data.tags["engine"] == "sim" and run.data.tags["status"] == "done"
-        assert run.data.params["engine"] == "sim"
+        assert run.data.params["engine"] == "sim" and run.data.params["sim_stack"] == DEFAULT_STACK
 
 
 def test_a_simulated_cell_has_the_records_trace_and_configuration_of_a_real_one(simulated):

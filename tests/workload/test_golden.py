@@ -9,6 +9,7 @@ with old ones."""
 from __future__ import annotations
 
 from orchestrator.sim.hardware import CpuProfile
+from orchestrator.sim.stacks import SOURCE_STUDY
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.sweep.runtime.profiling import profile_spec
@@ -25,9 +26,12 @@ PROFILE = CpuProfile(peak_flops=15.8e9, memory_bytes_s=17.7e9, step_overhead_s=0
 # Computed on 2026-11-23. The same derivation finds the profiling cells of the pressure benchmark stored the
 # day before (benchmarks/sim_vs_cpu.py), so results already on disk keep their keys. The cpu_tiny keys were computed
 # again on 2026-11-28, when its pool went from 2,400 to 1,200 blocks so that its pressure load is under pressure on
-# any machine (the sweep's cells are new cells: a re-run of cpu_tiny measures them afresh).
+# any machine (the sweep's cells are new cells: a re-run of cpu_tiny measures them afresh). A simulated GPU cell's key
+# names its engine stack unless it is the source study's, whose cells keep the keys they had before stacks; the
+# default stack became vllm-0.26 on 2026-11-28, so a simulated sweep's cells on it are new cells (other numbers).
 PINNED_KEYS = {
-    "simulated H200 cell of large_dram": "590bec1fe52c1c87",
+    "simulated H200 cell of large_dram": "87283a433613a5ed",
+    "simulated H200 cell of large_dram, source-study stack": "590bec1fe52c1c87",
     "CPU-engine cell of cpu_tiny": "1a6f07a7274b5453",
     "CPU profiling cell of cpu_tiny": "dab2984dd4e8ae85",
     "simulated CPU cell from a profile": "c60bacaa5da64e94",
@@ -39,6 +43,8 @@ def first_cells() -> dict[str, str]:
     simulated_cpu = CPU_TINY.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": PROFILE})
     return {
         "simulated H200 cell of large_dram": expand(LARGE_DRAM.model_copy(update={"engine": EngineKind.SIM}))[0].key,
+        "simulated H200 cell of large_dram, source-study stack": expand(LARGE_DRAM.model_copy(
+            update={"engine": EngineKind.SIM, "sim_stack": SOURCE_STUDY}))[0].key,
         "CPU-engine cell of cpu_tiny": expand(CPU_TINY)[0].key,
         "CPU profiling cell of cpu_tiny": expand(profile_spec(CPU_TINY))[0].key,
         "simulated CPU cell from a profile": expand(simulated_cpu)[0].key,

@@ -20,6 +20,7 @@ from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.hardware import CpuProfile
+from orchestrator.sim.stacks import SOURCE_STUDY
 from orchestrator.sweep.cluster.inventory import SIM
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
@@ -45,6 +46,7 @@ class CellSpec(BaseModel):
     workload: WorkloadSpec  # carries the cell's jps and seed
     engine_options: EngineOptions
     cpu_profile: CpuProfile | None = None  # a simulated cell of the cpu device: the engine it simulates
+    sim_stack: str | None = None  # a simulated cell of a GPU type: the engine stack it simulates (``sim.stacks``)
     weights: Weights = Weights.REAL
     replicas: int = Field(1, ge=1)
     router: RouterKind | None = None  # in front of the replicas; None: one replica, talked to directly
@@ -73,6 +75,8 @@ class CellSpec(BaseModel):
             exclude["workload"]["max_context"] = True
         if self.cpu_profile is None:
             exclude["cpu_profile"] = True
+        if self.sim_stack in (None, SOURCE_STUDY):  # the simulator before stacks was the source study's
+            exclude["sim_stack"] = True
         if self.weights is Weights.REAL:
             exclude["weights"] = True
         if self.router is None:  # one replica, talked to directly
@@ -136,7 +140,7 @@ class CellSpec(BaseModel):
             duration_s=workload.arrival_window_s, tool_time_s=workload.mean_shape().tool_time_s,
             workload_source=workload.source, load_multiplier=workload.load_multiplier(),
             max_context=workload.max_context, replicas=self.replicas, router=self.router.value if self.router else None,
-            tp=self.tp,
+            tp=self.tp, sim_stack=self.sim_stack,
         )  # fmt: skip
 
     @property
@@ -177,6 +181,8 @@ class CellSpec(BaseModel):
         }
         if self.router is not None:
             flat |= {"replicas": str(self.replicas), "router": self.router.value}
+        if self.sim_stack is not None:
+            flat["sim_stack"] = self.sim_stack
         flat["tp"] = str(self.tp)
         for prefix, section in (("workload", self.workload), ("engine_options", self.engine_options)):
             for name, value in section.model_dump(mode="json").items():
@@ -210,6 +216,7 @@ def expand(spec: SweepSpec, has_gpu: Callable[[str], bool] | None = None) -> lis
                     workload=spec.workload.model_copy(update={"jps": jps, "seed": seed}),
                     engine_options=spec.engine_options,
                     cpu_profile=spec.cpu_profile if engine is EngineKind.SIM and gpu == CPU else None,
+                    sim_stack=spec.sim_stack if engine is EngineKind.SIM and gpu != CPU else None,
                     weights=spec.weights,
                     replicas=replicas,
                     router=router,

@@ -20,6 +20,7 @@ from orchestrator.models.tiny import TINY_MODEL
 from orchestrator.policies import POLICIES
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.hardware import CpuProfile, check_simulable
+from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
 from orchestrator.sizing.models import load_model
 from orchestrator.sizing.parallel import TP_DEGREES, default_tp, holding_degrees, tp_problem
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
@@ -85,6 +86,8 @@ class SweepSpec(BaseModel):
     cpu_profile: CpuProfile | None = Field(
         None, description="the CPU engine as the simulator sees it, measured on the machine that runs it "
         "(sim/profile.py); simulated cells of the cpu device need one")  # fmt: skip
+    sim_stack: str = Field(DEFAULT_STACK, description="the engine stack whose calibration simulated GPU cells run "
+                           "(sim/stacks.py): source-study, or one fitted on this project's GPU runs")  # fmt: skip
     replicas: tuple[int, ...] = Field((1,), min_length=1, description="replicas per cell, behind a router past one")
     routers: tuple[RouterKind, ...] = Field((RouterKind.LEAST_LOADED,), min_length=1,
                                             description="the routers of cells with several replicas")  # fmt: skip
@@ -108,6 +111,12 @@ class SweepSpec(BaseModel):
             if policy not in POLICIES:
                 raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
         return _unique(policies)
+
+    @field_validator("sim_stack")
+    @classmethod
+    def _known_stack(cls, name: str) -> str:
+        get_stack(name)
+        return name
 
     @field_validator("jps")
     @classmethod

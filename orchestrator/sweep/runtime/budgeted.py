@@ -33,8 +33,8 @@ from orchestrator.records.names import read_summary
 from orchestrator.records.prediction import Prediction, predictions_frame, read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import Verdict
-from orchestrator.sim.error_bands import load_errors
 from orchestrator.sim.hardware import CpuProfile
+from orchestrator.sim.stacks import get_stack
 from orchestrator.sim.version import sim_version
 from orchestrator.sweep.cluster.connect import connect_ray
 from orchestrator.sweep.cluster.inventory import Inventory
@@ -71,14 +71,15 @@ def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:
             return code
         summary = read_summary(files.summary)
         earlier = {} if options.rerun else read_predictions(files.predictions)
-        predictions = _predictions(real, summary, profile, earlier)
-        verdicts = _predicted_verdicts(summary, files)
+        predictions = _predictions(real, summary, profile, spec.sim_stack, earlier)
+        verdicts = _predicted_verdicts(summary, files, spec.sim_stack)
         atomic_write_csv(predictions_frame(list(predictions.values()), {c.key: _described(c) for c in real}),
                          files.predictions)  # fmt: skip
         if not options.dry_run:
             open_tracker(spec, options).log_parent_file(files.predictions, "predictions")
     done = frozenset() if options.rerun else _measured_keys(files)  # --rerun measures every cell again
-    ranked = rank_cells(real, verdicts, load_errors(), {cell.key: preflight(cell).regime for cell in real})
+    ranked = rank_cells(real, verdicts, get_stack(spec.sim_stack).errors(),
+                        {cell.key: preflight(cell).regime for cell in real})  # fmt: skip
     costs = _costs_so_far(files)
     still = Spending(options.gpu_budget, costs, predictions, clock=lambda: 0.0)  # a plan runs nothing
     planned = plan_cells(ranked, still, _slots(plan.inventory, real), done)
@@ -111,25 +112,26 @@ def _cpu_profile(spec: SweepSpec, options: SweepOptions, quiet: SweepOptions) ->
     return profile
 
 
-def twin_of(cell: CellSpec, profile: CpuProfile | None) -> CellSpec:
-    """The cell the simulator runs to predict ``cell``: the same cell on the simulated engine (a simulated cell is its
-    own twin)."""
+def twin_of(cell: CellSpec, profile: CpuProfile | None, stack: str) -> CellSpec:
+    """The cell the simulator runs to predict ``cell``: the same cell on the simulated engine, the CPU engine's as
+    ``profile`` measured it and a GPU type's with the engine stack ``stack`` (a simulated cell is its own twin)."""
     if cell.engine is EngineKind.SIM:
         return cell
-    return cell.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile if cell.gpu == CPU else None})
+    return cell.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile if cell.gpu == CPU else None,
+                                   "sim_stack": None if cell.gpu == CPU else stack})
 
 
-def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfile | None,
+def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfile | None, stack: str,
                  earlier: dict[str, Prediction]) -> dict[str, Prediction]:  # fmt: skip
-    """Each real cell's prediction from its twin's done row, made when that twin ended; one an earlier run made from
-    the same twin is kept as it was (with the simulator's version of then; one from a file that did not say when it
-    was made takes its twin's end, which is no earlier)."""
+    """Each real cell's prediction from its twin's done row (``twin_of``), made when that twin ended; one an earlier run
+    made from the same twin is kept as it was (with the simulator's version of then; one from a file that did not say
+    when it was made takes its twin's end, which is no earlier)."""
     rows = summary[(summary.engine == EngineKind.SIM.value) & (summary.status == CellStatus.DONE.value)]
     by_key = rows.set_index("cell_key")
-    errors, version = load_errors(), sim_version()
+    errors, version = get_stack(stack).errors(), sim_version(stack)
     predictions = {}
     for cell in real:
-        twin = twin_of(cell, profile).key
+        twin = twin_of(cell, profile, stack).key
         if twin not in by_key.index:
             continue
         row = by_key.loc[twin]
@@ -146,13 +148,14 @@ def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfil
     return predictions
 
 
-def _predicted_verdicts(summary: pd.DataFrame, files: SweepFiles) -> list[Verdict]:
-    """The verdicts of the simulated cells, with the simulator's bands (as the report computes them)."""
+def _predicted_verdicts(summary: pd.DataFrame, files: SweepFiles, stack: str) -> list[Verdict]:
+    """The verdicts of the simulated cells, with the bands of their engine stack ``stack`` (as the report computes
+    them)."""
     from analysis.load import cell_records
     from analysis.verdicts import verdicts
 
     simulated = summary[summary.engine == EngineKind.SIM.value]
-    found, _ = verdicts(simulated, cell_records(files), load_errors())
+    found, _ = verdicts(simulated, cell_records(files), get_stack(stack).errors())
     return found
 
 

@@ -43,6 +43,7 @@ from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
 from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.sim.cell_engine import cell_sim_engine
+from orchestrator.sim.stacks import stack_calibration
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
@@ -262,7 +263,8 @@ class CellWorker:
     def _simulate(self, cell: CellSpec, schedule: Schedule, started: float) -> CellOutcome:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
         self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, 0)
-        engine = cell_sim_engine(cell.engine_setup, cell.workload, cell.cpu_profile)
+        engine = cell_sim_engine(cell.engine_setup, cell.workload, cell.cpu_profile,
+                                 calibration=stack_calibration(cell.sim_stack))  # fmt: skip
         result = simulate(cell.workload, engine, schedule, Replicas(cell.replicas, cell.router, seed=cell.seed))
         scheduler = engine.scheduler
         counts = asdict(result.stats).items()
