@@ -67,6 +67,7 @@ class Calibration:
     lmcache_retrieve_s: float = 0.0  # per retrieve (a request's prefix before its first step)
     lmcache_retrieve_chunk_s: float = 0.0  # per 256-token chunk retrieved
     native_load_job_s: float = 0.0  # native offload: each load's fixed time on its transfer queue (``NativeOffload``)
+    simple_store_s: float = 0.0  # simple offload: what each request's store makes its step wait (``SimpleOffload``)
 
     @classmethod
     def load(cls, path: Path = CALIBRATION_FILE) -> Calibration:

@@ -15,7 +15,8 @@ Each constant is fitted on the record that shows it, in three stages, so that no
 3. What no step shows, on mean job times (the squared log error of the censored mean, the cells weighing alike): the
    API server's time per request (``request_overhead_s``) on the cells without a connector, then native offload's
    time per load on its transfer queue (``native_load_job_s``, ``NativeOffload.load_s``) on the native-offload cells,
-   each a bounded scalar search.
+   then simple offload's wait per store (``simple_store_s``, ``SimpleOffload.step_work_s``) on its cells, each a
+   bounded scalar search.
 
 Every cell is simulated as a sweep's worker simulates it (``cell_engine.cell_sim_engine``, ``loop.simulate``), with
 the calibration under test.
@@ -65,10 +66,11 @@ ROOFLINE_BOUNDS: dict[str, tuple[float, float]] = {
 }
 REQUEST_OVERHEAD_BOUNDS = (0.0, 0.05)
 LOAD_JOB_BOUNDS = (0.0, 0.2)
+STORE_BOUNDS = (0.0, 0.05)
 # The connectors' constants this fit sets (``hardware.Calibration``); the source study's save stall is not one of them.
 LMCACHE_CONSTANTS = ("lmcache_prompt_step_s", "lmcache_store_s", "lmcache_store_chunk_s", "lmcache_retrieve_s",
                      "lmcache_retrieve_chunk_s")  # fmt: skip
-FITTED = (*ROOFLINE_BOUNDS, "request_overhead_s", *LMCACHE_CONSTANTS, "native_load_job_s")
+FITTED = (*ROOFLINE_BOUNDS, "request_overhead_s", *LMCACHE_CONSTANTS, "native_load_job_s", "simple_store_s")
 # LMCache's cells ran an asynchronous scheduler, but their steps fit the roofline only read with one step in flight
 # (log step times against the roofline's: correlation 0.95-0.97 so, 0.19-0.67 read with two): its save blocks the step.
 LMCACHE_STEPS_IN_FLIGHT = 1
@@ -213,7 +215,8 @@ def fit_stack(cells: Sequence[GpuCell], start: Calibration | None = None) -> Cal
     """Every constant of the stack from ``cells``, stage by stage (the module's docstring), from ``start`` (default:
     the source study's) without its connectors' costs: LMCache's work here is ``LMCACHE_CONSTANTS``, not the source
     study's save stall, which would charge it twice."""
-    unset = dict.fromkeys(("lmcache_save_step_s", "lmcache_save_chunk_s", *LMCACHE_CONSTANTS, "native_load_job_s"), 0.0)
+    unset = dict.fromkeys(("lmcache_save_step_s", "lmcache_save_chunk_s", *LMCACHE_CONSTANTS, "native_load_job_s",
+                           "simple_store_s"), 0.0)  # fmt: skip
     start = (start or Calibration.load()).with_values(**unset)
     steps = roofline_steps(cells)
     calibration = fit_lmcache(cells, fit_roofline(steps, start) if len(steps) else start)
@@ -222,7 +225,10 @@ def fit_stack(cells: Sequence[GpuCell], start: Calibration | None = None) -> Cal
     calibration = calibration.with_values(request_overhead_s=overhead)
     native = [cell for cell in cells if connector_of(cell) == "native"]
     job = scalar_fit(native, lambda value: calibration.with_values(native_load_job_s=value), LOAD_JOB_BOUNDS)
-    return calibration.with_values(native_load_job_s=job)
+    calibration = calibration.with_values(native_load_job_s=job)
+    simple = [cell for cell in cells if connector_of(cell) == "simple"]
+    store = scalar_fit(simple, lambda value: calibration.with_values(simple_store_s=value), STORE_BOUNDS)
+    return calibration.with_values(simple_store_s=store)
 
 
 # -- held out, and what the predictions call ------------------------------------------------------------------------
@@ -354,6 +360,7 @@ class Provenance:
     num_lmcache_retrieves: int
     num_overhead_cells: int
     num_native_cells: int
+    num_simple_cells: int
 
     @classmethod
     def of(cls, cells: Sequence[GpuCell]) -> Provenance:
@@ -363,7 +370,8 @@ class Provenance:
                    num_lmcache_stores=sum(len(s) for s, _ in logged),
                    num_lmcache_retrieves=sum(len(r) for _, r in logged),
                    num_overhead_cells=sum(connector_of(cell) == "none" for cell in cells),
-                   num_native_cells=sum(connector_of(cell) == "native" for cell in cells))  # fmt: skip
+                   num_native_cells=sum(connector_of(cell) == "native" for cell in cells),
+                   num_simple_cells=sum(connector_of(cell) == "simple" for cell in cells))  # fmt: skip
 
 
 def at_bounds(calibration: Calibration) -> dict[str, str]:
@@ -387,6 +395,7 @@ def _sources(seen: Provenance) -> dict[str, str]:
         "lmcache_retrieve_s": f"its log: {seen.num_lmcache_retrieves:,} retrieves, fixed part",
         "lmcache_retrieve_chunk_s": "per 256-token chunk",
         "native_load_job_s": f"mean job times of the {seen.num_native_cells} native-offload cells",
+        "simple_store_s": f"mean job times of the {seen.num_simple_cells} simple-offload cells",
     }  # fmt: skip
 
 

@@ -31,6 +31,7 @@ KNOWN = Calibration(compute_efficiency=0.7, hbm_efficiency=0.6, step_overhead_s=
                     request_overhead_s=0.02, lmcache_save_step_s=0.0, lmcache_save_chunk_s=0.0)  # fmt: skip
 PROMPT_STEP_S = 0.008
 LOAD_JOB_S = 0.05
+STORE_S = 0.004
 PRESSURE = {"num_kv_blocks": 1500, "max_num_seqs": 128}  # a pool the cells overflow, so that their tier serves
 
 
@@ -50,11 +51,12 @@ def simulated_cell(run: str, gpu: str, policy: str, seed: int, calibration: Cali
 
 @pytest.fixture(scope="module")
 def known_cells() -> list[GpuCell]:
-    costs = KNOWN.with_values(lmcache_prompt_step_s=PROMPT_STEP_S, native_load_job_s=LOAD_JOB_S)
+    costs = KNOWN.with_values(lmcache_prompt_step_s=PROMPT_STEP_S, native_load_job_s=LOAD_JOB_S, simple_store_s=STORE_S)
     return [simulated_cell("run-a", "H100", "fcfs", 1, costs), simulated_cell("run-b", "H200", "fcfs", 2, costs),
             simulated_cell("run-b", "H200", "fcfs", 3, costs, **PRESSURE),
             simulated_cell("run-a", "H100", "lmcache", 4, costs, **PRESSURE),
-            simulated_cell("run-a", "H100", "native-offload", 5, costs, **PRESSURE)]  # fmt: skip
+            simulated_cell("run-a", "H100", "native-offload", 5, costs, **PRESSURE),
+            simulated_cell("run-b", "H200", "simple-offload", 6, costs)]  # fmt: skip
 
 
 def test_the_roofline_comes_back_from_the_steps(known_cells):
@@ -84,9 +86,10 @@ def test_the_latencies_come_back_from_mean_job_times(known_cells):
     fitted = stack_fit.fit_stack(known_cells)
     assert fitted.request_overhead_s == pytest.approx(KNOWN.request_overhead_s, abs=0.002)
     assert fitted.native_load_job_s == pytest.approx(LOAD_JOB_S, abs=0.01)
+    assert fitted.simple_store_s == pytest.approx(STORE_S, abs=0.001)
 
 
-@pytest.mark.parametrize("policy", ["lmcache", "native-offload"])
+@pytest.mark.parametrize("policy", ["lmcache", "native-offload", "simple-offload"])
 def test_a_connectors_costs_lengthen_its_own_tiers_jobs_and_no_others(known_cells, policy):
     cell = next(cell for cell in known_cells if cell.policy == policy)
 
@@ -97,8 +100,10 @@ def test_a_connectors_costs_lengthen_its_own_tiers_jobs_and_no_others(known_cell
     plain = finished(KNOWN)
     lmcache_costs = finished(KNOWN.with_values(lmcache_prompt_step_s=0.01, lmcache_store_s=0.002))
     native_costs = finished(KNOWN.with_values(native_load_job_s=0.05))
+    simple_costs = finished(KNOWN.with_values(simple_store_s=0.01))
     assert (lmcache_costs != plain) == (policy == "lmcache")
-    assert (native_costs != plain) == (policy == "native-offload")
+    assert (native_costs != plain) == (policy == "native-offload")  # the simple cell here loads nothing
+    assert (simple_costs != plain) == (policy == "simple-offload")
 
 
 def test_leaving_a_run_out_fits_on_every_other_run_and_predicts_its_cells(known_cells):
