@@ -20,6 +20,10 @@ Stages, in order, each timed:
    SLO (``--slo``; ``records.slo``) as measured and as the simulator predicts it: a capacity search's answer
    (``sweeps/capacity.py``, run where the predictions are made) measured at itself and above.
 
+With ``--predict-only FILE`` nothing runs: every GPU cell of those stages is simulated with an engine stack
+(``--sim-stack``) and written to FILE, to commit before the run; the run given ``--predictions FILE`` ends with each
+measured cell beside its prediction and band (``evidence.held_out``).
+
 A stage starts only when its estimate fits in the budget left (``evidence.budget``), else it is skipped with the
 reason. After every stage the evidence is packed into ``--out`` as three files (``evidence.pack``), so a run cut
 at its limit still returns every stage that finished; SIGTERM ends the stage in flight as cut and packs. On
@@ -30,6 +34,7 @@ says so. Bad input fails before anything starts, with one line naming the value.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -38,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -49,6 +54,14 @@ from orchestrator.capacity.plan import lowest_judgeable_jps
 from orchestrator.checks import Check, checked_cell, format_table, node_checks, stack_check
 from orchestrator.cli_help import command_parser
 from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
+from orchestrator.evidence.held_out import (
+    Prediction,
+    check_predicts,
+    held_out_stage,
+    predictions_document,
+    predictions_markdown,
+    read_predictions,
+)
 from orchestrator.evidence.pack import PACKED_FILES, EvidenceHeader, StageResult, pack, stage_table, without_cell_lines
 from orchestrator.evidence.pressure import (
     BASELINE,
@@ -80,6 +93,7 @@ from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_j
 from orchestrator.sim.gpu_profile import measure_profile, step_error, trace_steps
 from orchestrator.sim.hardware import Calibration, Device
 from orchestrator.sim.profile import CPU_STEP_BOUNDS, fit_step_costs
+from orchestrator.sim.stacks import DEFAULT_STACK, stack_names
 from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
@@ -136,6 +150,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pressure-window-s", type=float, help=f"the pressure cells' arrival window; default: "
                    f"{PRESSURE_WINDOW_S:g} on a GPU (the load and pool are the sizing's), the cells stage's on cpu "
                    "(and its load, pool and tier, so that its replica serves both)")  # fmt: skip
+    p.add_argument("--sim-stack", default=DEFAULT_STACK, choices=stack_names(), help="the engine stack the simulator "
+                   f"predicts each cell with (sim/stacks.py); default: {DEFAULT_STACK}")  # fmt: skip
+    predicted = p.add_mutually_exclusive_group()
+    predicted.add_argument("--predict-only", type=Path, metavar="FILE", help="run nothing: simulate every GPU cell the "
+                           "same command runs and write the predictions to FILE (JSON, a Markdown page beside it), to "
+                           "commit before the run")  # fmt: skip
+    predicted.add_argument("--predictions", type=Path, metavar="FILE", help="the file --predict-only wrote for this "
+                           "command: the run ends with each measured cell beside its prediction")  # fmt: skip
     return p
 
 
@@ -151,6 +173,21 @@ class Plan:
     pressure: tuple[PolicyCell, ...] = ()
     capacity: tuple[CellSpec, ...] = ()
     slo: Slo | None = None
+    sim_stack: str = DEFAULT_STACK  # what the simulator predicts each cell with
+
+    def gpu_cells(self) -> list[tuple[str, CellSpec]]:
+        """Every cell the run measures on a GPU type, named by its folder in the evidence (``<stage>/<cell>``)."""
+        staged = [*(("cells", entry.cell) for entry in self.cells if "cells" in self.stages),
+                  *(("source-study", cell) for cell in self.source_study if "source-study" in self.stages),
+                  *(("pressure", entry.cell) for entry in self.pressure),
+                  *(("capacity", cell) for cell in self.capacity)]  # fmt: skip
+        return [(cell_folder(stage, cell), cell) for stage, cell in staged if cell is not None and cell.gpu in GPU_TYPES]
+
+
+def cell_folder(stage: str, cell: CellSpec) -> str:
+    """A cell's folder in the evidence, ``<stage>/<cell>``: by policy in the stages that run a policy once, by policy
+    and load in those that may run it at several."""
+    return f"{stage}/{cell.policy}" if stage in ("cells", "pressure") else f"{stage}/{cell.policy}-{cell.jps:g}jps"
 
 
 @dataclass(frozen=True)
@@ -218,7 +255,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
             _check_judgeable(loads, point.window_s, slo, args.capacity_cells)
             capacity = tuple(cell.model_copy(update={"workload": cell.workload.model_copy(update={"jps": jps})})
                              for policy, jps in loads for cell in pressure_cells(point, [policy], model, Weights(weights), scale))  # fmt: skip
-    return Plan(args.gpu, stages, tuple(cells), source, point, pressure, capacity, slo)
+    return Plan(args.gpu, stages, tuple(cells), source, point, pressure, capacity, slo, args.sim_stack)
 
 
 def _check_judgeable(loads: list[tuple[str, float]], window_s: float, slo: Slo, text: str) -> None:
@@ -269,8 +306,11 @@ def _names(text: str, valid: tuple[str, ...], flag: str) -> tuple[str, ...]:
 class EvidenceRun:
     """The stages of one run, each timed and recorded, the evidence packed after each."""
 
-    def __init__(self, plan: Plan, budget: Budget, work: Path, out: Path, command: str):
+    def __init__(self, plan: Plan, budget: Budget, work: Path, out: Path, command: str,
+                 predictions: Sequence[Prediction] = ()):  # fmt: skip
         self.plan, self.budget, self.work, self.out = plan, budget, work, out
+        self.predictions = predictions
+        self.measured_jct_s: dict[str, float | None] = {}  # by the cell's folder in the evidence, for the predictions
         self.stages: list[StageResult] = []
         self.worker = CellWorker()
         self.on_gpu = plan.target != CPU
@@ -283,6 +323,8 @@ class EvidenceRun:
         try:
             for name in self.plan.stages:
                 getattr(self, "_" + name.replace("-", "_"))()
+            if self.predictions:
+                self._record(held_out_stage(self.predictions, self.measured_jct_s))
         finally:
             self.worker.shutdown()
         return self.stages
@@ -345,7 +387,7 @@ class EvidenceRun:
                                  {"server_command": entry.gpu_command}))  # fmt: skip
 
     def _policy_cell(self, cell: CellSpec) -> StageResult:
-        return self._checked_stage(f"cell {cell.policy}", cell, self.work / "cells" / cell.policy)[0]
+        return self._checked_stage(f"cell {cell.policy}", cell, self.work / cell_folder("cells", cell))[0]
 
     def _checked_stage(self, name: str, cell: CellSpec, directory: Path) -> tuple[StageResult, CellOutcome]:
         """``cell`` run with its evidence (``checks.checked_cell``), its files in ``directory``, its server's start
@@ -392,6 +434,7 @@ class EvidenceRun:
         summary = (summarize(outcome.requests, outcome.jobs, outcome.scheduler_trace, slo, outcome.config.cell.jps)
                    if outcome.status.is_done else None)  # fmt: skip
         write_attempt_files(CellFiles(directory), outcome, summary, row=None)
+        self.measured_jct_s[f"{directory.parent.name}/{directory.name}"] = summary.jct_mean_s if summary else None
         (directory / "replica.log").write_text(without_cell_lines(self.worker.replica_log(), outcome.server_log))
         return summary
 
@@ -455,7 +498,7 @@ class EvidenceRun:
         return outcome, self._save_cell(directory, outcome, slo)
 
     def _source_cell(self, cell: CellSpec, name: str) -> StageResult:
-        outcome, summary = self._measured(cell, self.work / "source-study" / f"{cell.policy}-{cell.jps:g}jps")
+        outcome, summary = self._measured(cell, self.work / cell_folder("source-study", cell))
         if summary is None or summary.jct_mean_s is None:
             return StageResult(name, "failed", 0.0, _why_not_done(outcome))
         published = _published_jct(cell)
@@ -496,7 +539,7 @@ class EvidenceRun:
 
     def _capacity_cell(self, cell: CellSpec, name: str) -> StageResult:
         slo = self.plan.slo
-        outcome, measured = self._measured(cell, self.work / "capacity" / f"{cell.policy}-{cell.jps:g}jps", slo)
+        outcome, measured = self._measured(cell, self.work / cell_folder("capacity", cell), slo)
         if measured is None:
             return StageResult(name, "failed", 0.0, _why_not_done(outcome))
         twin = self._twin(cell)
@@ -509,16 +552,16 @@ class EvidenceRun:
 
     def _twin(self, cell: CellSpec) -> CellOutcome | None:
         """``cell`` in the simulator (None where it has no roofline: cpu)."""
-        return self.worker.run(simulated(cell), RunLimits()) if cell.gpu in GPU_TYPES else None
+        return self.worker.run(simulated(cell, self.plan.sim_stack), RunLimits()) if cell.gpu in GPU_TYPES else None
 
     def _predicted(self, cell: CellSpec) -> CellFacts | None:
         """The simulator's prediction of ``cell`` (None where it has no roofline: cpu)."""
         twin = self._twin(cell)
-        return cell_facts(simulated(cell), twin) if twin else None
+        return cell_facts(simulated(cell, self.plan.sim_stack), twin) if twin else None
 
     def _pressure_cell(self, cell: CellSpec, prediction: CellFacts | None,
                        measured: dict[str, tuple[CellFacts, CellOutcome]]) -> StageResult:  # fmt: skip
-        result, outcome = self._checked_stage(f"pressure {cell.policy}", cell, self.work / "pressure" / cell.policy)
+        result, outcome = self._checked_stage(f"pressure {cell.policy}", cell, self.work / cell_folder("pressure", cell))
         regime = preflight(cell).regime
         pressure_cell = regime is Regime.OFFLOAD_WINDOW  # only the offload window's cells are called pressure cells
         called = ("a pressure cell" if pressure_cell else
@@ -680,13 +723,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ValidationError) as error:
         print(f"error: {one_line(error) if isinstance(error, ValidationError) else error}", file=sys.stderr)
         return 2
+    command = shlex.join(["python", "-m", "orchestrator.gpu_evidence", *(argv if argv is not None else sys.argv[1:])])
+    if args.predict_only is not None:
+        return _predict_only(plan, args.predict_only, command)
+    try:
+        predictions = read_predictions(args.predictions) if args.predictions else []
+        if args.predictions:
+            check_predicts(predictions, plan.gpu_cells(), args.predictions)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="kvsweep-evidence-"))
     work.mkdir(parents=True, exist_ok=True)
     budget = Budget(args.budget_s, plan.target, args.first_start_s)
-    command = shlex.join(["python", "-m", "orchestrator.gpu_evidence", *(argv if argv is not None else sys.argv[1:])])
     print(f"evidence for {plan.target} in at most {args.budget_s:.0f} s: stages {', '.join(plan.stages)}; "
           f"files in {work}, packed into {args.out}", flush=True)  # fmt: skip
-    run = EvidenceRun(plan, budget, work, args.out, command)
+    run = EvidenceRun(plan, budget, work, args.out, command, predictions)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         stages = run.run()
@@ -696,6 +748,27 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + stage_table(stages), flush=True)
     print(f"evidence packed in {args.out}: {', '.join(PACKED_FILES)}", flush=True)
     return 1 if any(stage.status in ("failed", "cut") for stage in stages) else 0
+
+
+def _predict_only(plan: Plan, path: Path, command: str) -> int:
+    """Every GPU cell of ``plan`` simulated, written to ``path`` with its page beside it; nothing runs."""
+    named = plan.gpu_cells()
+    if not named:
+        print(f"error: --predict-only: this command runs no cell on a GPU type the simulator knows ({plan.target}); "
+              f"valid: --gpu {', '.join(GPU_TYPES)}", file=sys.stderr)  # fmt: skip
+        return 2
+    print(f"predicting {len(named)} cells with the {plan.sim_stack} stack", flush=True)
+    worker = CellWorker(node_id="predictions")
+    twins = [(name, cell, simulated(cell, plan.sim_stack)) for name, cell in named]
+    document = predictions_document([(name, cell, cell_facts(twin, worker.run(twin, RunLimits())))
+                                     for name, cell, twin in twins], plan.sim_stack, command)  # fmt: skip
+    worker.shutdown()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page = predictions_markdown(document)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    path.with_suffix(".md").write_text(page)
+    print(page + f"\nwritten: {path} and {path.with_suffix('.md')}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
