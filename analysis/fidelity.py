@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.verdicts import censored_job_times
+from orchestrator.analysis.verdicts import censored_job_times
 from orchestrator.records.intervals import interval
 from orchestrator.records.scheduler_trace import Admit, Finish, Step, TraceEvent
 

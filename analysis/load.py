@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.verdicts import CellRecords, censored_job_times, replica_shapes, routed_arms
+from orchestrator.analysis.verdicts import CellRecords, censored_job_times, replica_shapes, routed_arms
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.gpus import CPU

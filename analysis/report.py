@@ -1,6 +1,6 @@
 """One self-contained HTML report of a sweep (figures embedded), with a CSV per table.
 
-    python -m analysis.report DIR/<sweep> [--compare DIR/<other sweep>] [--out DIR]
+    python -m orchestrator.analysis.report DIR/<sweep> [--compare DIR/<other sweep>] [--out DIR]
 
 Writes ``report.html``, a page per detailed cell under ``cells/`` (linked from it) and ``tables/*.csv`` under
 ``--out`` (default ``DIR/<sweep>/report``), saying on stderr what it is building as it goes. Every table says
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import capacity, plots, predicted, tables
-from analysis.load import SweepData, cell_records, load_sweep, sim_errors, sweep_files
-from analysis.timeline import NUM_BINS, step_bins
-from analysis.verdicts import flips, verdicts
+from orchestrator.analysis import capacity, plots, predicted, tables
+from orchestrator.analysis.load import SweepData, cell_records, load_sweep, sim_errors, sweep_files
+from orchestrator.analysis.timeline import NUM_BINS, step_bins
+from orchestrator.analysis.verdicts import flips, verdicts
 from orchestrator.cell_json import read_cell_json
 from orchestrator.cli_help import command_parser
 from orchestrator.records.cell import CellStatus

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sweeps.capacity import main as capacity_main
+from orchestrator.sweeps.capacity import main as capacity_main
 
 SWEEP = "capacity-cpu"
 DEFAULTS = ["--gpu", "cpu", "--confirm", "--jps-min", "0.5", "--jps-max", "8", "--resolution", "0.25"]

@@ -30,7 +30,7 @@ from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile
-from sweeps.routing_cpu import SPEC
+from orchestrator.sweeps.routing_cpu import SPEC
 
 COLUMNS = ("prefix_kept_pct", "turns_moved_pct", "ttft_p50_ms", "turn_p50_ms", "jct_mean_s", "pin_expired_pct")
 COSTS = ("ttft_p50_ms", "turn_p50_ms", "jct_mean_s")

@@ -30,7 +30,7 @@ from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.sweep.runtime.worker import CellWorker
-from sweeps.large_dram import SPEC
+from orchestrator.sweeps.large_dram import SPEC
 
 GRID = SPEC.model_copy(update={"engine": EngineKind.SIM})
 

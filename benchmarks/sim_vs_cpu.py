@@ -37,9 +37,9 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from analysis.fidelity import CellShape, cell_shape, error_by_policy, relative_error, shape_row
-from analysis.load import cell_records
-from analysis.verdicts import censored_job_times, verdicts
+from orchestrator.analysis.fidelity import CellShape, cell_shape, error_by_policy, relative_error, shape_row
+from orchestrator.analysis.load import cell_records
+from orchestrator.analysis.verdicts import censored_job_times, verdicts
 from orchestrator.cell_json import read_cell_json
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
@@ -57,7 +57,7 @@ from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import profile_spec, read_cpu_profile
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
-from sweeps.cpu_tiny import SPEC as CPU_TINY
+from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 
 JCT_TARGET = 0.20  # the simulator's mean JCT within 20% of the measurement in every cell
 PRESSURE = CPU_TINY.model_copy(update={

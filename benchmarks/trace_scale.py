@@ -168,7 +168,7 @@ def _sweep(converted: Path, directory: Path, gpu: str) -> dict:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sweep_s = time.perf_counter() - started
     # The report's own peak (VmHWM): ru_maxrss would carry this process's peak over into the child.
-    measure = ("import re, sys; from analysis.report import main; code = main(sys.argv[1:]); "
+    measure = ("import re, sys; from orchestrator.analysis.report import main; code = main(sys.argv[1:]); "
                "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); sys.exit(code)")  # fmt: skip
     started = time.perf_counter()
     report = subprocess.run([sys.executable, "-c", measure, str(results / "agent_trace"), "--out",

@@ -43,12 +43,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.cli_help import command_parser
-from orchestrator.paths import PROJECT_ROOT
+from orchestrator.paths import CHECKOUT_SUBPACKAGES, PROJECT_ROOT
 from orchestrator.stacks import STACKS, Stack, get_stack
 from orchestrator.validation import InputError
 
 FORMAT = "kvsweep-bundle/1"
-PROJECT_PACKAGES = ("orchestrator", "analysis", "sweeps")  # pyproject's packages
+PROJECT_PACKAGES = ("orchestrator", *CHECKOUT_SUBPACKAGES)  # the folders setup.py installs
+PROJECT_FILES = ("pyproject.toml", "setup.py", "README.md", "LICENSE")  # and what it builds them with
 DEVICES = ("gpu", "cpu")
 PLATFORM = re.compile(r"^manylinux_2_(\d+)_(x86_64|aarch64)$")
 OLDEST_GLIBC_MINOR = 17  # manylinux2014
@@ -293,7 +294,7 @@ def _project_wheel(wheels: Path) -> Path:
         source = Path(scratch) / "kvsweep"
         for package in PROJECT_PACKAGES:
             shutil.copytree(PROJECT_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("pyproject.toml", "README.md"):
+        for name in PROJECT_FILES:
             shutil.copy(PROJECT_ROOT / name, source / name)
         result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
                                  "-w", str(wheels), str(source)], capture_output=True, text=True)  # fmt: skip

@@ -2,7 +2,7 @@
 of its older form (``python sweeps/NAME.py``, ``python -m ...``), which keep working.
 
     kvsweep sweep large_dram --engine sim        # = python sweeps/large_dram.py --engine sim
-    kvsweep report results/large_dram            # = python -m analysis.report results/large_dram
+    kvsweep report results/large_dram            # = python -m orchestrator.analysis.report results/large_dram
     kvsweep doctor --help
     kvsweep --version                            # kvsweep 0.1.0
 
@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 
 from orchestrator.cli_help import version_line
-from orchestrator.paths import PROJECT_ROOT
+from orchestrator.paths import sweeps_dir
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,10 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "sweep": Command("sweeps", "run a sweep of sweeps/ by name: its grid, flags and report"),
-    "crossover": Command("sweeps.crossover", "search for the load where the winning policy changes"),
-    "capacity": Command("sweeps.capacity", "each policy's capacity under an SLO, the GPUs a traffic needs, their cost"),
-    "report": Command("analysis.report", "the HTML report, tables and plots of a sweep's results"),
+    "crossover": Command("orchestrator.sweeps.crossover", "search for the load where the winning policy changes"),
+    "capacity": Command("orchestrator.sweeps.capacity",
+                        "each policy's capacity under an SLO, the GPUs a traffic needs, their cost"),
+    "report": Command("orchestrator.analysis.report", "the HTML report, tables and plots of a sweep's results"),
     "doctor": Command("orchestrator.doctor", "check a Ray cluster's nodes before a sweep"),
     "sizing": Command("orchestrator.sizing.__main__", "KV pool, CPU tier and regime of a model on a GPU type"),
     "cell": Command("orchestrator.run_cell", "one real cell on this machine, no Ray, no tracking"),
@@ -56,7 +57,7 @@ COMMANDS: dict[str, Command] = {
 def sweep_names() -> list[str]:
     """The sweeps of ``sweeps/`` that ``kvsweep sweep`` runs: the scripts that run their ``SPEC`` as a sweep (the
     crossover and capacity searches have commands of their own)."""
-    return sorted(path.stem for path in (PROJECT_ROOT / "sweeps").glob("*.py") if "sweep_main(SPEC)" in path.read_text())
+    return sorted(path.stem for path in sweeps_dir().glob("*.py") if "sweep_main(SPEC)" in path.read_text())
 
 
 def usage() -> str:
@@ -96,7 +97,7 @@ def _sweep(args: list[str]) -> int:
         return 2
     from orchestrator.sweep.cli import sweep_main
 
-    return sweep_main(importlib.import_module(f"sweeps.{args[0]}").SPEC, args[1:], args[0])
+    return sweep_main(importlib.import_module(f"orchestrator.sweeps.{args[0]}").SPEC, args[1:], args[0])
 
 
 if __name__ == "__main__":

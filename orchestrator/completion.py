@@ -88,7 +88,7 @@ def command_tree() -> list[Node]:
     sweeps = tuple((name, short(description(sweep_doc(name)))) for name in sweep_names())
     nodes.append(Node(("sweep",), helps, (), (), sweeps, False))
     for name in sweep_names():
-        spec = importlib.import_module(f"sweeps.{name}").SPEC
+        spec = importlib.import_module(f"orchestrator.sweeps.{name}").SPEC
         nodes += node_of(("sweep", name), sweep_parser(spec, f"sweep {name}", sweep_doc(name)))
     for name, command in COMMANDS.items():
         if name != "sweep":

@@ -36,9 +36,9 @@ from orchestrator.sweep.cli import parser as sweep_parser
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 from orchestrator.workload.traces.schema import load_trace
-from sweeps.cpu_tiny import SPEC as CPU_TINY
-from sweeps.crossover import SEARCH_ENGINES, SEARCH_REFUSES, search_args, search_flags, vars_without
-from sweeps.large_dram import SPEC as SOURCE_STUDY
+from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
+from orchestrator.sweeps.crossover import SEARCH_ENGINES, SEARCH_REFUSES, search_args, search_flags, vars_without
+from orchestrator.sweeps.large_dram import SPEC as SOURCE_STUDY
 
 # Fleets are sized behind the router an agent deployment would pick (a job's turns on one replica) and the project's
 # default (the least-loaded replica), which moves turns and so loses their prefixes.

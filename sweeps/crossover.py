@@ -32,7 +32,7 @@ from orchestrator.sweep.cli import parser as sweep_parser
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
-from sweeps.cpu_tiny import SPEC as CPU_TINY
+from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 
 SPEC = SweepSpec(
     name="crossover",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.report import build_report
+from orchestrator.analysis.report import build_report
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.row import Attempt, SummaryRow
 from orchestrator.records.summary import summarize

@@ -37,7 +37,7 @@ def test_each_subcommand_takes_the_parser_of_its_older_form(name, monkeypatch):
 def test_a_sweep_by_name_takes_its_scripts_parser_and_grid(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["kvsweep"])
     mine = help_of(lambda: main(["sweep", "cpu_tiny", "--help"]))
-    from sweeps.cpu_tiny import SPEC
+    from orchestrator.sweeps.cpu_tiny import SPEC
 
     monkeypatch.setattr(sys, "argv", ["kvsweep sweep cpu_tiny"])
     assert mine == help_of(lambda: sweep_main(SPEC, ["--help"]))
@@ -71,17 +71,18 @@ def test_every_parser_says_kvsweep_and_its_docstrings_whole_first_paragraph_in_p
         text = help_of(lambda: module.main(["--help"]))
         assert text.startswith(f"usage: kvsweep {name} ") and "python -m" not in text, name
         assert module.parser().description == description(module.__doc__), name
-    for module in ("orchestrator.doctor", "orchestrator.run_cell", "orchestrator.bundle", "analysis.report",
+    for module in ("orchestrator.doctor", "orchestrator.run_cell", "orchestrator.bundle", "orchestrator.analysis.report",
                    "orchestrator.sim.gpu_profile", "orchestrator.workload.traces.convert",
-                   "sweeps.capacity"):  # fmt: skip
+                   "orchestrator.sweeps.capacity"):  # fmt: skip
         text = importlib.import_module(module).parser().description
         assert [part for part in ("``", ":func:", "Command line", "python -m") if part in text] == [], module
         assert text[0].isupper() and text.endswith("."), (module, text)
-    assert importlib.import_module("sweeps.capacity").parser().description.endswith("and what a thousand jobs cost.")
+    capacity = importlib.import_module("orchestrator.sweeps.capacity")
+    assert capacity.parser().description.endswith("and what a thousand jobs cost.")
 
 
 def test_a_sweep_says_kvsweep_sweep_and_its_scripts_docstring_run_either_way(monkeypatch):
-    from sweeps.bottleneck_ablation import SPEC
+    from orchestrator.sweeps.bottleneck_ablation import SPEC
 
     monkeypatch.setattr(sys, "argv", [str(Path("sweeps") / "bottleneck_ablation.py")])
     text = help_of(lambda: sweep_main(SPEC, ["--help"]))
@@ -124,7 +125,7 @@ def test_the_engine_flag_says_what_each_engine_runs_and_every_flag_has_help(monk
     assert "auto: real vLLM on the GPU types the Ray cluster has, the simulator for the others" in text
     assert "vllm: real vLLM for every cell" in text and "stay pending" in text
     assert "sim: the simulator for every cell" in text and "fake: a stand-in server with no model" in text
-    from sweeps.large_dram import SPEC
+    from orchestrator.sweeps.large_dram import SPEC
 
     undocumented = [action.option_strings for action in parser(SPEC)._actions if not action.help]
     assert undocumented == []

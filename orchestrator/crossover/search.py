@@ -75,8 +75,8 @@ def run_search(spec: SweepSpec, options, engine: EngineKind, within: SearchRange
 def sweep_judge(spec: SweepSpec, options, engine: EngineKind, rounds: SearchRounds) -> Judge:
     """Verdicts from measuring: each call runs the sweep with every load asked so far (those done are
     skipped) and reads the verdict of each load asked from the sweep's results."""
-    from analysis.load import cell_records, sim_errors
-    from analysis.verdicts import verdicts
+    from orchestrator.analysis.load import cell_records, sim_errors
+    from orchestrator.analysis.verdicts import verdicts
 
     asked: set[float] = set()
     files = SweepFiles(options.results_dir / spec.name)

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from orchestrator.cli_help import command_parser
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
-from orchestrator.paths import PROJECT_ROOT
+from orchestrator.paths import sweeps_dir
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.stacks import stack_names
@@ -106,7 +106,7 @@ def running_sweep(spec: SweepSpec) -> str:
 
 def sweep_doc(name: str) -> str:
     """The docstring of ``sweeps/NAME.py``, read without running the script; empty where there is none."""
-    path = PROJECT_ROOT / "sweeps" / f"{name}.py"
+    path = sweeps_dir() / f"{name}.py"
     return (ast.get_docstring(ast.parse(path.read_text())) or "") if path.is_file() else ""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.capacity import capacity_table, cheapest, sentences
+from orchestrator.analysis.capacity import capacity_table, cheapest, sentences
 
 SLO = "jct_p90=60s"
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fidelity import cell_shape, error_by_policy, peak_turns, shape_row
+from orchestrator.analysis.fidelity import cell_shape, error_by_policy, peak_turns, shape_row
 from orchestrator.records.scheduler_trace import Admit, Finish, FinishAction, Step
 
 

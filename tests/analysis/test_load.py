@@ -1,6 +1,6 @@
 import pandas as pd
 
-from analysis.load import load_sweep
+from orchestrator.analysis.load import load_sweep
 from orchestrator.records.store import atomic_write_parquet
 
 

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.plots import _verdict_square
-from analysis.predicted import (
+from orchestrator.analysis.plots import _verdict_square
+from orchestrator.analysis.predicted import (
     BOTH,
     MEASURED,
     PREDICTED,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.verdicts import CellRecords, censored_job_times, verdicts
+from orchestrator.analysis.verdicts import CellRecords, censored_job_times, verdicts
 from orchestrator.records.row import Attempt, SummaryRow
 from orchestrator.records.store import records_frame
 from orchestrator.records.summary import summarize
@@ -15,7 +15,7 @@ from orchestrator.sim.error_bands import load_errors
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
-from sweeps.large_dram import SPEC as LARGE_DRAM
+from orchestrator.sweeps.large_dram import SPEC as LARGE_DRAM
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@ import math
 
 import pandas as pd
 
-from analysis.tables import (
+from orchestrator.analysis.tables import (
     cpu_tier_diagnosis,
     cross_gpu_summary,
     jct_table,

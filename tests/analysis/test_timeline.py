@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.timeline import step_bins
+from orchestrator.analysis.timeline import step_bins
 from orchestrator.records import scheduler_trace_file
 from orchestrator.records.scheduler_trace_file import parquet_of_entries
 from orchestrator.routing.rules import RouterKind

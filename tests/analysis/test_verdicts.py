@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.verdicts import PolicyRuns, cell_regimes, censored_job_times, verdict
+from orchestrator.analysis.verdicts import PolicyRuns, cell_regimes, censored_job_times, verdict
 from orchestrator.records.intervals import interval, margin_pct
 from orchestrator.records.verdict import Verdict, VerdictKind, read_verdicts, verdict_frame
 from orchestrator.sim.error_bands import SimErrors

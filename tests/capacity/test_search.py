@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.capacity import capacity_table, sentences
+from orchestrator.analysis.capacity import capacity_table, sentences
 from orchestrator.capacity import search
 from orchestrator.capacity.search import CapacityAsk, run_capacity
 from orchestrator.crossover.search import SearchRange
@@ -18,7 +18,7 @@ from orchestrator.records.names import read_summary
 from orchestrator.records.slo import Slo
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
-from sweeps.capacity import SPEC
+from orchestrator.sweeps.capacity import SPEC
 from tests.sweep.conftest import options
 
 SLO = Slo.parse("jct_p90=60s")

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from analysis.load import sim_errors, sim_stacks
+from orchestrator.analysis.load import sim_errors, sim_stacks
 from orchestrator.sim.error_bands import load_errors
 from orchestrator.sim.hardware import Calibration
 from orchestrator.sim.stacks import DEFAULT_STACK, SOURCE_STUDY, get_stack, stack_names, stacks_errors

@@ -3,7 +3,7 @@ from collections import Counter
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.preflight import preflight, regime_table
-from sweeps.large_dram import SPEC as LARGE_DRAM
+from orchestrator.sweeps.large_dram import SPEC as LARGE_DRAM
 
 
 def cells(policy: str, gpu: str):
@@ -47,7 +47,7 @@ def test_the_regime_table_counts_the_cells_of_each_regime_and_the_idle_cpu_tiers
 
 
 def test_the_cpu_device_gets_no_roofline_estimate_rather_than_a_wrong_one():
-    from sweeps.cpu_tiny import SPEC as CPU_TINY
+    from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 
     check = preflight(expand(CPU_TINY)[0])
     assert check.regime is None and "no estimate for the cpu device" in check.note

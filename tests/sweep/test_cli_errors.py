@@ -14,7 +14,7 @@ import pytest
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.sweep.cli import check_writable, sweep_main
 from orchestrator.validation import InputError
-from sweeps.cpu_tiny import SPEC
+from orchestrator.sweeps.cpu_tiny import SPEC
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report import build_report
+from orchestrator.analysis.report import build_report
 from orchestrator.sweep.runtime.driver import run_sweep
 from tests.sweep.conftest import fake_spec, options
 

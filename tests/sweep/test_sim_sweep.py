@@ -155,8 +155,8 @@ def test_a_parametric_agent_sweep_runs_jobs_of_different_lengths_on_one_schedule
 
 def test_the_agent_trace_sweep_replays_its_trace_at_each_load_and_reports_turns_and_pins(tmp_path):
     from orchestrator.workload.traces.schema import load_trace
-    from sweeps.agent_trace import SPEC as AGENT_TRACE
-    from sweeps.agent_trace import TRACE
+    from orchestrator.sweeps.agent_trace import SPEC as AGENT_TRACE
+    from orchestrator.sweeps.agent_trace import TRACE
     from tests.sweep.test_report import rendered_dom
 
     native = load_trace(TRACE).native_jps

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
-from sweeps.capacity import main
+from orchestrator.sweeps.capacity import main
 from tests.sweep.conftest import runs_by_key
 
 SWEEP = "capacity"

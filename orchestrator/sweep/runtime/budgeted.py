@@ -151,8 +151,8 @@ def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfil
 def _predicted_verdicts(summary: pd.DataFrame, files: SweepFiles, stack: str) -> list[Verdict]:
     """The verdicts of the simulated cells, with the bands of their engine stack ``stack`` (as the report computes
     them)."""
-    from analysis.load import cell_records
-    from analysis.verdicts import verdicts
+    from orchestrator.analysis.load import cell_records
+    from orchestrator.analysis.verdicts import verdicts
 
     simulated = summary[summary.engine == EngineKind.SIM.value]
     found, _ = verdicts(simulated, cell_records(files), get_stack(stack).errors())

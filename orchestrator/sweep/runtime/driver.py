@@ -143,7 +143,7 @@ def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
 
 def publish_report(results: SweepResults, tracker: SweepTracker) -> None:
     """The HTML report of what is done so far, next to the results and on the sweep's parent MLflow run."""
-    from analysis.report import build_report
+    from orchestrator.analysis.report import build_report
 
     name = results.sweep_dir.name
     try:
