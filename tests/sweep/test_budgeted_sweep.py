@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.budget.cost import CostModel, StartTimes
-from orchestrator.budget.spend import Spending
+from orchestrator.budget.spend import OVERRUN_LIMIT, Spending
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.prediction import Prediction, read_predictions
@@ -19,7 +19,6 @@ from orchestrator.sweep.runtime.driver import MeasuringOrder, run_sweep
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 
 SPEC = fake_spec("budgeted", gpus=("H100",), policies=("fcfs", "continuum"), jps=(1, 2, 3), dram_gb=(1,))
-OVERRUN = 0.10  # of the budget, at most
 
 
 def test_a_budget_measures_a_prefix_of_its_plan_within_the_budget_and_a_second_run_completes_the_grid(
@@ -42,7 +41,9 @@ def test_a_budget_measures_a_prefix_of_its_plan_within_the_budget_and_a_second_r
     order = list(plan.cell_key)
     assert 0 < len(measured) < len(order)
     assert set(measured.cell_key) == set(order[: len(measured)]), "measured cells are not the plan's first ones"
-    assert measured.wall_s.sum() <= third.by_type["H100"] * (1 + OVERRUN)
+    # The bound a budget keeps at any pace (budget/spend.py): a cell still running at the last start may run to its
+    # allowance, OVERRUN_LIMIT times its estimate, and each began within the budget.
+    assert measured.wall_s.sum() <= third.by_type["H100"] * OVERRUN_LIMIT
     assert (measured.sim_error_pct.notna() & measured.predicted_jct_mean_s.notna()).all()
     made = {key: prediction.predicted_unix for key, prediction in predictions.items()}
     assert all(made[key] < started for key, started in zip(measured.cell_key, measured.started_unix)), \
