@@ -5,6 +5,9 @@ The server therefore runs as the leader of a new session, teardown signals the w
 SIGKILL after a grace period), and a reaper process (``replica.reaper``) kills the group if the process that
 started it dies first, so no server outlives a crashed driver or actor.
 
+The process is started by ``subprocess.Popen``, or forked by a launcher that has imported the server's modules once
+(``replica.launcher``), which starts it in the same state: its own session, its log, exactly its environment.
+
 A start may be slow (a cold compile cache, weights on a slow shared filesystem) or hung (a deadlock, a peer that
 never comes): while it starts, the group's log, CPU time and I/O are watched, and a start that shows none of
 them change for ``StartLimits.stall_s`` is ended as hung, long before a generous ``timeout_s`` would end it.
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.replica.launcher import LaunchedProcess, LauncherClient
 
 
 @dataclass(frozen=True)
@@ -62,37 +66,43 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServerProcess:
     """Owns one server process group. Use as a context manager, or call ``start``/``stop``."""
 
-    def __init__(self, command: ServerCommand, log_path: Path):
+    def __init__(self, command: ServerCommand, log_path: Path, launcher: LauncherClient | None = None):
         self.command = command
         self.log_path = Path(log_path)
-        self._process: subprocess.Popen | None = None
+        self._launcher = launcher
+        self._process: subprocess.Popen | LaunchedProcess | None = None
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
     def start(self, limits: StartLimits = StartLimits()) -> None:
+        """Launch the server and wait until it is healthy (``ServerStartError`` otherwise, the group stopped)."""
+        self.launch()
+        try:
+            self._wait_healthy(limits)
+        except BaseException:
+            self.stop()
+            raise
+
+    def launch(self) -> None:
+        """Start the server's process group and its reaper, without waiting for it."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                self.command.argv,
-                env={**os.environ, **self.command.env},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self._process = self._launch()
         subprocess.run(
             [sys.executable, "-m", "orchestrator.replica.reaper", "--group", str(self._process.pid), "--owner", str(os.getpid())],
             env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
             stdin=subprocess.DEVNULL,
             check=True,
         )
-        try:
-            self._wait_healthy(limits)
-        except BaseException:
-            self.stop()
-            raise
+
+    def _launch(self) -> subprocess.Popen | LaunchedProcess:
+        env = {**os.environ, **self.command.env}
+        if self._launcher is not None:
+            return self._launcher.spawn(self.command.argv, env, self.log_path)
+        with open(self.log_path, "ab") as log:
+            return subprocess.Popen(self.command.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
     def _wait_healthy(self, limits: StartLimits) -> None:
         started = time.monotonic()

@@ -82,8 +82,10 @@ def rank_cores(cores: list[int], tp: int) -> str:
     return "|".join(",".join(map(str, run)) for run in runs)
 
 
-def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str, str]:
-    env = {
+def shared_environment() -> dict[str, str]:
+    """What every server's environment holds, whatever its configuration: what a launcher that forks them must be
+    started with (a module may read it at import, as huggingface_hub reads ``HF_HUB_OFFLINE``)."""
+    return {
         "PYTHONPATH": str(PROJECT_ROOT),
         # Enables POST /reset_prefix_cache, which replicas use between cells.
         "VLLM_SERVER_DEV_MODE": "1",
@@ -91,6 +93,10 @@ def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str,
         "HF_HUB_OFFLINE": "1",
         "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(HTTP_KEEP_ALIVE_S),
     }
+
+
+def _environment(config: VllmEngineConfig, trace_path: Path | None) -> dict[str, str]:
+    env = shared_environment()
     if trace_path is not None:
         env[TRACE_ENV] = str(trace_path)
     if config.connector_debug_log:

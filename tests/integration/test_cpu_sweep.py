@@ -29,6 +29,7 @@ from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.scheduler_trace import Finish, Step, Unpin, UnpinReason, pin_releases
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.slo import Slo, Trial, evaluate
+from orchestrator.replica.launcher import FORKED_VLLM_ENV
 from orchestrator.sizing.agent import pressure_jps
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
@@ -149,8 +150,9 @@ def test_a_replica_is_reused_across_cells_of_one_policy_after_a_proven_clean_res
     for policy in SPEC.policies:
         configs = [read_cell_json(cell.config)
                    for jps in SPEC.jps for cell in sweep.cells(policy, jps)]  # fmt: skip
-        # One replica per policy, started by its first cell.
+        # One replica per policy, started by its first cell, forked from the worker's launcher with vLLM imported.
         assert sorted(config.replica_reused for config in configs) == [False, True], policy
+        assert all(config.server_env.items() >= FORKED_VLLM_ENV.items() for config in configs), policy
         for config in configs:
             if config.replica_reused:
                 proof = config.reset_proof

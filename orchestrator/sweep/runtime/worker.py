@@ -11,8 +11,10 @@ log and scheduler trace go back to the driver, the only writer of results and tr
 from __future__ import annotations
 
 import enum
+import os
 import platform
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -39,12 +41,14 @@ from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.disk import disk_refusal
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
-from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError
+from orchestrator.replica.launcher import VLLM_PRELOAD, LauncherClient, start_launcher
+from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError, forks_from_launcher
 from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
+from orchestrator.replica.vllm_server import shared_environment
 from orchestrator.sim.cell_engine import cell_sim_engine
-from orchestrator.sim.stacks import stack_calibration
 from orchestrator.sim.loop import Replicas, simulate
+from orchestrator.sim.stacks import stack_calibration
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
@@ -120,6 +124,7 @@ class CellWorker:
         self._work_dir = Path(tempfile.mkdtemp(prefix="kvsweep-worker-"))
         self._replica: Replica | None = None
         self._replicas_started = 0
+        self._launcher: tuple[subprocess.Popen, LauncherClient] | None = None  # started by the first replica forked
         self._status = WorkerStatus()
         self._stack: NodeStack | None = None  # read once, when the first real vLLM cell comes
 
@@ -309,7 +314,22 @@ class CellWorker:
 
     def shutdown(self) -> None:
         self._drop_replica()
+        if self._launcher is not None:
+            process, _ = self._launcher
+            process.stdin.close()  # the launcher exits when its stdin closes
+            process.wait()
+            self._launcher = None
         shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def _launcher_for(self, engine: EngineConfig) -> LauncherClient | None:
+        """The node's launcher for a replica of ``engine`` that forks from one (``replica.forks_from_launcher``):
+        started at the first such replica, with the environment every server shares, and again if it died."""
+        if not forks_from_launcher(engine):
+            return None
+        if self._launcher is None or self._launcher[0].poll() is not None:
+            self._launcher = start_launcher(self._work_dir / "launcher.sock", VLLM_PRELOAD,
+                                            {**os.environ, **shared_environment()})  # fmt: skip
+        return self._launcher[1]
 
     def _ensure_replica(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
         """A running replica of ``engine`` whose caches are empty: the previous one after a proven reset, else
@@ -324,8 +344,9 @@ class CellWorker:
                 replaced_because = f"reset not proven clean: {first_line(error)}"
         self._drop_replica()
         self._replicas_started += 1
-        self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", start_limits)
-        started = time.monotonic()
+        started = time.monotonic()  # a launcher's own start, the first time, is part of this start
+        launcher = self._launcher_for(engine)
+        self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", start_limits, launcher)
         self._replica.start()
         return ReplicaReuse(reused=False, start_s=time.monotonic() - started, replaced_because=replaced_because)
 
