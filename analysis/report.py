@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis import capacity, plots, predicted, tables
-from orchestrator.analysis.load import SweepData, cell_records, load_sweep, sim_errors, sweep_files
+from orchestrator.analysis.load import SweepData, cell_records, load_sweep, sim_errors, sim_stacks, sweep_files
 from orchestrator.analysis.timeline import NUM_BINS, step_bins
 from orchestrator.analysis.verdicts import flips, verdicts
 from orchestrator.cell_json import read_cell_json
@@ -33,6 +33,7 @@ from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import VerdictKind, verdict_frame
+from orchestrator.sim.stacks import get_stack
 
 REPORT_FILE = "report.html"
 CELL_PAGES_DIR = "cells"
@@ -124,6 +125,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None, compare: Path | N
     _capacity(report, data)
     progress(f"verdicts over {done} done cells")
     per_policy = _verdicts(report, data)
+    _simulator(report, data)
     _routing(report, data)
     _ranks(report, data)
     _serve_cost(report, data)
@@ -259,6 +261,24 @@ def _measured_and_predicted(report: ReportBuilder, data: SweepData, predictions:
                      predicted.error_by_gpu(errors), "measured cells against their predictions")  # fmt: skip
         report.table("prediction_errors", "Each measured cell: its prediction with the simulator's band, the "
                      "measurement, and the error", errors, "measured cells against their predictions")  # fmt: skip
+
+
+def _simulator(report: ReportBuilder, data: SweepData) -> None:
+    """Where the sweep simulated GPU cells: each engine stack they ran, what it was fitted on, and its error per policy
+    on runs left out of its fit, which a simulated verdict must clear."""
+    stacks = sim_stacks(data.summary)
+    if not stacks:
+        return
+    report.heading("The simulator")
+    report.paragraph("Simulated GPU cells run an engine stack's calibration (--sim-stack; docs/simulator.md): "
+                     + "; ".join(f"{name}, fitted on {get_stack(name).fitted_on()}" for name in stacks) + ". Each "
+                     "policy's error below is the band a simulated verdict must clear (with the GPU type's, where no "
+                     "run of the stack measured that type); a policy the stack never measured takes the largest.")  # fmt: skip
+    rows = [{"stack": name, "policy": policy, "error_pct": round(error * 100, 1)}
+            for name in stacks for policy, error in sorted(get_stack(name).errors().policies.items())]  # fmt: skip
+    report.table("sim_stacks", "Per engine stack and policy: the simulator's error of mean job time, % (for a fitted "
+                 "stack, RMS over the GPU cells of runs left out of its fit)", pd.DataFrame(rows),
+                 "sim/stacks.py, the stacks' files")  # fmt: skip
 
 
 def _routing(report: ReportBuilder, data: SweepData) -> None:

@@ -12,7 +12,7 @@ from orchestrator.cell_json import read_cell_json
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import read_verdicts
-from orchestrator.sim.stacks import DEFAULT_STACK
+from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
@@ -99,9 +99,13 @@ def test_on_a_tracking_server_the_runs_page_is_the_servers_own():
     assert "s3cret" not in runs_page("postgresql://alice:s3cret@db.example.org/mlflow", "7")
 
 
-def test_the_report_labels_every_table_as_simulated(simulated):
+def test_the_report_labels_every_table_as_simulated_with_its_stack_and_gives_the_stacks_errors(simulated):
     page = (simulated / "simulated" / "report" / "report.html").read_text()
-    assert "simulated" in page and "measured on real vLLM" not in page
+    assert f"simulated, {DEFAULT_STACK}" in page and "measured on real vLLM" not in page
+    stacks = pd.read_csv(simulated / "simulated" / "report" / "tables" / "sim_stacks.csv")
+    assert set(stacks["stack"]) == {DEFAULT_STACK} and {"fcfs", "lmcache"} <= set(stacks.policy)
+    bands = get_stack(DEFAULT_STACK).errors().policies
+    assert all(row.error_pct == round(bands[row.policy] * 100, 1) for row in stacks.itertuples())
 
 
 def test_the_cpu_engine_is_simulated_from_the_profile_measured_on_this_machine(tmp_path):
