@@ -11,6 +11,7 @@ import pytest
 from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
+from orchestrator.replica import replica as replica_module
 from orchestrator.sweep.runtime import worker as worker_module
 from orchestrator.sweep.runtime.worker import CellWorker
 from tests.processes import fake_engine_processes, replica_processes, wait_until_gone
@@ -171,3 +172,27 @@ def test_a_model_this_node_cannot_read_fails_the_cell_at_once_without_a_retry(tm
     assert outcome.status is CellStatus.FAILED and not outcome.retryable
     assert "'meta-llama/Llama-3.1-8B-Instruct': not in this node's Hugging Face cache" in outcome.reason
     assert "--weights dummy" in outcome.reason and not fake_engine_processes()
+
+
+def test_a_launcher_that_cannot_be_reached_fails_the_start_for_a_retry_and_the_next_start_has_a_new_one(monkeypatch):
+    """The fake engine forked from a launcher (as a CPU vLLM server is, without vLLM to preload): the launcher's
+    socket gone, the next start fails retryable and ends that launcher; the start after it has a new one."""
+    for module in (worker_module, replica_module):
+        monkeypatch.setattr(module, "forks_from_launcher", lambda engine: True)
+    monkeypatch.setattr(worker_module, "VLLM_PRELOAD", ())
+    cell = expand(fake_spec("launcher", jps=(2,)))[0]
+    cell = cell.model_copy(update={"workload": cell.workload.model_copy(update={"duration_s": 1})})
+    worker = CellWorker(node_id="local")
+    try:
+        assert worker.run(cell, LIMITS).status is CellStatus.DONE
+        first, _ = worker._launcher
+        worker._drop_replica()  # the next cell needs a start
+        (worker._work_dir / "launcher.sock").unlink()
+        failed = worker.run(cell, LIMITS)
+        assert failed.status is CellStatus.FAILED and failed.failure_kind is FailureKind.REPLICA_START
+        assert failed.retryable and "launcher" in failed.reason and first.poll() is not None
+        again = worker.run(cell, LIMITS)
+        assert again.status is CellStatus.DONE and worker._launcher[0] is not first
+        assert again.config.server_env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"  # forked from the new launcher
+    finally:
+        worker.shutdown()

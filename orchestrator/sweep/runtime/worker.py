@@ -41,7 +41,7 @@ from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.disk import disk_refusal
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
-from orchestrator.replica.launcher import VLLM_PRELOAD, LauncherClient, start_launcher
+from orchestrator.replica.launcher import VLLM_PRELOAD, LauncherClient, LauncherError, start_launcher
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError, forks_from_launcher
 from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
@@ -189,9 +189,11 @@ class CellWorker:
     def _replica_for(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
         try:
             return self._ensure_replica(engine, start_limits)
-        except ServerStartError as error:
+        except (ServerStartError, LauncherError) as error:
             log = self._replica.log_tail(200) if self._replica else ""
             self._drop_replica()
+            if isinstance(error, LauncherError):  # the next start begins with a launcher of its own
+                self._stop_launcher()
             raise _Refused(f"replica did not start: {first_line(error)}", retryable=True, server_log=log,
                            kind=FailureKind.REPLICA_START) from None
 
@@ -314,12 +316,21 @@ class CellWorker:
 
     def shutdown(self) -> None:
         self._drop_replica()
-        if self._launcher is not None:
-            process, _ = self._launcher
-            process.stdin.close()  # the launcher exits when its stdin closes
-            process.wait()
-            self._launcher = None
+        self._stop_launcher()
         shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def _stop_launcher(self, grace_s: float = 10.0) -> None:
+        """The launcher exits when its stdin closes; one that does not within ``grace_s`` is killed."""
+        if self._launcher is None:
+            return
+        process, _ = self._launcher
+        self._launcher = None
+        process.stdin.close()
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     def _launcher_for(self, engine: EngineConfig) -> LauncherClient | None:
         """The node's launcher for a replica of ``engine`` that forks from one (``replica.forks_from_launcher``):
