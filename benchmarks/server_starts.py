@@ -42,7 +42,7 @@ from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.launcher import FORKED_VLLM_ENV, VLLM_PRELOAD, start_launcher
 from orchestrator.replica.probe import counter_totals
 from orchestrator.replica.server import ServerProcess, free_port
-from orchestrator.replica.vllm_server import vllm_server_command
+from orchestrator.replica.vllm_server import shared_environment, vllm_server_command
 from orchestrator.workload.text import WORD_POOL
 
 PHASES = {  # phase: a text that the first log line of the phase contains
@@ -121,7 +121,7 @@ def run_launcher(kind: str, num_starts: int, check: bool, work_dir: Path) -> dic
     if kind == "forked":
         started_at = time.monotonic()
         # Started with what every server's environment shares: some modules read it when imported.
-        shared_env = {**os.environ, **vllm_server_command(config, port=0).env}
+        shared_env = {**os.environ, **shared_environment()}
         launcher_process, client = start_launcher(work_dir / "launcher.sock", VLLM_PRELOAD, shared_env)
         result["launcher_start_s"] = round(time.monotonic() - started_at, 2)
     try:

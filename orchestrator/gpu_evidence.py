@@ -556,8 +556,7 @@ class EvidenceRun:
 
     def _predicted(self, cell: CellSpec) -> CellFacts | None:
         """The simulator's prediction of ``cell`` (None where it has no roofline: cpu)."""
-        twin = self._twin(cell)
-        return cell_facts(simulated(cell, self.plan.sim_stack), twin) if twin else None
+        return predicted_facts(self.worker, cell, self.plan.sim_stack) if cell.gpu in GPU_TYPES else None
 
     def _pressure_cell(self, cell: CellSpec, prediction: CellFacts | None,
                        measured: dict[str, tuple[CellFacts, CellOutcome]]) -> StageResult:  # fmt: skip
@@ -750,6 +749,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(stage.status in ("failed", "cut") for stage in stages) else 0
 
 
+def predicted_facts(worker: CellWorker, cell: CellSpec, stack: str) -> CellFacts:
+    """``cell`` as the simulator predicts it with the engine stack ``stack``, run by ``worker``."""
+    twin = simulated(cell, stack)
+    return cell_facts(twin, worker.run(twin, RunLimits()))
+
+
 def _predict_only(plan: Plan, path: Path, command: str) -> int:
     """Every GPU cell of ``plan`` simulated, written to ``path`` with its page beside it; nothing runs."""
     named = plan.gpu_cells()
@@ -759,9 +764,8 @@ def _predict_only(plan: Plan, path: Path, command: str) -> int:
         return 2
     print(f"predicting {len(named)} cells with the {plan.sim_stack} stack", flush=True)
     worker = CellWorker(node_id="predictions")
-    twins = [(name, cell, simulated(cell, plan.sim_stack)) for name, cell in named]
-    document = predictions_document([(name, cell, cell_facts(twin, worker.run(twin, RunLimits())))
-                                     for name, cell, twin in twins], plan.sim_stack, command)  # fmt: skip
+    document = predictions_document([(name, cell, predicted_facts(worker, cell, plan.sim_stack))
+                                     for name, cell in named], plan.sim_stack, command)  # fmt: skip
     worker.shutdown()
     path.parent.mkdir(parents=True, exist_ok=True)
     page = predictions_markdown(document)
