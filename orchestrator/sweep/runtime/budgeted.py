@@ -33,6 +33,7 @@ from orchestrator.records.names import read_summary
 from orchestrator.records.prediction import Prediction, predictions_frame, read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import Verdict
+from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sim.stacks import get_stack
 from orchestrator.sim.version import sim_version
@@ -64,6 +65,7 @@ def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:
     profile = _cpu_profile(spec, options, quiet) if any(cell.gpu == CPU for cell in real) else None
     predictions: dict[str, Prediction] = {}
     verdicts: list[Verdict] = []
+    errors = get_stack(spec.sim_stack).errors()
     if profile is not None or not any(cell.gpu == CPU for cell in real):
         print(f"[{spec.name}] predicting {len(real)} cells in the simulator before any is measured", flush=True)
         twin_spec = spec.model_copy(update={"engine": EngineKind.SIM, "cpu_profile": profile})
@@ -71,15 +73,14 @@ def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:
             return code
         summary = read_summary(files.summary)
         earlier = {} if options.rerun else read_predictions(files.predictions)
-        predictions = _predictions(real, summary, profile, spec.sim_stack, earlier)
-        verdicts = _predicted_verdicts(summary, files, spec.sim_stack)
+        predictions = _predictions(real, summary, profile, spec.sim_stack, errors, earlier)
+        verdicts = _predicted_verdicts(summary, files, errors)
         atomic_write_csv(predictions_frame(list(predictions.values()), {c.key: _described(c) for c in real}),
                          files.predictions)  # fmt: skip
         if not options.dry_run:
             open_tracker(spec, options).log_parent_file(files.predictions, "predictions")
     done = frozenset() if options.rerun else _measured_keys(files)  # --rerun measures every cell again
-    ranked = rank_cells(real, verdicts, get_stack(spec.sim_stack).errors(),
-                        {cell.key: preflight(cell).regime for cell in real})  # fmt: skip
+    ranked = rank_cells(real, verdicts, errors, {cell.key: preflight(cell).regime for cell in real})
     costs = _costs_so_far(files)
     still = Spending(options.gpu_budget, costs, predictions, clock=lambda: 0.0)  # a plan runs nothing
     planned = plan_cells(ranked, still, _slots(plan.inventory, real), done)
@@ -122,13 +123,14 @@ def twin_of(cell: CellSpec, profile: CpuProfile | None, stack: str) -> CellSpec:
 
 
 def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfile | None, stack: str,
-                 earlier: dict[str, Prediction]) -> dict[str, Prediction]:  # fmt: skip
-    """Each real cell's prediction from its twin's done row (``twin_of``), made when that twin ended; one an earlier run
-    made from the same twin is kept as it was (with the simulator's version of then; one from a file that did not say
-    when it was made takes its twin's end, which is no earlier)."""
+                 errors: SimErrors, earlier: dict[str, Prediction]) -> dict[str, Prediction]:  # fmt: skip
+    """Each real cell's prediction from its twin's done row (``twin_of``), its band from ``errors`` (the engine stack
+    ``stack``'s), made when that twin ended; one an earlier run made from the same twin is kept as it was (with the
+    simulator's version of then; one from a file that did not say when it was made takes its twin's end, which is no
+    earlier)."""
     rows = summary[(summary.engine == EngineKind.SIM.value) & (summary.status == CellStatus.DONE.value)]
     by_key = rows.set_index("cell_key")
-    errors, version = get_stack(stack).errors(), sim_version(stack)
+    version = sim_version(stack)
     predictions = {}
     for cell in real:
         twin = twin_of(cell, profile, stack).key
@@ -148,14 +150,13 @@ def _predictions(real: list[CellSpec], summary: pd.DataFrame, profile: CpuProfil
     return predictions
 
 
-def _predicted_verdicts(summary: pd.DataFrame, files: SweepFiles, stack: str) -> list[Verdict]:
-    """The verdicts of the simulated cells, with the bands of their engine stack ``stack`` (as the report computes
-    them)."""
+def _predicted_verdicts(summary: pd.DataFrame, files: SweepFiles, errors: SimErrors) -> list[Verdict]:
+    """The verdicts of the simulated cells, with the bands ``errors`` (their engine stack's)."""
     from orchestrator.analysis.load import cell_records
     from orchestrator.analysis.verdicts import verdicts
 
     simulated = summary[summary.engine == EngineKind.SIM.value]
-    found, _ = verdicts(simulated, cell_records(files), get_stack(stack).errors())
+    found, _ = verdicts(simulated, cell_records(files), errors)
     return found
 
 
