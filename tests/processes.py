@@ -106,16 +106,23 @@ def wait_until_gone(find=fake_engine_processes, timeout_s: float = 15.0) -> list
 
 
 def wait_for_serving(
-    exclude: set[int], server_module: str, served: Callable[[dict[str, float]], bool], timeout_s: float = 300.0
+    exclude: set[int],
+    server_module: str,
+    served: Callable[[dict[str, float]], bool],
+    timeout_s: float = 300.0,
+    ended: Callable[[], str | None] = lambda: None,
 ) -> int:
     """The pid of this test process's first server of ``server_module`` not in ``exclude`` once its counters
-    show ``served``, i.e. a cell is mid-run."""
+    show ``served``, i.e. a cell is mid-run. ``ended`` says how the work that was to start the server ended, if
+    it has: waiting on then would only time out, without saying why."""
     import re
 
     from orchestrator.replica.probe import read_counters
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if (how := ended()) is not None:
+            raise RuntimeError(f"no {server_module} server was mid-cell: {how}")
         for pid, cmdline in replica_processes():
             port = re.search(r"--port (\d+)", cmdline)
             if pid in exclude or server_module not in cmdline or not port:
@@ -127,12 +134,15 @@ def wait_for_serving(
     raise TimeoutError(f"no {server_module} server was mid-cell within {timeout_s:g} s")
 
 
-def wait_for_serving_vllm(exclude: set[int], min_requests: int, timeout_s: float = 300.0) -> int:
+def wait_for_serving_vllm(
+    exclude: set[int], min_requests: int, timeout_s: float = 300.0, ended: Callable[[], str | None] = lambda: None
+) -> int:
     """The pid of this test process's first vLLM API server not in ``exclude`` once it has answered
-    ``min_requests`` requests."""
+    ``min_requests`` requests (``ended`` as for ``wait_for_serving``)."""
     return wait_for_serving(
         exclude,
         VLLM_API_SERVER_MODULE,
         lambda counters: counters.get("vllm:request_success_total", 0) >= min_requests,
         timeout_s,
+        ended,
     )

@@ -110,8 +110,13 @@ def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(ray_cluster):
     (cell,) = expand(spec)
     (slot,) = read_inventory().slots("cpu", 0)
     worker = worker_actor_class().options(**slot.actor_options()).remote(slot.node_id)
-    worker.run.remote(cell, RunLimits(health_timeout_s=300, client_actors=0))
-    wait_for_serving_vllm(before, min_requests=2)
+    run = worker.run.remote(cell, RunLimits(health_timeout_s=300, client_actors=0))
+
+    def ended() -> str | None:
+        done, _ = ray.wait([run], timeout=0)
+        return None if not done else "the cell ended first, {0.status.value}: {0.reason}".format(ray.get(done[0]))
+
+    wait_for_serving_vllm(before, min_requests=2, ended=ended)
     ray.kill(worker)
     assert _new_server_processes(before) == []
 
@@ -127,7 +132,8 @@ def test_killing_the_driver_mid_cell_leaves_no_vllm_process(tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}, start_new_session=True,
     )
     try:
-        wait_for_serving_vllm(before, min_requests=2)
+        wait_for_serving_vllm(before, min_requests=2, ended=lambda: None if driver.poll() is None
+                              else f"the driver exited first, with code {driver.returncode}")  # fmt: skip
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
         assert _new_server_processes(before) == []
