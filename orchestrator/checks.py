@@ -15,6 +15,7 @@ from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies import get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
+from orchestrator.replica.priority import NORMAL_NICENESS, niced_workers_advice, niceness
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, size
 from orchestrator.sizing.models import load_model
@@ -64,8 +65,16 @@ def node_checks(target: str, model: str, weights: Weights, needs_lmcache: bool) 
         if needs_lmcache:
             ops, module = stack.result().lmcache_ops_error, lmcache_ops_module(stack.result().lmcache)
             checks.append(Check(target, "LMCache compiled ops", ops is None, f"{module} loaded" if ops is None else ops))
-        checks += [server.result(), _weights_check(target, model, weights)]
+        checks += [server.result(), _weights_check(target, model, weights), _priority_check(target)]
     return checks
+
+
+def _priority_check(target: str) -> Check:
+    """A replica's server and clients run at the niceness of the process that starts them (on a cluster, a Ray
+    worker, which this check runs in)."""
+    if (current := niceness()) > NORMAL_NICENESS:
+        return Check(target, "CPU priority", False, niced_workers_advice(current))
+    return Check(target, "CPU priority", True, f"servers and clients start at nice {current}")
 
 
 def stack_check(target: str, stack: NodeStack, needs_lmcache: bool) -> Check:

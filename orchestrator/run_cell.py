@@ -28,6 +28,7 @@ from orchestrator.policies import POLICIES, get_policy
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.render import render_cell_summary
 from orchestrator.records.summary import summarize
+from orchestrator.replica.priority import start_workers_at_normal_priority
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.results import write_attempt_files
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.client_actors:
         import ray
 
+        start_workers_at_normal_priority()  # its client actors, where this starts a local cluster
         ray.init(include_dashboard=False, log_to_driver=False)
     print(f"cell {cell.label} ({cell.key}): starting vLLM", flush=True)
     limits = RunLimits(health_timeout_s=900 if cell.device == "gpu" else 300, client_actors=args.client_actors)

@@ -55,10 +55,11 @@ def test_every_worker_type_is_one_known_gpu_type_with_its_accelerator_resource()
     assert CONFIG["available_node_types"][CONFIG["head_node_type"]]["resources"]["GPU"] == 0
 
 
-def test_every_node_starts_ray_with_a_small_object_store_and_no_memory_monitor():
+def test_every_node_starts_ray_with_a_small_object_store_no_memory_monitor_and_unniced_workers():
     for commands in (CONFIG["head_start_ray_commands"], CONFIG["worker_start_ray_commands"]):
         start = next(command for command in commands if "ray start" in command)
-        assert "RAY_memory_monitor_refresh_ms=0" in start and "--object-store-memory=4000000000" in start
+        assert "RAY_memory_monitor_refresh_ms=0 RAY_worker_niceness=0" in start
+        assert "--object-store-memory=4000000000" in start
 
 
 def _prepared():

@@ -222,6 +222,7 @@ class CellConfig:
     plan_fingerprint: str | None = None
     server_argv: tuple[str, ...] = ()
     server_env: dict[str, str] = field(default_factory=dict)
+    server_niceness: int | None = None  # above 0, anything else on the node took the CPU first (``replica.priority``)
     simulation: SimStats | None = None  # the simulator's own counts (steps, preemptions, stalls)
     # Every engine: what the workload's schedule was (two cells compare only on one) and its shape.
     schedule_fingerprint: str | None = None

@@ -27,6 +27,7 @@ from orchestrator.replica.probe import (
     read_engine_facts,
 )
 from orchestrator.replica.launcher import FORKED_VLLM_ENV, LauncherClient
+from orchestrator.replica.priority import niceness
 from orchestrator.replica.server import ServerCommand, ServerProcess, StartLimits, free_port
 from orchestrator.replica.vllm_server import vllm_server_command
 
@@ -51,6 +52,7 @@ class ReplicaInfo:
     facts: EngineFacts
     server_argv: tuple[str, ...]
     server_env: dict[str, str]
+    server_niceness: int  # what the server's process ran at (``replica.priority``)
     log_path: str
     trace_path: str
 
@@ -78,6 +80,7 @@ class Replica:
             facts=read_engine_facts(command.base_url),
             server_argv=command.argv,
             server_env=command.env,
+            server_niceness=niceness(self._server.pid),
             log_path=str(self._server.log_path),
             trace_path=str(trace_path),
         )

@@ -86,7 +86,7 @@ def test_each_gpu_group_gets_its_gpus_from_kubernetes_on_nodes_of_its_product():
         assert group["minReplicas"] == 0 and group["replicas"] == 0
 
 
-def test_every_ray_node_has_a_small_object_store_and_no_memory_monitor_and_one_image():
+def test_every_ray_node_has_a_small_object_store_no_memory_monitor_unniced_workers_and_one_image():
     images = set()
     for name, group in _pods():
         assert group["rayStartParams"]["object-store-memory"] == "4000000000", name
@@ -94,7 +94,7 @@ def test_every_ray_node_has_a_small_object_store_and_no_memory_monitor_and_one_i
         for container in pod["containers"] + pod.get("initContainers", []):
             images.add(container["image"])
         env = {item["name"]: item.get("value") for item in pod["containers"][0]["env"]}
-        assert env["RAY_memory_monitor_refresh_ms"] == "0", name
+        assert env["RAY_memory_monitor_refresh_ms"] == "0" and env["RAY_worker_niceness"] == "0", name
     assert len(images) == 1
 
 

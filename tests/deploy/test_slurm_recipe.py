@@ -50,7 +50,7 @@ def test_every_ray_node_starts_from_the_virtualenv_with_the_allocations_accelera
     for line in starts:
         assert '--resources="$resources"' in line and "--object-store-memory=4000000000" in line
         assert "--block" in line and "--num-gpus=" in line
-    assert re.search(r"^export RAY_memory_monitor_refresh_ms=0$", TEXT, re.M)
+    assert re.search(r"^export RAY_memory_monitor_refresh_ms=0 RAY_worker_niceness=0$", TEXT, re.M)
     # A Ray job's `python` is the one on the PATH Ray was started with.
     exported = TEXT.index('export PATH="$KVSWEEP_VENV/bin:$PATH"')
     assert exported < TEXT.index('"$RAY" start')

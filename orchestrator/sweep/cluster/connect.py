@@ -7,7 +7,7 @@ by flag or ``RAY_ADDRESS`` must answer within seconds or the sweep stops with on
 cluster that does not answer is passed over, with a note, for a fresh local one.
 
 A cluster is joined with whatever authentication it uses (``sweep.cluster.auth``); a new local one keeps Ray's
-default, token authentication.
+default, token authentication, and starts its workers at nice 0 (``replica.priority``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import socket
 import sys
 from pathlib import Path
 
+from orchestrator.replica.priority import start_workers_at_normal_priority
 from orchestrator.sweep.cluster.auth import find_token, join_in_the_clusters_mode, turn_token_mode_on
 from orchestrator.validation import InputError
 
@@ -46,6 +47,8 @@ def connect_ray(address: str | None) -> None:
             chosen, joined = "local", None
     if joined:
         _join_with_its_authentication(joined, given_as)
+    else:
+        start_workers_at_normal_priority()
     ray.init(address=chosen, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
 
 

@@ -164,7 +164,7 @@ class CellWorker:
             replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
             replica_replaced=reuse.replaced_because, request_options=ran.options,
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
-            server_env=dict(ran.replica.server_env),
+            server_env=dict(ran.replica.server_env), server_niceness=ran.replica.server_niceness,
         )  # fmt: skip
 
     def _checked_stack(self, cell: CellSpec) -> NodeStack | None:
