@@ -4,9 +4,10 @@ Ray starts its worker processes at nice 15 (its ``RAY_worker_niceness`` setting)
 another value, and every process a worker starts inherits it: a replica's server (API process, engine core and
 its workers), the launcher they fork from, the load generator's client actors. Any process at the default
 priority beside them on the node (Ray's own daemons, a driver, another job) then takes the CPU first, and what a
-cell measures moves with it: on two cores, one busy process beside a Continuum cell under KV pressure let 96 of
-its 252 pins reach their 2 s TTL before the job's next turn came back from a 0.5 s tool call (none without it),
-and the later turns' prefix kept fell from 87% to 54%.
+cell measures moves with it: on two cores, with one busy process beside CPU cells under KV pressure, 44 of
+Continuum's 252 pins reached their 2 s TTL before the job's next turn came back from a 0.5 s tool call at nice 15
+(19 at nice 0, none on a quiet machine), and its mean JCT was 16% behind FCFS's at nice 15, 2% ahead at 0
+(``benchmarks/worker_niceness.py``, docs/measured.md).
 
 So the nodes this project starts run their workers at nice 0: a private local cluster (``start_workers_at_normal_
 priority`` before it starts) and the recipes (Slurm, KubeRay, the autoscaler's YAML). Each cell records the
