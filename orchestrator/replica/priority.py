@@ -36,7 +36,9 @@ def niceness(pid: int = 0) -> int:
 
 
 def niced_workers_advice(worker_niceness: int) -> str:
-    """What a node whose Ray workers run at ``worker_niceness`` does to what a cell measures, and the fix."""
-    return (f"Ray workers run at nice {worker_niceness}: a replica's server and the clients get the CPU after any "
-            f"other process on the node; start the node with {WORKER_NICENESS_ENV}={NORMAL_NICENESS} "
-            f"(`{WORKER_NICENESS_ENV}={NORMAL_NICENESS} ray start ...`), as the recipes in deploy/ do")  # fmt: skip
+    """What servers and clients started at ``worker_niceness`` (a Ray worker's, or a driver's own) do to what a cell
+    measures, and the fix for each."""
+    return (f"servers and clients start at nice {worker_niceness}: they get the CPU after any other process on the "
+            f"node; on a Ray cluster start the node with {WORKER_NICENESS_ENV}={NORMAL_NICENESS} "
+            f"(`{WORKER_NICENESS_ENV}={NORMAL_NICENESS} ray start ...`, as the recipes in deploy/ do), elsewhere run "
+            f"the command at nice {NORMAL_NICENESS}")  # fmt: skip

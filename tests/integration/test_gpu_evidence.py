@@ -41,7 +41,7 @@ def test_the_rehearsal_runs_every_stage_and_packs_its_evidence_into_three_files(
     if niceness() == 0:  # the evidence run's servers start from it, as a run_cell driver's do
         assert "CPU priority      ok      servers and clients start at nice 0" in doctor
     else:
-        assert f"CPU priority      FAIL    Ray workers run at nice {niceness()}: " in doctor
+        assert f"CPU priority      FAIL    servers and clients start at nice {niceness()}: " in doctor
     fcfs = stages["cell fcfs"]["facts"]
     assert fcfs["settings"] == "eager" and fcfs["start"]["total"] > fcfs["start"]["process, imports, API"] > 0
     assert "LMCacheConnectorV1" in stages["cell lmcache"]["facts"]["server_command"]

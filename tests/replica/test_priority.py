@@ -30,6 +30,6 @@ def test_the_doctor_fails_a_node_whose_workers_are_niced_and_says_how_to_start_i
     thread.start()
     thread.join()
     (check,) = checks
-    assert not check.ok and check.detail.startswith("Ray workers run at nice ")
-    assert int(check.detail.split()[5].rstrip(":")) >= 15
+    assert not check.ok and check.detail.startswith("servers and clients start at nice ")
+    assert int(check.detail.split()[6].rstrip(":")) >= 15
     assert "start the node with RAY_worker_niceness=0" in check.detail
