@@ -70,8 +70,8 @@ def node_checks(target: str, model: str, weights: Weights, needs_lmcache: bool) 
 
 
 def _priority_check(target: str) -> Check:
-    """A replica's server and clients run at the niceness of the process that starts them: on a cluster a Ray worker,
-    which this check runs in; under ``run_cell`` the driver itself."""
+    """A replica's server and clients run at the niceness of the process that starts them: on a cluster a Ray worker
+    started as a cell's is (``at_normal_priority``), which this check runs in; under ``run_cell`` the driver itself."""
     if (current := niceness()) > NORMAL_NICENESS:
         return Check(target, "CPU priority", False, niced_workers_advice(current))
     return Check(target, "CPU priority", True, f"servers and clients start at nice {current}")

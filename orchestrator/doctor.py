@@ -29,6 +29,7 @@ from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.policies import cpu_policy_names, get_policy, policies_covering_every_mechanism
+from orchestrator.replica.priority import at_normal_priority
 from orchestrator.sweep.planning.cells import CellSpec, expand
 from orchestrator.sweep.planning.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.validation import InputError
@@ -126,7 +127,7 @@ def run_doctor(targets: list[str], policies: dict[str, tuple[str, ...]], model_f
         cells = doctor_cells(target, policies[target], model_for[target], duration_s, weights)
         slot = inventory.slots(target, max(cell.replica_host_gib for cell in cells))[0]
         print(f"doctor: checking a {target} node ({slot.node_id[:8]}) ...", flush=True)
-        remote_checks = ray.remote(node_checks).options(**slot.actor_options())
+        remote_checks = ray.remote(node_checks).options(**at_normal_priority(slot.actor_options()))
         needs_lmcache = any(NodeNeed.LMCACHE in get_policy(cell.policy).needs for cell in cells)
         node = ray.get(remote_checks.remote(target, model_for[target], weights, needs_lmcache))
         checks += node

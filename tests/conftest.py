@@ -17,7 +17,6 @@ import pytest
 
 from orchestrator.models.cache import default_cache_dir
 from orchestrator.models.tiny import ensure_tiny_model
-from orchestrator.replica.priority import start_workers_at_normal_priority
 from orchestrator.workload.tokenizer import HfTokenCounter
 from tests.clusters import RayCluster, SecureHead, add_fake_gpu_nodes, start_secure_head, start_shared_cluster
 from tests.processes import TEST_ROOT_ENV, kill_processes_naming
@@ -28,9 +27,6 @@ from tests.processes import TEST_ROOT_ENV, kill_processes_naming
 # call the cluster makes to it ("Missing authorization header"), so each actor it creates dies at once. Set before
 # any test runs, the mode is the same for this process and every cluster it starts.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-# Every cluster a test starts runs its workers (and the servers and clients they start) at nice 0, as the recipes
-# start their nodes: at Ray's nice 15, a test process beside this one takes their CPU first (replica.priority).
-start_workers_at_normal_priority()
 
 # This test process's root: temporary files, pytest's tmp_path, and Ray's temp dir (with the address file that
 # `ray.init()` and a driver with no address join) of everything it starts, so that a test process beside it never

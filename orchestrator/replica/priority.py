@@ -9,15 +9,18 @@ Continuum's 252 pins reached their 2 s TTL before the job's next turn came back 
 (19 at nice 0, none on a quiet machine), and its mean JCT was 16% behind FCFS's at nice 15, 2% ahead at 0
 (``benchmarks/worker_niceness.py``, docs/measured.md).
 
-So the nodes this project starts run their workers at nice 0: a private local cluster (``start_workers_at_normal_
-priority`` before it starts) and the recipes (Slurm, KubeRay, the autoscaler's YAML). Each cell records the
-niceness its server ran at (``CellConfig.server_niceness``), and the doctor says when a node's workers are niced.
+So every actor that runs a server or drives one (a cell's worker, the load's clients, a Serve replica and its
+ingress) asks Ray for its worker at the node's own niceness (``at_normal_priority``: Ray adds its 15 at a worker's
+start unless the worker's environment says otherwise), on any cluster. The nodes this project starts run all their
+workers so (a private local cluster, ``start_workers_at_normal_priority``; the recipes in deploy/), Serve's HTTP
+proxy included. Each cell records the niceness its server ran at (``CellConfig.server_niceness``), and the doctor
+says when a node itself is niced.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 # Read by the raylet when a node starts: the niceness of every worker process it starts.
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
@@ -30,8 +33,14 @@ def start_workers_at_normal_priority(environ: MutableMapping[str, str] = os.envi
     environ.setdefault(WORKER_NICENESS_ENV, str(NORMAL_NICENESS))
 
 
+def at_normal_priority(options: Mapping[str, object]) -> dict[str, object]:
+    """Ray actor ``options`` that start its worker at its node's niceness, without Ray's 15 on top."""
+    return {**options, "runtime_env": {"env_vars": {WORKER_NICENESS_ENV: str(NORMAL_NICENESS)}}}
+
+
 def niceness(pid: int = 0) -> int:
-    """The niceness of process ``pid`` (0: this one), as ``ps -o ni`` shows it."""
+    """The niceness of process ``pid``'s main thread, or with 0 of the calling thread (Linux keeps one per thread, and
+    a process or thread starts with that of the thread that made it), as ``ps -o ni`` shows it."""
     return os.getpriority(os.PRIO_PROCESS, pid)
 
 
@@ -39,6 +48,4 @@ def niced_workers_advice(worker_niceness: int) -> str:
     """What servers and clients started at ``worker_niceness`` (a Ray worker's, or a driver's own) do to what a cell
     measures, and the fix for each."""
     return (f"servers and clients start at nice {worker_niceness}: they get the CPU after any other process on the "
-            f"node; on a Ray cluster start the node with {WORKER_NICENESS_ENV}={NORMAL_NICENESS} "
-            f"(`{WORKER_NICENESS_ENV}={NORMAL_NICENESS} ray start ...`, as the recipes in deploy/ do), elsewhere run "
-            f"the command at nice {NORMAL_NICENESS}")  # fmt: skip
+            f"node; start the node's Ray (or, without Ray, the command) at nice {NORMAL_NICENESS}")  # fmt: skip

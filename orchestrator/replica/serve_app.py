@@ -25,6 +25,7 @@ from starlette.responses import StreamingResponse
 
 from orchestrator.records.schema import REPLICA_HEADER
 from orchestrator.replica.config import EngineConfig
+from orchestrator.replica.priority import at_normal_priority
 from orchestrator.replica.probe import read_counters
 from orchestrator.replica.replica import OutputMark, Replica, ReplicaInfo
 from orchestrator.replica.serve_router import RANK, RulesRequestRouter
@@ -104,7 +105,7 @@ def cell_application(engine: EngineConfig, num_replicas: int, router_kwargs: dic
     engines = serve.deployment(EngineReplica, name=ENGINE_DEPLOYMENT).options(
         num_replicas=num_replicas,
         max_ongoing_requests=MAX_ONGOING_REQUESTS,
-        ray_actor_options=replica_options,
+        ray_actor_options=at_normal_priority(replica_options),
         health_check_period_s=2.0,
         max_constructor_retry_count=1,  # an engine that cannot start fails the cell's attempt; the driver retries it
         **SHUTDOWN_OPTIONS,
@@ -112,6 +113,9 @@ def cell_application(engine: EngineConfig, num_replicas: int, router_kwargs: dic
                                                   request_router_kwargs=router_kwargs),  # fmt: skip
     )
     ingress = serve.deployment(Ingress, name="ingress").options(
-        num_replicas=1, max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 0}, **SHUTDOWN_OPTIONS
+        num_replicas=1,
+        max_ongoing_requests=MAX_ONGOING_REQUESTS,
+        ray_actor_options=at_normal_priority({"num_cpus": 0}),
+        **SHUTDOWN_OPTIONS,
     )
     return ingress.bind(engines.bind(engine, start_limits))

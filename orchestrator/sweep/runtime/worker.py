@@ -42,6 +42,7 @@ from orchestrator.replica.disk import disk_refusal
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
 from orchestrator.replica.launcher import VLLM_PRELOAD, LauncherClient, LauncherError, start_launcher
+from orchestrator.replica.priority import at_normal_priority
 from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError, forks_from_launcher
 from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
@@ -407,7 +408,7 @@ def worker_actor_class():
     Ray, because the driver decides what a lost worker means for its cell."""
     import ray
 
-    return ray.remote(max_concurrency=2, max_restarts=0)(CellWorker)
+    return ray.remote(**at_normal_priority({"max_concurrency": 2, "max_restarts": 0}))(CellWorker)
 
 
 def _start_limits(limits: RunLimits) -> StartLimits:
