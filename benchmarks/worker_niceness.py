@@ -1,15 +1,16 @@
-"""What the niceness of Ray's workers does to CPU cells under KV pressure when something else keeps the machine busy.
+"""What the niceness of a cell's servers and clients does to CPU cells under KV pressure when something else keeps the
+machine busy.
 
     python benchmarks/worker_niceness.py [--niceness 15,0] [--busy 0,1] [--results-dir DIR]
 
-Ray starts its worker processes at nice 15 unless a node is started with ``RAY_worker_niceness``, and a cell's
-server and clients inherit it (``orchestrator/replica/priority.py``). For each niceness and each number of busy
-processes (each an interpreter spinning at this process's priority, as a test process or another job beside a
-cell would), this runs the CPU sweep's pressure cells (those of ``tests/integration/test_cpu_sweep.py``: fcfs and
-continuum at ``sizing.agent.pressure_jps``, 8 JPS on a 1200-block pool) in a process of its own that starts a
-local Ray cluster at that niceness, and prints per cell: the niceness its server ran at, the share of the prefix
-that turns 3-8 found cached of what their job's earlier turns left, how Continuum's pins ended (the job's next
-turn, the 2 s TTL, memory pressure), and the mean JCT. Then one JSON line.
+A cell's server and clients run at the niceness of the Ray workers that start them: Ray's default adds 15 to the
+node's, which a cell's actors ask Ray to leave out (``orchestrator/replica/priority.py``). For each niceness and each
+number of busy processes (each an interpreter spinning at this process's priority, as a test process or another job
+beside a cell would), this runs the CPU sweep's pressure cells (fcfs and continuum at ``sizing.agent.pressure_jps``,
+8 JPS on a 1200-block pool, as ``tests/integration/test_cpu_sweep.py`` runs them) in a process of its own, started at
+that niceness, that starts a local Ray cluster, and prints per cell: the niceness its server ran at, the share of the
+prefix that turns 3-8 found cached of what their job's earlier turns left, how Continuum's pins ended (the job's
+next turn, the 2 s TTL, memory pressure), and the mean JCT. Then one JSON line. Each cell is one trial.
 
 The busy processes take a whole core each: on a two-core machine, run nothing else beside.
 """
@@ -31,7 +32,7 @@ from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace import pin_releases
 from orchestrator.records.scheduler_trace_file import trace_events
-from orchestrator.replica.priority import WORKER_NICENESS_ENV
+from orchestrator.replica.priority import NORMAL_NICENESS, WORKER_NICENESS_ENV
 from orchestrator.sizing.agent import pressure_jps
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
@@ -70,8 +71,8 @@ def cell_rows(files: SweepFiles) -> list[dict]:
 
 
 def _measure(results_dir: Path) -> None:
-    """In a process of its own: a local cluster started with this process's environment (its raylet takes the
-    workers' niceness from it), the pressure cells, the rows as one JSON line."""
+    """In a process of its own: a local cluster started at this process's niceness, the pressure cells (measured
+    again if ``results_dir`` holds them), the rows as one JSON line."""
     import ray
 
     from orchestrator.sweep.planning.options import SweepOptions
@@ -80,7 +81,8 @@ def _measure(results_dir: Path) -> None:
 
     spec = pressure_spec()
     ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    options = SweepOptions(results_dir=results_dir, tracking_uri=default_tracking_uri(results_dir), live=False)
+    options = SweepOptions(results_dir=results_dir, tracking_uri=default_tracking_uri(results_dir), live=False,
+                           rerun=True)  # fmt: skip
     if run_sweep(spec, options) != 0:
         raise SystemExit(f"the sweep in {results_dir} did not finish every cell")
     print(json.dumps(cell_rows(SweepFiles(results_dir / spec.name))))
@@ -89,15 +91,15 @@ def _measure(results_dir: Path) -> None:
 def _measured_with(niceness: int, busy: int, results_dir: Path) -> list[dict]:
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     try:
-        env = {**os.environ, WORKER_NICENESS_ENV: str(niceness), "RAY_ADDRESS": ""}
+        env = {**os.environ, WORKER_NICENESS_ENV: str(NORMAL_NICENESS), "RAY_ADDRESS": ""}
         done = subprocess.run([sys.executable, __file__, "--measure", str(results_dir)], env=env, capture_output=True,
-                              text=True, check=False)  # fmt: skip
+                              text=True, check=False, preexec_fn=lambda: os.nice(niceness))  # fmt: skip
     finally:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
     if done.returncode != 0:
-        raise SystemExit(f"nice {niceness}, {busy} busy: {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"nice {niceness}, {busy} busy: {(done.stderr.strip().splitlines() or [''])[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -114,7 +116,7 @@ def _counts(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--niceness", type=_counts, default=(15, 0), help="the workers' niceness values (15,0)")
+    parser.add_argument("--niceness", type=_counts, default=(15, 0), help="the cluster's niceness values (15,0)")
     parser.add_argument("--busy", type=_counts, default=(0, 1), help="how many busy processes beside the cells (0,1)")
     parser.add_argument("--results-dir", type=Path, default=Path("results/worker-niceness"))
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # one configuration, in its own process

@@ -4,9 +4,9 @@ Ray starts its worker processes at nice 15 (its ``RAY_worker_niceness`` setting)
 another value, and every process a worker starts inherits it: a replica's server (API process, engine core and
 its workers), the launcher they fork from, the load generator's client actors. Any process at the default
 priority beside them on the node (Ray's own daemons, a driver, another job) then takes the CPU first, and what a
-cell measures moves with it: on two cores, with one busy process beside CPU cells under KV pressure, 44 of
+cell measures moves with it: on two cores, with one busy process beside CPU cells under KV pressure, 115 of
 Continuum's 252 pins reached their 2 s TTL before the job's next turn came back from a 0.5 s tool call at nice 15
-(19 at nice 0, none on a quiet machine), and its mean JCT was 16% behind FCFS's at nice 15, 2% ahead at 0
+(none at nice 0, none on a quiet machine), and its mean JCT was 73% behind FCFS's at nice 15, 4% at 0
 (``benchmarks/worker_niceness.py``, docs/measured.md).
 
 So every actor that runs a server or drives one (a cell's worker, the load's clients, a Serve replica and its
