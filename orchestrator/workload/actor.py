@@ -12,7 +12,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 from orchestrator.records.cell import RequestOptions
-from orchestrator.replica.priority import at_normal_priority
 from orchestrator.workload.loadgen import LoadGenerator, LoadProgress, ShardResult
 from orchestrator.workload.plan import WorkloadPlan
 
@@ -61,7 +60,8 @@ class InProcessRun:
 
 
 class ActorRun:
-    """The plan split over Ray actors (placed by ``scheduling_options``, e.g. on the replica's node)."""
+    """The plan split over Ray actors (``scheduling_options``: their Ray options, e.g. the replica's node, their
+    worker's niceness)."""
 
     def __init__(
         self,
@@ -74,7 +74,7 @@ class ActorRun:
         import ray
 
         # Two threads: ``run`` blocks one while ``progress`` answers on the other.
-        actor_class = ray.remote(**at_normal_priority({"num_cpus": 0, "max_concurrency": 2}))(_LoadGenActor)
+        actor_class = ray.remote(num_cpus=0, max_concurrency=2)(_LoadGenActor)
         self._actors = [
             actor_class.options(**(scheduling_options or {})).remote(base_url, options) for _ in range(num_actors)
         ]

@@ -372,7 +372,8 @@ class CellWorker:
             return InProcessRun(plan, base_url, options)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        on_this_node = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)}
+        # At the node's niceness, as this worker and its server run (``replica.priority``).
+        on_this_node = at_normal_priority({"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)})
         return ActorRun(plan, base_url, options, limits.client_actors, on_this_node)
 
     def _watch(self, load: LoadRun, engines: CellEngines, before: EnginesPoll, limits: RunLimits,
