@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import pandas as pd
 
@@ -23,7 +22,7 @@ from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimit
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.spec import WorkloadSpec
-from tests.processes import fake_engine_processes
+from tests.processes import FAKE_ENGINE_MODULE, wait_for_serving
 from tests.sweep.conftest import fake_spec, options, summary
 
 LIMITS = RunLimits(health_timeout_s=60, hang_timeout_s=20, poll_s=0.2, client_actors=0)
@@ -81,14 +80,11 @@ def test_a_replica_dying_mid_cell_fails_the_cell_for_a_retry(ray_cluster):
     outcome = {}
     runner = threading.Thread(target=lambda: outcome.update(result=run(routed_cell(RouterKind.ROUND_ROBIN, 6.0))))
     runner.start()
-    engines = []
-    deadline = time.monotonic() + 60
-    while len(engines) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        engines = [pid for pid, _ in fake_engine_processes()]
-    assert len(engines) == 2, "the two fake engines did not start"
-    time.sleep(3.0)  # into the load
-    os.kill(engines[0], signal.SIGKILL)
+    # Killed once it has generated tokens, so into the load however long Serve took to start its replicas (a replica
+    # set sends nothing before the load: no canary, no reset).
+    engine = wait_for_serving(set(), FAKE_ENGINE_MODULE, lambda counters: counters.get("vllm:generation_tokens_total", 0) > 0,
+                              timeout_s=120, ended=lambda: None if runner.is_alive() else "the cell ended first")  # fmt: skip
+    os.kill(engine, signal.SIGKILL)
     runner.join(timeout=60)
     failed = outcome["result"]
     assert failed.status is CellStatus.FAILED and failed.retryable
