@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 
-# Read by the raylet when a node starts: the niceness of every worker process it starts.
+# Ray's niceness for worker processes, added to the node's: read from a node's environment when it starts (every
+# worker), and from an actor's runtime environment when its worker starts (that worker alone).
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
 NORMAL_NICENESS = 0
 
