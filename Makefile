@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 CORE := $(VENV)/.core-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install install-core chromium demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 docs screenshots gpu-kit gpu-rehearsal gpu-rehearsal-0.26 clean
+.PHONY: install install-core test-tools demo demo-cpu test test-fast test-bundle test-index test-stack-0.26 docs screenshots gpu-kit gpu-rehearsal gpu-rehearsal-0.26 clean
 
 install: $(INSTALLED)
 
@@ -47,14 +47,17 @@ demo-cpu: install
 	$(PY) sweeps/cpu_tiny.py --results-dir $(RESULTS)
 	$(call where_results_are,cpu_tiny)
 
-# The report test renders the HTML report in headless Chromium; Debian/Ubuntu get it from apt.
+# System tools some tests run, from apt where missing (Debian/Ubuntu): the report test renders the HTML report in
+# headless Chromium, and the completion test parses the zsh script with zsh.
 CHROMIUM := $(firstword $(foreach name,chromium-headless-shell chromium chromium-browser google-chrome,$(shell command -v $(name))))
+MISSING_TOOLS := $(if $(CHROMIUM),,chromium-headless-shell) $(if $(shell command -v zsh),,zsh)
+AS_ROOT := $(if $(filter 0,$(shell id -u)),,sudo)
 
-chromium:
-ifeq ($(CHROMIUM),)
-	$(if $(shell command -v apt-get),,$(error no headless Chromium and no apt-get: install chromium for the report test))
-	$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends chromium-headless-shell \
-	  || { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -q && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends chromium-headless-shell; }
+test-tools:
+ifneq ($(strip $(MISSING_TOOLS)),)
+	$(if $(shell command -v apt-get),,$(error no apt-get to install $(MISSING_TOOLS): install them for the report and completion tests))
+	$(AS_ROOT) apt-get install -y -q --no-install-recommends $(MISSING_TOOLS) \
+	  || { $(AS_ROOT) apt-get update -q && $(AS_ROOT) apt-get install -y -q --no-install-recommends $(MISSING_TOOLS); }
 endif
 
 # The suite in two test processes side by side (tests/conftest.py: each module whole in one, the longest groups
@@ -64,7 +67,7 @@ PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
 # The modules that hold solo tests: the solo run collects those alone, not the whole suite again (seconds, alone).
 SOLO_MODULES = $(shell grep -rlE --include='test_*.py' 'mark\.solo' tests)
 
-test: install chromium
+test: install test-tools
 	$(PY) -m pytest $(PARALLEL) -m "not solo and not network" --durations=20
 	$(PY) -m pytest -m "solo and not network" --durations=5 $(SOLO_MODULES)
 
@@ -117,7 +120,7 @@ docs: install
 
 SCREENSHOT_RESULTS := /tmp/kvsweep-demo
 
-screenshots: install chromium
+screenshots: install test-tools
 	$(MAKE) demo RESULTS=$(SCREENSHOT_RESULTS)
 	$(PY) docs/gen_screenshots.py $(SCREENSHOT_RESULTS)/large_dram/report
 

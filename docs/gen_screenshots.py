@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     chromium = next((found for name in CHROMIUM_NAMES if (found := shutil.which(name))), None)
     if chromium is None:
-        print(f"error: no headless Chromium ({', '.join(CHROMIUM_NAMES)}); `make chromium` installs one", file=sys.stderr)
+        print(f"error: no headless Chromium ({', '.join(CHROMIUM_NAMES)}); `make test-tools` installs one", file=sys.stderr)
         return 2
     missing = [page for _, page, _ in PICTURES if not (args.report / page).is_file()]
     if missing:
