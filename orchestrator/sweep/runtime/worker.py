@@ -50,12 +50,13 @@ from orchestrator.replica.vllm_server import shared_environment
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sim.stacks import stack_calibration
+from orchestrator.sweep.cluster.inventory import SIM, Slot
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.units import GIB
 from orchestrator.validation import first_line
-from orchestrator.workload.actor import ActorRun, InProcessRun, LoadRun
+from orchestrator.workload.actor import ClientActors, InProcessRun, LoadRun
 from orchestrator.workload.loadgen import ShardResult
 from orchestrator.workload.plan import WorkloadPlan, build_plan
 from orchestrator.workload.schedule import Schedule, schedule_for
@@ -118,7 +119,7 @@ class _Measured:
 
 
 class CellWorker:
-    """Plain class; ``worker_actor_class`` wraps it for Ray. Not thread-safe except ``status``."""
+    """Plain class; ``start_worker`` makes it a Ray actor. Not thread-safe except ``status``."""
 
     def __init__(self, node_id: str = ""):
         self._node_id = node_id or _current_node_id()
@@ -126,6 +127,7 @@ class CellWorker:
         self._replica: Replica | None = None
         self._replicas_started = 0
         self._launcher: tuple[subprocess.Popen, LauncherClient] | None = None  # started by the first replica forked
+        self._clients: ClientActors | None = None  # the load's actors, made by the first cell that drives from actors
         self._status = WorkerStatus()
         self._stack: NodeStack | None = None  # read once, when the first real vLLM cell comes
 
@@ -316,6 +318,8 @@ class CellWorker:
         return self._stack
 
     def shutdown(self) -> None:
+        if self._clients is not None:
+            self._clients.shutdown()
         self._drop_replica()
         self._stop_launcher()
         shutil.rmtree(self._work_dir, ignore_errors=True)
@@ -370,11 +374,13 @@ class CellWorker:
     def _start_load(self, plan, base_url: str, options: RequestOptions, limits: RunLimits) -> LoadRun:
         if limits.client_actors == 0:
             return InProcessRun(plan, base_url, options)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        if self._clients is None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        # At the node's niceness, as this worker and its server run (``replica.priority``).
-        on_this_node = at_normal_priority({"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)})
-        return ActorRun(plan, base_url, options, limits.client_actors, on_this_node)
+            # At the node's niceness, as this worker and its server run (``replica.priority``).
+            self._clients = ClientActors(at_normal_priority(
+                {"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)}))  # fmt: skip
+        return self._clients.start(plan, base_url, options, limits.client_actors)
 
     def _watch(self, load: LoadRun, engines: CellEngines, before: EnginesPoll, limits: RunLimits,
                time_limit: tuple[float, float], cell_key: str):  # fmt: skip
@@ -404,12 +410,18 @@ class CellWorker:
         return CellStatus.DONE, None, None
 
 
-def worker_actor_class():
-    """The Ray actor class: two threads so ``status`` answers while ``run`` works; never restarted by
-    Ray, because the driver decides what a lost worker means for its cell."""
+def start_worker(slot: Slot):
+    """A cell worker actor for ``slot``, on its node: two threads so ``status`` answers while ``run`` works; never
+    restarted by Ray, because the driver decides what a lost worker means for its cell. One that runs servers asks
+    for its worker at the node's niceness (``replica.priority``); a simulating one does not, since its cells run in
+    virtual time, which no niceness moves, and so it takes one of the node's prestarted Ray workers instead of
+    waiting for a fresh one of its own runtime environment."""
     import ray
 
-    return ray.remote(**at_normal_priority({"max_concurrency": 2, "max_restarts": 0}))(CellWorker)
+    options = {**slot.actor_options(), "max_concurrency": 2, "max_restarts": 0}
+    if slot.gpu != SIM:
+        options = at_normal_priority(options)
+    return ray.remote(CellWorker).options(**options).remote(slot.node_id)
 
 
 def _start_limits(limits: RunLimits) -> StartLimits:
