@@ -115,7 +115,7 @@ def run_doctor(targets: list[str], policies: dict[str, tuple[str, ...]], model_f
 
     from orchestrator.sweep.cluster.autoscaler import read_launchable_types
     from orchestrator.sweep.cluster.inventory import read_inventory
-    from orchestrator.sweep.runtime.worker import worker_actor_class
+    from orchestrator.sweep.runtime.worker import start_worker
 
     inventory = read_inventory(read_launchable_types())
     checks = []
@@ -134,7 +134,7 @@ def run_doctor(targets: list[str], policies: dict[str, tuple[str, ...]], model_f
         if not can_serve(node):
             checks.append(Check(target, "short cells", None, "skipped: the node cannot serve the model (see above)"))
             continue
-        worker = worker_actor_class().options(**slot.actor_options()).remote(slot.node_id)
+        worker = start_worker(slot)
         try:
             limits = RunLimits(health_timeout_s=900, client_actors=0)
             for cell in cells:

@@ -18,7 +18,7 @@ from orchestrator.replica.replica import Replica
 from orchestrator.sweep.cluster.inventory import read_inventory
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
-from orchestrator.sweep.runtime.worker import worker_actor_class
+from orchestrator.sweep.runtime.worker import start_worker
 from orchestrator.workload.spec import WorkloadSpec
 from tests.processes import replica_processes, wait_for_serving_vllm
 
@@ -109,7 +109,7 @@ def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(ray_cluster):
                      engine_options=EngineOptions(num_kv_blocks=600))  # fmt: skip
     (cell,) = expand(spec)
     (slot,) = read_inventory().slots("cpu", 0)
-    worker = worker_actor_class().options(**slot.actor_options()).remote(slot.node_id)
+    worker = start_worker(slot)
     run = worker.run.remote(cell, RunLimits(health_timeout_s=300, client_actors=0))
 
     def ended() -> str | None:

@@ -33,7 +33,7 @@ from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.scaling import ScaleUp, gpus_to_ask
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.ledger import StartedAttempt
-from orchestrator.sweep.runtime.worker import WorkerStatus, worker_actor_class
+from orchestrator.sweep.runtime.worker import WorkerStatus, start_worker
 from orchestrator.validation import first_line
 
 # How often the pool looks for nodes the autoscaler brought up and updates its request.
@@ -88,7 +88,7 @@ class Worker:
         return len(self.lent) or 1
 
     def create(self) -> None:
-        self.actor = worker_actor_class().options(**self.slot.actor_options()).remote(self.slot.node_id)
+        self.actor = start_worker(self.slot)
         self.ready = self.actor.status.remote()
         self.num_creations += 1
         self.group = None
@@ -100,18 +100,34 @@ class WorkerPool:
         self.workers: list[Worker] = []
         self._scale_up_timeout_s = scale_up_timeout_s
         self._scale = ScaleUp(scale_up_timeout_s, self._ask)
-        self._slotted_nodes: set[tuple[str, str]] = set()  # (placement, node id) pairs that have had workers
+        # (placement, node id) pairs that have had workers, each with the replica size its workers were made for
+        self._slotted_nodes: dict[tuple[str, str], float] = {}
         self.lost_nodes: dict[str, NodeInfo] = {}  # by node id: nodes that left the cluster during the sweep
         self._seen = {node.node_id: node for node in inventory.nodes}  # every node the sweep has seen up
         self._without_nodes_since: dict[str, float] = {}  # types not launchable, with cells waiting and no worker
         self._last_refresh = 0.0
+
+    def carry_into(self, inventory: Inventory) -> None:
+        """Carry the pool, idle, into another run of its sweep in this process (a search's next round), on that
+        run's reading of the cluster: its workers stay, with the replicas they keep (``add_workers`` ends those made
+        for another replica size)."""
+        self.inventory = inventory
 
     def in_flight(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.attempt is not None]
 
     def add_workers(self, replica_gib: Mapping[str, float]) -> None:
         """A worker for every slot on the nodes of the placements in ``replica_gib`` (each with the host
-        memory of its largest replica) that have none yet."""
+        memory of its largest replica) that have none yet; idle workers that a carried pool made for another size
+        end first, their nodes slotted again."""
+        busy = {(worker.slot.gpu, worker.slot.node_id) for worker in self.in_flight()}
+        resized = {where for where, gib in self._slotted_nodes.items()
+                   if where[0] in replica_gib and gib != replica_gib[where[0]] and where not in busy}  # fmt: skip
+        ended = [worker for worker in self.workers if (worker.slot.gpu, worker.slot.node_id) in resized]
+        _end_actors(ended, STOP_GRACE_S)
+        self.workers = [worker for worker in self.workers if worker not in ended]
+        for where in resized:
+            del self._slotted_nodes[where]
         for placement, gib in replica_gib.items():
             slots = [s for s in self.inventory.slots(placement, gib)
                      if (placement, s.node_id) not in self._slotted_nodes and s.node_id not in self.lost_nodes]  # fmt: skip
@@ -120,7 +136,7 @@ class WorkerPool:
                 worker = Worker(replace(slot, index=index))
                 worker.create()
                 self.workers.append(worker)
-            self._slotted_nodes |= {(placement, slot.node_id) for slot in slots}
+            self._slotted_nodes |= {(placement, slot.node_id): gib for slot in slots}
 
     def num_slots(self, placement: str) -> int:
         """The placement's slots that have workers, counting those lent to gangs."""
