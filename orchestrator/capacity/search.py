@@ -79,28 +79,28 @@ def run_capacity(spec: SweepSpec, options, engine: EngineKind, ask: CapacityAsk)
     if options.dry_run:
         return _dry_run(spec, options, engine, ask)
     files = SweepFiles(options.results_dir / spec.name)
-    rounds = SearchRounds(options)
     capacities, fleets = [], []
-    for gpu in spec.gpus:
-        gpu_spec = _one_gpu(spec, gpu)
-        if engine is EngineKind.SIM and gpu == CPU:
-            gpu_spec = gpu_spec.model_copy(update={"cpu_profile": measure_cpu_profile(gpu_spec, options)})
-            print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: "
-                  f"{gpu_spec.cpu_profile.describe()}")  # fmt: skip
-        judge = SloJudge(gpu_spec, rounds, engine)
-        within = ask.within
-        bisect_flips(judge.labels, within.jps_min, within.jps_max, within.resolution)
-        for arm in judge.arms:
-            capacity = capacity_of(judge.state_by_load(arm))
-            row = _capacity_row(arm, capacity, judge, engine, ask)
-            if ask.confirm and engine is EngineKind.SIM and capacity.jps is not None:
-                row |= _confirm(gpu_spec, rounds, arm, capacity, within)
-            capacities.append(row)
-            if ask.traffic_jps is not None and capacity.jps is not None and arm.router is None:
-                fleets += [_fleet(gpu_spec, rounds, arm, capacity, router, ask) for router in spec.routers]
-        atomic_write_csv(pd.DataFrame(capacities), files.capacity)  # each GPU type's answers kept as they come
-        if fleets:
-            atomic_write_csv(pd.DataFrame(fleets), files.fleet)
+    with SearchRounds(options) as rounds:
+        for gpu in spec.gpus:
+            gpu_spec = _one_gpu(spec, gpu)
+            if engine is EngineKind.SIM and gpu == CPU:
+                gpu_spec = gpu_spec.model_copy(update={"cpu_profile": measure_cpu_profile(gpu_spec, options)})
+                print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: "
+                      f"{gpu_spec.cpu_profile.describe()}")  # fmt: skip
+            judge = SloJudge(gpu_spec, rounds, engine)
+            within = ask.within
+            bisect_flips(judge.labels, within.jps_min, within.jps_max, within.resolution)
+            for arm in judge.arms:
+                capacity = capacity_of(judge.state_by_load(arm))
+                row = _capacity_row(arm, capacity, judge, engine, ask)
+                if ask.confirm and engine is EngineKind.SIM and capacity.jps is not None:
+                    row |= _confirm(gpu_spec, rounds, arm, capacity, within)
+                capacities.append(row)
+                if ask.traffic_jps is not None and capacity.jps is not None and arm.router is None:
+                    fleets += [_fleet(gpu_spec, rounds, arm, capacity, router, ask) for router in spec.routers]
+            atomic_write_csv(pd.DataFrame(capacities), files.capacity)  # each GPU type's answers kept as they come
+            if fleets:
+                atomic_write_csv(pd.DataFrame(fleets), files.fleet)
     publish_search_report(spec.name, options)
     _print(spec.name, ask, pd.DataFrame(capacities), pd.DataFrame(fleets))
     return 0

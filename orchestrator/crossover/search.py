@@ -55,14 +55,16 @@ def run_search(spec: SweepSpec, options, engine: EngineKind, within: SearchRange
         print(f"[{spec.name}] the CPU engine on this machine, as the simulator will run it: "
               f"{spec.cpu_profile.describe()}")  # fmt: skip
     SweepSpec.model_validate(spec.model_copy(update={"engine": engine}).model_dump())  # can the engine run the GPU?
-    rounds = SearchRounds(options)
-    flips = bisect_flips(sweep_judge(spec, options, engine, rounds), within.jps_min, within.jps_max, within.resolution)
-    rows = [{"jps_below": flip.jps_below, "jps_above": flip.jps_above, f"{engine.value}_below": flip.below,
-             f"{engine.value}_above": flip.above} for flip in flips]  # fmt: skip
-    if confirm and engine is EngineKind.SIM and flips:
-        measure = sweep_judge(spec, options, EngineKind.VLLM, rounds)
-        for row, flip in zip(rows, flips):
-            row |= confirmation(*locate_flip(measure, flip, within.jps_min, within.jps_max, within.resolution), flip)
+    with SearchRounds(options) as rounds:
+        flips = bisect_flips(sweep_judge(spec, options, engine, rounds), within.jps_min, within.jps_max,
+                             within.resolution)  # fmt: skip
+        rows = [{"jps_below": flip.jps_below, "jps_above": flip.jps_above, f"{engine.value}_below": flip.below,
+                 f"{engine.value}_above": flip.above} for flip in flips]  # fmt: skip
+        if confirm and engine is EngineKind.SIM and flips:
+            measure = sweep_judge(spec, options, EngineKind.VLLM, rounds)
+            for row, flip in zip(rows, flips):
+                row |= confirmation(*locate_flip(measure, flip, within.jps_min, within.jps_max, within.resolution),
+                                    flip)  # fmt: skip
     table = pd.DataFrame(rows)
     atomic_write_csv(table, SweepFiles(options.results_dir / spec.name).crossover)
     publish_search_report(spec.name, options)
@@ -97,17 +99,28 @@ def sweep_judge(spec: SweepSpec, options, engine: EngineKind, rounds: SearchRoun
 class SearchRounds:
     """A search's rounds: each runs its sweep with the loads asked so far (done cells are skipped). Rounds after the
     first go on with one tracker, which keeps the sweep's cell runs in memory instead of reading every run back from
-    the store each round (a cost that grows with the sweep)."""
+    the store each round (a cost that grows with the sweep), and with the workers the round before left, whose
+    replicas a cell of the same server configuration takes after a proven reset instead of starting its own. Use it
+    in a ``with`` block: leaving it ends those workers."""
 
     def __init__(self, options):
+        from orchestrator.sweep.runtime.driver import KeptWorkers
+
         self.options = options
         self._tracker = None
+        self._workers = KeptWorkers()
+
+    def __enter__(self) -> SearchRounds:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._workers.close()
 
     def run(self, spec: SweepSpec) -> None:
         from orchestrator.sweep.runtime.driver import EXIT_INTERRUPTED, open_tracker, run_sweep
 
         # No report per round: its plots cost more than a simulated round's cells. The search builds one at the end.
-        if run_sweep(spec, replace(self.options, report=False), self._tracker) == EXIT_INTERRUPTED:
+        if run_sweep(spec, replace(self.options, report=False), self._tracker, kept=self._workers) == EXIT_INTERRUPTED:
             raise SystemExit(EXIT_INTERRUPTED)  # stopped by a signal: so is the search; a re-run resumes it
         if self._tracker is None:
             self._tracker = open_tracker(spec, self.options)

@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.crossover.search import SearchRounds
 from orchestrator.records.cell import CellStatus
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.validation import InputError
-from tests.processes import FAKE_ENGINE_MODULE, wait_for_serving
+from tests.processes import FAKE_ENGINE_MODULE, fake_engine_processes, wait_for_serving, wait_until_gone
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 
 GRID = dict(gpus=("H100", "A100", "H200"), jps=(2, 3), dram_gb=(1,))
@@ -45,6 +46,21 @@ def test_cells_land_on_their_type_run_in_parallel_across_types_and_absent_types_
     preflights = pd.read_csv(tmp_path / "placement" / "preflight.csv")  # the reasons the regime table counts
     assert set(done.cell_key) <= set(preflights.cell_key) and preflights.reasons.str.contains("offered load").all()
     assert all([run.status for run in attempts] == [CellStatus.DONE] for attempts in runs.values())
+
+
+def test_a_searchs_next_round_takes_the_replica_its_last_round_left_and_leaving_the_search_ends_it(
+        fake_gpu_nodes, tmp_path):  # fmt: skip
+    """Two rounds of one sweep, as a search runs them: the second round's new cell runs on the replica the first
+    round's cell left (its reset proven, no start), and once the search is over no server is left."""
+    spec = fake_spec("rounds", gpus=("H100",), jps=(2,))
+    with SearchRounds(options(tmp_path)) as rounds:
+        rounds.run(spec)
+        rounds.run(spec.model_copy(update={"jps": (2, 3)}))
+        assert fake_engine_processes(), "the round's replica went with its round"
+    rows = summary(tmp_path, "rounds").set_index("jps")
+    assert set(rows.status) == {"done"} and not rows.replica_reused[2] and rows.replica_start_s[2] > 0
+    assert rows.replica_reused[3] and rows.node_id[3] == rows.node_id[2]
+    assert wait_until_gone() == []
 
 
 def test_a_re_run_with_a_new_load_level_runs_only_the_new_cells(fake_gpu_nodes, tmp_path):

@@ -68,11 +68,12 @@ SIM_POLL_S = 0.1  # ... in a sweep whose every cell is simulated: its cells take
 
 
 def run_sweep(spec: SweepSpec, options: SweepOptions, tracker: SweepTracker | None = None,
-              measuring: MeasuringOrder | None = None) -> int:  # fmt: skip
+              measuring: MeasuringOrder | None = None, kept: KeptWorkers | None = None) -> int:  # fmt: skip
     """Plan the sweep on the cluster, then open its tracking (or go on with ``tracker``, the sweep's, open from an
     earlier run in this process), then run it (with ``dry_run``, describe the plan instead); the process exit
     code. ``measuring``: a budgeted run's order and spending (``runtime.budgeted``); else cells run in grid order
-    with no limit."""
+    with no limit. ``kept``: workers this process keeps from run to run of the sweep (a search's rounds); the run
+    takes the ones an earlier run left there and leaves its own."""
     connect_ray(options.ray_address)
     plan = plan_sweep(spec, options)
     if options.dry_run:
@@ -83,7 +84,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions, tracker: SweepTracker | No
     lock = _lock(plan.results.sweep_dir)
     try:
         tracker = tracker or open_tracker(spec, options)
-        return _Sweep(plan, tracker, options, measuring).run()
+        return _Sweep(plan, tracker, options, measuring, kept).run()
     finally:
         lock.close()
 
@@ -92,6 +93,20 @@ def open_tracker(spec: SweepSpec, options: SweepOptions) -> SweepTracker:
     """The sweep's tracking, its experiment and parent run created where they are absent."""
     return SweepTracker.open(options.tracking_uri, _artifact_root(options), spec.name, _sweep_params(spec),
                              options.tracking_patience_s)  # fmt: skip
+
+
+@dataclass
+class KeptWorkers:
+    """A sweep's workers kept in this process from one run to the next, with the replicas and clients they hold: a
+    search's rounds run one sweep again and again with new loads, and a replica kept (its reset proven) saves the
+    round a server start (a minute or more on a GPU). ``close`` ends them."""
+
+    pool: WorkerPool | None = None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
 
 
 @dataclass
@@ -162,7 +177,7 @@ class _Sweep:
     backstop, show progress; the pool owns the workers and scale-up, the ledger every write."""
 
     def __init__(self, plan: SweepPlan, tracker: SweepTracker, options: SweepOptions,
-                 measuring: MeasuringOrder | None = None):  # fmt: skip
+                 measuring: MeasuringOrder | None = None, kept: KeptWorkers | None = None):  # fmt: skip
         self.spec = plan.spec
         self.measuring = measuring
         self.left_for_later: dict[str, str] = {}  # per placement, why its next cell did not fit the budget
@@ -170,7 +185,12 @@ class _Sweep:
         self.options = options
         self.ledger = CellLedger(plan.spec.name, tracker, plan.results, _package_versions(), options.slo,
                                  read_predictions(plan.results.files.predictions))  # fmt: skip
-        self.pool = WorkerPool(plan.inventory, options.scale_up_timeout_s)
+        self.kept = kept
+        if kept is not None and kept.pool is not None:
+            self.pool, kept.pool = kept.pool, None  # back in ``kept`` once this run ends well (``run``)
+            self.pool.carry_into(plan.inventory)
+        else:
+            self.pool = WorkerPool(plan.inventory, options.scale_up_timeout_s)
         self.reporter = ProgressReporter(options.progress_interval_s, options.live)
         self.queues: dict[str, list[CellSpec]] = defaultdict(list)
         # Attempts this driver made per cell, and those of them lost with their node: a crashed cell is retried until
@@ -191,7 +211,10 @@ class _Sweep:
             self._loop()
             if self.stop_signal:
                 return self._interrupt()
-            self.pool.shutdown()
+            if self.kept is not None:
+                self.kept.pool = self.pool
+            else:
+                self.pool.shutdown()
             return self._finish()
         except SweepStopped as stopped:
             return self._stop(stopped)
