@@ -146,17 +146,18 @@ def generated_cell(tp: int) -> CellSpec:
 
 @pytest.fixture(scope="module")
 def one_and_two_processes(worker):
-    """The same cell on this module's replica and on a TP-2 one, each replica kept up for the greedy prompts."""
-    two = CellWorker()
-    try:
-        yield [worker.run(generated_cell(1), LIMITS), two.run(generated_cell(2), LIMITS)]
-    finally:
-        two.shutdown()
+    """The same cell on this module's replica, then on a TP-2 one started by the same worker (its launcher kept),
+    each replica's greedy answers taken while it is up."""
+    ran = []
+    for tp in (1, 2):
+        outcome = worker.run(generated_cell(tp), LIMITS)
+        assert outcome.status.is_done, outcome.reason
+        ran.append((outcome, [_greedy_tokens(outcome.config.server_argv, prompt) for prompt in PROMPTS]))
+    return ran
 
 
 def test_a_tp_2_cell_on_the_cpu_engine_records_what_the_tp_1_cell_does(one_and_two_processes):
-    one, two = one_and_two_processes
-    assert one.status.is_done and two.status.is_done, (one.reason, two.reason)
+    (one, _), (two, _) = one_and_two_processes
     argv = list(two.config.server_argv)
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and two.config.server_env["VLLM_CPU_OMP_THREADS_BIND"]
     shape = {(r.job_id, r.turn): (r.prompt_tokens, r.completion_tokens) for r in one.requests}
@@ -165,9 +166,8 @@ def test_a_tp_2_cell_on_the_cpu_engine_records_what_the_tp_1_cell_does(one_and_t
 
 
 def test_a_tp_2_replica_answers_greedy_prompts_token_for_token_as_one_process_does(one_and_two_processes):
-    answers = [[_greedy_tokens(outcome.config.server_argv, prompt) for prompt in PROMPTS]
-               for outcome in one_and_two_processes]  # fmt: skip
-    assert answers[0] == answers[1] and all(len(tokens) == 24 for tokens in answers[0])
+    (_, one), (_, two) = one_and_two_processes
+    assert one == two and all(len(tokens) == 24 for tokens in one)
 
 
 def _greedy_tokens(server_argv: tuple[str, ...], prompt: str) -> list[int]:
