@@ -47,6 +47,12 @@ class ScriptedRounds:
     def __init__(self, options):
         self.options = options
 
+    def __enter__(self) -> ScriptedRounds:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
     def run(self, spec: SweepSpec) -> None:
         files = SweepFiles(self.options.results_dir / spec.name)
         done = read_summary(files.summary) if files.summary.exists() else pd.DataFrame(columns=["cell_key", "status"])
