@@ -74,6 +74,17 @@ def test_gangs_of_four_and_eight_take_a_node_and_give_its_workers_back(eight_gpu
     assert pair.started_unix >= rows[rows.replicas == 1].finished_unix.max()
     requests = pd.read_parquet(SweepFiles(tmp_path / "gangs").cell(pair.cell_key).requests)
     assert set(requests.replica) == {0, 1}
+    # The node's eight workers and one per gang: the pair's gang took the workers the first two gave back as they
+    # were, and none was started again at the end.
+    assert len(_cell_worker_actors(eight_gpu_nodes["B200"])) == GPUS_PER_NODE + 3
+
+
+def _cell_worker_actors(node_id: str) -> list[dict]:
+    """Every cell-worker actor made on ``node_id``, alive or ended, as Ray's control store lists them."""
+    from ray._private.state import actors
+
+    return [actor for actor in actors().values()
+            if actor["ActorClassName"] == "CellWorker" and actor["Address"]["NodeID"] == node_id]  # fmt: skip
 
 
 def test_a_cell_wider_than_its_types_nodes_is_refused_before_anything_starts(fake_gpu_nodes, tmp_path):

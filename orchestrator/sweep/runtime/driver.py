@@ -311,32 +311,40 @@ class _Sweep:
         return left and not self.attempts_this_run[cell.key] and not self.ledger.is_done(cell.key)
 
     def _assign(self) -> None:
-        idle: dict[str, list[Worker]] = defaultdict(list)  # per placement, its workers that are up and idle
+        idle: dict[str, list[Worker]] = defaultdict(list)  # per placement, its idle workers that are up or asleep
+        starting: dict[str, int] = defaultdict(int)  # per placement, its workers whose actors are being made
         for worker in list(self.pool.workers):
             if worker.attempt is not None or not self.queues[worker.slot.gpu]:
                 continue
             readiness = self.pool.readiness(worker)
             if readiness.state is WorkerState.GONE:
                 self._slot_gone(worker.slot, readiness.reason)
-            elif readiness.state is WorkerState.UP:
+            elif readiness.state in (WorkerState.UP, WorkerState.ASLEEP):
                 idle[worker.slot.gpu].append(worker)
+            else:
+                starting[worker.slot.gpu] += 1
         for placement, workers in idle.items():
             if self.measuring is not None:
-                self._start_in_order(placement, workers)
+                self._start_in_order(placement, workers, starting[placement])
             else:
-                self._start_queued(self.queues[placement], workers)
+                self._start_queued(self.queues[placement], workers, starting[placement])
 
-    def _start_queued(self, queue: list[CellSpec], idle: list[Worker]) -> None:
-        """Give each idle worker the first queued cell that reuses its replica, else the first cell of one worker;
+    def _start_queued(self, queue: list[CellSpec], idle: list[Worker], starting: int) -> None:
+        """Give each idle worker the first queued cell that reuses its replica, else the first cell of one worker
+        (waking asleep workers for the cells of one worker that neither those up nor the ``starting`` ones take);
         then start, in queue order, each cell of a gang (a routed cell on GPUs, a tensor-parallel replica) whose idle
         workers are complete, each group of them on one node. A gang takes workers only once it has all of them, so
         no cell holds GPUs while it waits for more: the queue cannot deadlock however cells of each size mix."""
-        for worker in list(idle):
+        for worker in [worker for worker in idle if not worker.asleep]:
             singles = [index for index, cell in enumerate(queue) if not cell.gang_size]
             if not singles:
                 break
             index = next((i for i in singles if queue[i].server_group == worker.group), singles[0])
             self._start(queue.pop(index), [worker])
+            idle.remove(worker)
+        unserved = sum(not cell.gang_size for cell in queue) - starting
+        for worker in [worker for worker in idle if worker.asleep][:max(0, unserved)]:
+            self.pool.wake(worker)
             idle.remove(worker)
         for cell in [cell for cell in queue if cell.gang_size]:
             if (gang := gang_of(idle, cell.gang_groups)) is not None:
@@ -345,11 +353,11 @@ class _Sweep:
                 for worker in gang:
                     idle.remove(worker)
 
-    def _start_in_order(self, placement: str, idle: list[Worker]) -> None:
+    def _start_in_order(self, placement: str, idle: list[Worker], starting: int) -> None:
         """A budgeted run's queue, strictly in its order: the head cell goes to an idle worker whose replica it
-        reuses, else to any (a gang once all its workers are idle), if its estimate fits what the budget has left
-        (a start on a node this run has started no server on is estimated cold). The first that does not fit leaves
-        the rest of its placement's queue for a later run."""
+        reuses, else to any (a gang once all its workers are idle; an asleep worker is woken for a cell of one), if
+        its estimate fits what the budget has left (a start on a node this run has started no server on is estimated
+        cold). The first that does not fit leaves the rest of its placement's queue for a later run."""
         queue, spending = self.queues[placement], self.measuring.spending
         while queue and idle:
             cell = queue[0]
@@ -358,7 +366,11 @@ class _Sweep:
                     return
                 needs_start = True
             else:
-                workers = [next((worker for worker in idle if worker.group == cell.server_group), idle[0])]
+                if not (awake := [worker for worker in idle if not worker.asleep]):
+                    if not starting:
+                        self.pool.wake(idle[0])  # it takes the cell once up
+                    return
+                workers = [next((worker for worker in awake if worker.group == cell.server_group), awake[0])]
                 needs_start = workers[0].group != cell.server_group
             if cell.engine is not EngineKind.SIM:  # a simulated cell costs no device time
                 cold = self.measuring.cold(workers)

@@ -16,7 +16,8 @@ A cell of several GPUs runs on a gang: that many idle workers of its type step a
 each GPU and its host memory), each group of them on one node (``gang_of``). A routed cell's replicas are placed
 on those GPUs by Ray Serve, one group per replica, and a coordinator that holds no GPU runs the cell; a
 tensor-parallel replica talked to directly is run by a worker that holds its whole group. When the cell ends, the
-workers come back.
+workers come back asleep, without actors: another gang takes them as they are, a cell of one worker wakes one (its
+actor made then), and a sweep whose last cells were gangs' ends without starting their workers again.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ STOP_GRACE_S = 60.0
 class WorkerState(enum.Enum):
     STARTING = "starting"  # its actor is being created (again, after a failed creation)
     UP = "up"  # its actor answered: it takes cells
+    ASLEEP = "asleep"  # back from a gang, with no actor: a gang takes it as it is, a single cell wakes it first
     GONE = "gone"  # left the pool: its actor could not be created MAX_WORKER_CREATIONS times in a row
 
 
@@ -76,7 +78,7 @@ class Worker:
     in that moment is cancelled, which must not cost a cell an attempt."""
 
     slot: Slot
-    actor: object = None
+    actor: object = None  # None for a worker back from a gang until a cell needs it
     ready: object = None  # the first status() call; None once it answered
     num_creations: int = 0  # in a row, without the actor coming up
     group: tuple | None = None  # server group of the last cell, to prefer cells that reuse the replica
@@ -86,6 +88,10 @@ class Worker:
     @property
     def num_slots(self) -> int:
         return len(self.lent) or 1
+
+    @property
+    def asleep(self) -> bool:
+        return self.actor is None
 
     def create(self) -> None:
         self.actor = start_worker(self.slot)
@@ -212,11 +218,13 @@ class WorkerPool:
         self._scale.withdraw()
 
     def readiness(self, worker: Worker) -> Readiness:
-        """Up once the worker's actor answered, starting while it starts; an actor whose creation failed is
-        created again, and after ``MAX_WORKER_CREATIONS`` failures in a row the worker leaves the pool,
-        gone with the reason."""
+        """Up once the worker's actor answered, starting while it starts, asleep while it has none (``wake`` makes
+        it); an actor whose creation failed is created again, and after ``MAX_WORKER_CREATIONS`` failures in a row
+        the worker leaves the pool, gone with the reason."""
         import ray
 
+        if worker.asleep:
+            return Readiness(WorkerState.ASLEEP)
         if worker.ready is None:
             return Readiness(WorkerState.UP)
         if not ray.wait([worker.ready], timeout=0)[0]:
@@ -234,6 +242,10 @@ class WorkerPool:
                 return Readiness(WorkerState.STARTING)
             self.workers.remove(worker)
             return Readiness(WorkerState.GONE, first_line(error))
+
+    def wake(self, worker: Worker) -> None:
+        """Make the actor of a worker back from a gang, for a cell of one worker (it takes cells once up)."""
+        worker.create()
 
     def run(self, worker: Worker, started: StartedAttempt, limits: RunLimits) -> None:
         """Start ``started``'s cell on ``worker`` (up and idle)."""
@@ -276,8 +288,8 @@ class WorkerPool:
             _stop_routed_replicas(coordinator)
         self.workers.remove(coordinator)
         for worker in [w for w in coordinator.lent if w.slot.node_id not in self.lost_nodes]:
+            worker.actor = worker.ready = None  # asleep: a gang takes it as it is, a single cell wakes it
             worker.num_creations = 0
-            worker.create()
             self.workers.append(worker)
 
     def restart(self, worker: Worker) -> None:
@@ -337,9 +349,11 @@ def gang_of(idle: list[Worker], groups: tuple[int, ...]) -> list[Worker] | None:
 
 
 def _end_actors(workers: list[Worker], grace_s: float) -> None:
-    """Let each worker stop its replica for up to ``grace_s`` (none with 0), then end the actors."""
+    """Let each worker stop its replica for up to ``grace_s`` (none with 0), then end the actors (a worker back from a
+    gang may have none yet)."""
     import ray
 
+    workers = [worker for worker in workers if worker.actor is not None]
     if grace_s > 0:
         try:
             ray.get([worker.actor.shutdown.remote() for worker in workers], timeout=grace_s)
