@@ -134,8 +134,12 @@ def test_a_shared_document_pushed_out_of_the_pool_is_evicted_by_the_engine_and_b
     assert simulated.stats.evicted_blocks >= 8
 
 
-# Each turn's prompt carries the answers before it, so a differing answer shows in every later prompt's length.
-TP_WORKLOAD = WorkloadSpec(jps=1, duration_s=2, scale=0.1, tool_time_s=0.1, seed=7)
+# Each turn's prompt carries the answers before it, so a differing answer shows in every later prompt's length. Three
+# short turns a job: a TP-2 replica steps about ten times slower than one process on two cores (its ranks meet in an
+# all-reduce on every layer), and what is compared needs no more.
+TP_WORKLOAD = WorkloadSpec(jps=1, duration_s=2, scale=0.1, tool_time_s=0.1, seed=7, num_turns=3, tool_tokens=(1640, 1510),
+                           output_tokens=6)  # fmt: skip
+GREEDY_TOKENS = 16
 PROMPTS = ("The quick brown fox jumps over the lazy dog and then", "harbor glacier orbit " * 60, "1 2 3 4 5 6 7 8 9")
 
 
@@ -167,14 +171,14 @@ def test_a_tp_2_cell_on_the_cpu_engine_records_what_the_tp_1_cell_does(one_and_t
 
 def test_a_tp_2_replica_answers_greedy_prompts_token_for_token_as_one_process_does(one_and_two_processes):
     (_, one), (_, two) = one_and_two_processes
-    assert one == two and all(len(tokens) == 24 for tokens in one)
+    assert one == two and all(len(tokens) == GREEDY_TOKENS for tokens in one)
 
 
 def _greedy_tokens(server_argv: tuple[str, ...], prompt: str) -> list[int]:
     argv = list(server_argv)
     url = f"http://{argv[argv.index('--host') + 1]}:{argv[argv.index('--port') + 1]}/v1/completions"
-    body = {"model": argv[argv.index("--served-model-name") + 1], "prompt": prompt, "max_tokens": 24,
-            "min_tokens": 24, "ignore_eos": True, "temperature": 0.0, "return_token_ids": True}  # fmt: skip
+    body = {"model": argv[argv.index("--served-model-name") + 1], "prompt": prompt, "max_tokens": GREEDY_TOKENS,
+            "min_tokens": GREEDY_TOKENS, "ignore_eos": True, "temperature": 0.0, "return_token_ids": True}  # fmt: skip
     answer = requests.post(url, json=body, timeout=60)
     answer.raise_for_status()
     return answer.json()["choices"][0]["token_ids"]
