@@ -14,7 +14,9 @@ import pytest
 
 from orchestrator.policies import get_policy
 from orchestrator.replica.config import VllmEngineConfig
+from orchestrator.replica.launcher import VLLM_PRELOAD, start_launcher
 from orchestrator.replica.replica import Replica
+from orchestrator.replica.vllm_server import shared_environment
 from orchestrator.sweep.cluster.inventory import read_inventory
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
@@ -54,7 +56,11 @@ def _new_server_processes(before: set[int]) -> list:
 def small_continuum_replica(tiny_model_dir, tmp_path_factory):
     """Continuum with a 40-block pool (1280 tokens) and a 60 s TTL: pins, not the TTL, decide what happens.
     A real engine: the pins live in vLLM's scheduler, and what they do to its pool and to its prefix-cache
-    reset is the check. One server for both tests (the second resets first)."""
+    reset is the check. One server for both tests (the second resets first), forked from a launcher as a cell
+    worker's are (three fresh interpreters would each import vLLM)."""
+    work = tmp_path_factory.mktemp("replica")
+    launcher_process, launcher = start_launcher(work / "launcher.sock", VLLM_PRELOAD,
+                                                {**os.environ, **shared_environment()})  # fmt: skip
     base = VllmEngineConfig(
         model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=40, max_model_len=1024, max_num_seqs=8
     )
@@ -62,10 +68,14 @@ def small_continuum_replica(tiny_model_dir, tmp_path_factory):
     engine = policy.engine_config(base, dram_gb=0).model_copy(
         update={"extra_env": (("KVSWEEP_CONTINUUM", json.dumps({"ttl_s": 60.0})),)}
     )
-    replica = Replica(engine, tmp_path_factory.mktemp("replica"))
-    replica.start()
-    yield replica
-    replica.stop()
+    replica = Replica(engine, work, launcher=launcher)
+    try:
+        replica.start()
+        yield replica
+    finally:
+        replica.stop()
+        launcher_process.stdin.close()
+        launcher_process.wait(timeout=30)
 
 
 def test_pins_that_fill_the_pool_never_stop_the_engine(small_continuum_replica):
