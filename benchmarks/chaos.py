@@ -48,11 +48,13 @@ GB = 10**9
 # -- the faults ------------------------------------------------------------------------------------------------
 
 
-def add_gpu_node(cluster, gpu: str = GPU, memory_gb: float = 2, num_gpus: int = 1):
+def add_gpu_node(cluster, gpu: str = GPU, memory_gb: float = 2, num_gpus: int = 1, **node_args):
     """A node of ``num_gpus`` declared GPUs of type ``gpu`` joining ``cluster`` (a ``ray.cluster_utils.Cluster``), with
-    an agent port of its own (two agents on one port leave one without its HTTP service)."""
+    an agent port of its own (two agents on one port leave one without its HTTP service); ``node_args``: Ray's other
+    node settings."""
     return cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=int(memory_gb * GB),
-                            resources={f"accelerator_type:{gpu}": 1}, dashboard_agent_listen_port=free_port())  # fmt: skip
+                            resources={f"accelerator_type:{gpu}": 1}, dashboard_agent_listen_port=free_port(),
+                            **node_args)  # fmt: skip
 
 
 def nodes_serving_a_cell(cluster) -> list:

@@ -13,6 +13,12 @@ from pathlib import Path
 from orchestrator.replica.server import free_port
 
 GB = 10**9
+# What the suite's nodes leave out of Ray's defaults, on two cores where every process counts: each node's log monitor
+# (it forwards workers' output to drivers; the suite reads records and server logs, not that) and the workers Ray
+# prestarts for each driver that connects (every sweep a test runs as a process is one), which the cell workers,
+# clients and Serve replicas never take: each asks for a runtime environment of its own.
+TEST_NODE = {"include_log_monitor": False}
+TEST_HEAD = TEST_NODE | {"_system_config": {"prestart_worker_first_driver": False, "enable_worker_prestart": False}}
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,8 @@ def start_shared_cluster():
     ``ray.cluster_utils.Cluster``, to which ``add_fake_gpu_nodes`` adds nodes."""
     from ray.cluster_utils import Cluster
 
-    return Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, **own_ports()})
+    return Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, **own_ports(),
+                                                         **TEST_HEAD})  # fmt: skip
 
 
 def add_fake_gpu_nodes(cluster) -> dict[str, str]:
@@ -35,7 +42,7 @@ def add_fake_gpu_nodes(cluster) -> dict[str, str]:
     cells on them use the fake engine. Idle, each node costs about 1.5% of a core: they join where a test asks."""
     return {
         gpu: cluster.add_node(num_cpus=1, num_gpus=num_gpus, memory=4 * GB, resources={f"accelerator_type:{gpu}": 1},
-                              **own_ports()).node_id  # fmt: skip
+                              **own_ports(), **TEST_NODE).node_id  # fmt: skip
         for gpu, num_gpus in (("H100", 1), ("A100", 1), ("L4", 2))
     }
 

@@ -21,6 +21,7 @@ from orchestrator.replica.server import free_port
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.runtime.driver import EXIT_STOPPED, run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
+from tests.clusters import TEST_NODE
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 
 
@@ -49,7 +50,7 @@ def test_a_node_lost_under_a_running_cell_costs_no_attempt_its_cell_is_done_else
     tracked with the node named. Then the last B200 node dies under the third cell: no node of the type is left, none
     joins within the wait, and the cell pends with the reason."""
     cluster = ray_cluster.cluster
-    add_gpu_node(cluster, "B200"), add_gpu_node(cluster, "B200")
+    add_gpu_node(cluster, "B200", **TEST_NODE), add_gpu_node(cluster, "B200", **TEST_NODE)
     uri = default_tracking_uri(tmp_path)
     killed = []
 

@@ -17,6 +17,7 @@ from orchestrator.models.served import Weights
 from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.validation import InputError
+from tests.clusters import TEST_NODE
 from tests.sweep.conftest import fake_spec, options, summary
 
 TYPES = ("H200", "B200")
@@ -28,7 +29,7 @@ GPUS_PER_NODE = 8
 def eight_gpu_nodes(ray_cluster):
     """One node of eight declared GPUs of each type; removed afterwards, and waited for until Ray lists them dead."""
     cluster = ray_cluster.cluster
-    nodes = [add_gpu_node(cluster, gpu, memory_gb=16, num_gpus=GPUS_PER_NODE) for gpu in TYPES]
+    nodes = [add_gpu_node(cluster, gpu, memory_gb=16, num_gpus=GPUS_PER_NODE, **TEST_NODE) for gpu in TYPES]
     yield {gpu: node.node_id for gpu, node in zip(TYPES, nodes)}
     for node in nodes:
         cluster.remove_node(node)
