@@ -39,7 +39,7 @@ from pathlib import Path
 
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.replica.config import VllmEngineConfig
-from orchestrator.replica.launcher import FORKED_VLLM_ENV, VLLM_PRELOAD, start_launcher
+from orchestrator.replica.launcher import FORKED_VLLM_ENV, start_launcher, vllm_preload
 from orchestrator.replica.probe import counter_totals
 from orchestrator.replica.server import ServerProcess, free_port
 from orchestrator.replica.vllm_server import shared_environment, vllm_server_command
@@ -122,7 +122,7 @@ def run_launcher(kind: str, num_starts: int, check: bool, work_dir: Path) -> dic
         started_at = time.monotonic()
         # Started with what every server's environment shares: some modules read it when imported.
         shared_env = {**os.environ, **shared_environment()}
-        launcher_process, client = start_launcher(work_dir / "launcher.sock", VLLM_PRELOAD, shared_env)
+        launcher_process, client = start_launcher(work_dir / "launcher.sock", vllm_preload("cpu"), shared_env)
         result["launcher_start_s"] = round(time.monotonic() - started_at, 2)
     try:
         for index in range(num_starts):

@@ -77,13 +77,12 @@ from orchestrator.evidence.pressure import (
     winner,
 )
 from orchestrator.evidence.pressure import WINDOW_S as PRESSURE_WINDOW_S
-from orchestrator.evidence.startup import start_split
 from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights, served_model
 from orchestrator.policies import POLICIES, get_policy, policies_covering_every_mechanism
-from orchestrator.records.cell import CellOutcome, FailureKind
+from orchestrator.records.cell import CellOutcome, FailureKind, ReplicaStart
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
@@ -405,7 +404,6 @@ class EvidenceRun:
             needs_lmcache = NodeNeed.LMCACHE in get_policy(cell.policy).needs
             self.header = replace(self.header, stack=stack_check(self.plan.target, outcome.config.stack,
                                                                  needs_lmcache).detail)
-        replica_log = self.worker.replica_log()
         eager = ran.engine_setup.enforce_eager
         settings = "eager" if eager else "torch.compile and CUDA graphs"
         if ran.engine_options.max_num_seqs is not None:
@@ -415,9 +413,10 @@ class EvidenceRun:
         table = format_table(checks)
         if (start_s := outcome.config.replica_start_s) is not None:
             self.budget.record_start(start_s)
-            split = start_split(replica_log, start_s)
-            facts["start"] = split.phases()
-            table += "\nstart: " + ", ".join(f"{phase} {_seconds(value)}" for phase, value in split.phases().items())
+        if (start := outcome.config.replica_start) is not None:
+            facts["start"] = start.phases | {"forked": start.forked, "compile cache": start.compile_cache}
+            table += "\nstart: " + ", ".join(f"{phase} {_seconds(value)}" for phase, value in start.phases.items())
+            table += f"; {_start_kind(start)}"
         table += f"\nsettings: {settings}" + (f" ({self.eager_because})" if self.eager_because else "")
         failed = [check for check in checks if check.ok is False]
         status = "failed" if failed or summary is None else "done"
@@ -695,6 +694,15 @@ def _published_jct(cell: CellSpec) -> float | None:
                                                                               cell.jps):  # fmt: skip
             return measured.avg_jct_s
     return None
+
+
+def _start_kind(start: ReplicaStart) -> str:
+    """How a replica started, in words: forked from the node's launcher or not (and why), and torch.compile's cache."""
+    if start.forked:
+        kind = "forked from the node's launcher"
+    else:
+        kind = f"started plainly ({start.plain_because})" if start.plain_because else "started plainly"
+    return f"{kind}; torch.compile cache {start.compile_cache or 'unused'}"
 
 
 def _seconds(value: float | None) -> str:

@@ -1,2 +1,2 @@
 """The GPU evidence run's parts (``python -m orchestrator.gpu_evidence``): the time budget its stages are planned
-against, the phases of a vLLM start read from the server's log, and the few files its evidence is packed into."""
+against, and the few files its evidence is packed into."""

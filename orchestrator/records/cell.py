@@ -108,6 +108,17 @@ class ResetProof:
 
 
 @dataclass(frozen=True)
+class ReplicaStart:
+    """How a cell's replica started, where the cell started one: forked from the node's launcher (which had
+    imported the server's modules) or as a process of its own, what vLLM's caches held, and where the time went."""
+
+    forked: bool
+    plain_because: str | None  # why a start that could have forked did not (the launcher refused, a fork failed)
+    compile_cache: str | None  # torch.compile's graphs "hit" in vLLM's cache or "miss" (compiled); None: none
+    phases: dict[str, float | None]  # seconds by phase, as ``replica.start_phases.StartSplit.phases`` names them
+
+
+@dataclass(frozen=True)
 class TierCounters:
     """What a CPU KV tier did during the cell, named as vLLM's counters (``vllm:<name>_total``); None where
     the engine has no such counter (a policy without a CPU tier reports none)."""
@@ -217,6 +228,7 @@ class CellConfig:
     replica_start_s: float | None = None
     reset_proof: ResetProof | None = None
     replica_replaced: str | None = None  # why a replica that could have been reused was not
+    replica_start: ReplicaStart | None = None  # real vLLM cells that started their replica
     # What the load generator sent and the server ran with (real engines).
     request_options: RequestOptions | None = None
     plan_fingerprint: str | None = None
@@ -259,6 +271,7 @@ _READERS: dict[str, Callable[[dict], object]] = {
     "engine_facts": lambda value: EngineFacts(**value),
     "stack": lambda value: NodeStack(**value),
     "reset_proof": lambda value: ResetProof(**value),
+    "replica_start": lambda value: ReplicaStart(**value),
     "request_options": lambda value: _request_options(**value),
     "schedule_stats": lambda value: ScheduleStats(**value),
     "simulation": lambda value: _sim_stats(**value),

@@ -10,7 +10,7 @@ command would have run, retitled with it. A vLLM server whose engine core and wo
 (``FORKED_VLLM_ENV``) imports nothing anew.
 
 Invariants: the launcher starts no thread of its own, and what it preloads must touch no accelerator (vLLM's
-modules do not at import; the native pools some libraries start, OpenBLAS's, jemalloc's, are not copied by a
+modules do not at import; a preload that initializes CUDA ends the launcher, saying so; the native pools some libraries start, OpenBLAS's, jemalloc's, are not copied by a
 fork, as when vLLM forks its engine core itself); a child never returns into the launcher's loop (it leaves
 through ``os._exit``); the launcher reaps its children and keeps each one's exit code (as ``Popen.returncode``
 gives it: negative for a signal) for ``poll``. It exits when its stdin closes, that is when the process that
@@ -49,13 +49,10 @@ from pathlib import Path
 
 from orchestrator.paths import PROJECT_ROOT
 
-# What a vLLM OpenAI server start imports in its three processes (API server, engine core, CPU worker).
-VLLM_PRELOAD = (
-    "vllm.entrypoints.openai.api_server",
-    "vllm.v1.engine.core",
-    "vllm.v1.executor.multiproc_executor",
-    "vllm.v1.worker.cpu_worker",
-)
+# What a vLLM OpenAI server start imports in its processes (API server, engine core, the device's worker), by the
+# device it serves on: its worker module is the one part that differs.
+_VLLM_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor")
+_VLLM_WORKER_MODULE = {"cpu": "vllm.v1.worker.cpu_worker", "gpu": "vllm.v1.worker.gpu_worker"}
 # The environment that makes a vLLM server started by the launcher fork its engine core and workers from itself
 # too, so that none of them imports vLLM anew (``_keep_vllm_fork`` holds it against the CPU platform's choice).
 FORKED_VLLM_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
@@ -64,6 +61,16 @@ MAX_REQUEST_BYTES = 1 << 20
 
 class LauncherError(RuntimeError):
     """The launcher refused a request or could not be reached; the message says which and why."""
+
+
+class LauncherRefused(LauncherError):
+    """The launcher could not be made ready: a module would not preload, or preloading touched the accelerator
+    (which a forked server could then not use). Starting it again would meet the same; start servers plainly."""
+
+
+def vllm_preload(device: str) -> tuple[str, ...]:
+    """The modules a launcher preloads for vLLM servers on ``device`` (``cpu`` or ``gpu``)."""
+    return (*_VLLM_SERVER_MODULES, _VLLM_WORKER_MODULE[device])
 
 
 # ---------------------------------------------------------------------------------------------- the launcher
@@ -263,6 +270,17 @@ def _init_titles() -> None:
     setproctitle.setproctitle(setproctitle.getproctitle())
 
 
+def _accelerator_touched() -> str | None:
+    """What the preloading initialized that a forked child cannot inherit: CUDA, once initialized in a process,
+    is refused in its forked children (torch's "Cannot re-initialize CUDA in forked subprocess"). A module that
+    touches it at import breaks the launcher's invariant; vLLM's own modules do not (vLLM itself forks its engine
+    core from the API server on a GPU unless CUDA is initialized there)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--socket", type=Path, required=True, help="the unix socket to listen on (created)")
@@ -275,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         _init_titles()
         for module in args.preload:
             importlib.import_module(module)
+        if touched := _accelerator_touched():
+            raise SystemExit(f"launcher: preloading {', '.join(args.preload)} initialized {touched}, which a "
+                             f"server forked from here could not use: start servers without a launcher")  # fmt: skip
         if (num_threads := len(os.listdir("/proc/self/task"))) > 1:
             print(f"launcher: {num_threads} threads after preloading (native pools of the imported libraries); "
                   f"each fork copies only the forking one", file=sys.stderr)  # fmt: skip
@@ -349,22 +370,41 @@ class LaunchedProcess:
 
 def start_launcher(socket_path: Path, preload: Sequence[str] = (), env: Mapping[str, str] | None = None,
                    timeout_s: float = 300.0) -> tuple[subprocess.Popen, LauncherClient]:  # fmt: skip
-    """Starts a launcher that preloads ``preload`` under ``env`` and returns once it answers. It lives as long as
-    the returned Popen's stdin stays open (close it, or let this process end, to stop the launcher)."""
+    """Starts a launcher that preloads ``preload`` under ``env`` and returns once it answers; ``LauncherRefused``
+    (with the launcher's last line, from ``launcher.log`` beside the socket) where it ends before that. It lives as
+    long as the returned Popen's stdin stays open (close it, or let this process end, to stop the launcher)."""
     env = {**(os.environ if env is None else env)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PROJECT_ROOT), env.get("PYTHONPATH"))))
     argv = [sys.executable, "-m", "orchestrator.replica.launcher", "--socket", str(socket_path)]
     argv += [arg for module in preload for arg in ("--preload", module)]
-    process = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE)
+    log_path = socket_path.with_name("launcher.log")
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stderr=log)
     client = LauncherClient(socket_path)
     deadline = time.monotonic() + timeout_s
-    while not socket_path.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise LauncherError(f"launcher did not listen at {socket_path} (exit code {process.poll()})")
+    while not socket_path.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    client.ping(timeout_s=max(1.0, deadline - time.monotonic()))  # answered once the preloading is done
+    try:
+        client.ping(timeout_s=max(1.0, deadline - time.monotonic()))  # answered once the preloading is done
+    except LauncherError:
+        raise _refusal(process, log_path, timeout_s) from None
     return process, client
+
+
+def _refusal(process: subprocess.Popen, log_path: Path, timeout_s: float) -> LauncherRefused:
+    """Why a launcher never answered, its process ended: it exited (a preload failed) or it ran out of time."""
+    try:
+        code = process.wait(timeout=5.0)  # a launcher that closed its socket is on its way out
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return LauncherRefused(f"launcher did not answer within {timeout_s:g} s: {_last_line(log_path)}")
+    return LauncherRefused(f"launcher ended before it answered (exit code {code}): {_last_line(log_path)}")
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "it printed nothing"
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 A plain class; the sweep's cell worker owns one on a node with the cell's GPU type. The engine is any
 configuration of ``replica.config``: real vLLM (its command line from ``vllm_server``) or the fake engine. Given a
-launcher (``replica.launcher``), a vLLM server on the CPU forks from it, its engine core and worker from the server,
-so that none imports vLLM anew: a start of the tiny model takes seconds instead of half a minute.
+launcher (``replica.launcher``), a vLLM server forks from it, its engine core and worker from the server, so that
+none imports vLLM anew: on the CPU a start of the tiny model takes seconds instead of half a minute.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from orchestrator.replica.probe import (
     read_counters,
     read_engine_facts,
 )
-from orchestrator.replica.launcher import FORKED_VLLM_ENV, LauncherClient
+from orchestrator.replica.launcher import FORKED_VLLM_ENV, LauncherClient, vllm_preload
 from orchestrator.replica.priority import niceness
 from orchestrator.replica.server import ServerCommand, ServerProcess, StartLimits, free_port
 from orchestrator.replica.vllm_server import vllm_server_command
@@ -89,6 +89,11 @@ class Replica:
     @property
     def info(self) -> ReplicaInfo | None:
         return self._info
+
+    @property
+    def forked(self) -> bool:
+        """Whether its server forked from a launcher."""
+        return self._launcher is not None
 
     @property
     def engine(self) -> EngineConfig:
@@ -172,9 +177,21 @@ class Replica:
 
 
 def forks_from_launcher(engine: EngineConfig) -> bool:
-    """Whether a replica of ``engine`` starts from a launcher where it is given one: vLLM on the CPU. On a GPU the
-    forked engine core and workers would meet CUDA after a fork, which no run has tried yet."""
+    """Whether a replica of ``engine`` starts from a launcher where it is given one: vLLM, on the CPU or a GPU. The
+    launcher touches no accelerator (it checks), so a forked GPU server meets CUDA first, as vLLM's own engine core
+    forked from its API server does; the cell worker still starts one plainly if a forked one exits."""
+    return isinstance(engine, VllmEngineConfig)
+
+
+def forking_proven(engine: EngineConfig) -> bool:
+    """Whether forked starts of ``engine`` are proven: on the CPU every vLLM cell of this project has started so. On a
+    GPU no run had yet when the launcher came to GPUs, so a forked GPU start that exits is tried again plainly."""
     return isinstance(engine, VllmEngineConfig) and engine.device == "cpu"
+
+
+def launcher_preload(engine: VllmEngineConfig) -> tuple[str, ...]:
+    """What the launcher a replica of ``engine`` forks from imports beforehand."""
+    return vllm_preload(engine.device)
 
 
 def server_command(engine: EngineConfig, port: int, trace_path: Path | None = None) -> ServerCommand:

@@ -1,4 +1,4 @@
-"""The evidence run's pure parts: a start's phases from vLLM's log lines, the budget's plan, and the pack."""
+"""The evidence run's pure parts: the budget's plan and the pack."""
 
 from __future__ import annotations
 
@@ -10,34 +10,7 @@ import pytest
 from orchestrator.budget.cost import CostModel
 from orchestrator.evidence.budget import Budget
 from orchestrator.evidence.pack import ARCHIVE_FILE, PACKED_FILES, EvidenceHeader, StageResult, pack, without_cell_lines
-from orchestrator.evidence.startup import start_split
 from orchestrator.workload.spec import WorkloadSpec
-
-# The lines vLLM 0.26 logs on a GPU start (their format strings: v1/worker/gpu_model_runner.py's "Model loading
-# took %s GiB memory and %.6f seconds" and "Graph capturing finished in %.0f secs, took %.2f GiB", v1/engine/core.py's
-# "init engine (profile, create kv cache, warmup model) took %.2f s (compilation: %.2f s)").
-GPU_START = """\
-(EngineCore pid=311) INFO 11-26 10:00:04 [gpu_model_runner.py:5348] Model loading took 14.99 GiB memory and 4.512345 seconds
-(EngineCore pid=311) INFO 11-26 10:00:31 [backends.py:612] Compiling a graph for compile range (1, 8192) takes 21.05 s
-(EngineCore pid=311) INFO 11-26 10:00:48 [gpu_model_runner.py:6845] Graph capturing finished in 12 secs, took 0.52 GiB
-(EngineCore pid=311) INFO 11-26 10:00:49 [core.py:331] init engine (profile, create kv cache, warmup model) took 48.20 s (compilation: 25.31 s)
-"""
-CPU_START = "INFO 11-26 10:00:09 [core.py:348] init engine (profile, create kv cache, warmup model) took 3.10 s\n"
-
-
-def test_a_gpu_start_splits_into_load_compilation_capture_profile_and_the_rest():
-    split = start_split(GPU_START, total_s=90.0)
-    assert (split.load_s, split.compile_s, split.graph_capture_s, split.engine_init_s) == (4.512345, 25.31, 12.0, 48.2)
-    assert split.profile_and_warmup_s == pytest.approx(48.2 - 25.31 - 12.0)
-    assert split.process_and_api_s == pytest.approx(90.0 - 4.512345 - 48.2)
-    assert sum(value for phase, value in split.phases().items() if phase != "total") == pytest.approx(90.0)
-
-
-def test_an_eager_cpu_start_names_only_what_its_log_has():
-    split = start_split(CPU_START, total_s=30.0)
-    assert (split.load_s, split.compile_s, split.graph_capture_s) == (None, None, None)
-    assert split.profile_and_warmup_s == pytest.approx(3.1) and split.process_and_api_s == pytest.approx(26.9)
-    assert start_split("", total_s=5.0).phases()["process, imports, API"] == 5.0
 
 
 class Clock:

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.policies import get_policy
 from orchestrator.replica.config import VllmEngineConfig
-from orchestrator.replica.launcher import VLLM_PRELOAD, start_launcher
+from orchestrator.replica.launcher import start_launcher, vllm_preload
 from orchestrator.replica.replica import Replica
 from orchestrator.replica.vllm_server import shared_environment
 from orchestrator.sweep.cluster.inventory import read_inventory
@@ -59,7 +59,7 @@ def small_continuum_replica(tiny_model_dir, tmp_path_factory):
     reset is the check. One server for both tests (the second resets first), forked from a launcher as a cell
     worker's are (three fresh interpreters would each import vLLM)."""
     work = tmp_path_factory.mktemp("replica")
-    launcher_process, launcher = start_launcher(work / "launcher.sock", VLLM_PRELOAD,
+    launcher_process, launcher = start_launcher(work / "launcher.sock", vllm_preload("cpu"),
                                                 {**os.environ, **shared_environment()})  # fmt: skip
     base = VllmEngineConfig(
         model=str(tiny_model_dir), served_model_name="tiny", num_kv_blocks=40, max_model_len=1024, max_num_seqs=8

@@ -174,14 +174,28 @@ def test_a_model_this_node_cannot_read_fails_the_cell_at_once_without_a_retry(tm
     assert "--weights dummy" in outcome.reason and not fake_engine_processes()
 
 
-def test_a_launcher_that_cannot_be_reached_fails_the_start_for_a_retry_and_the_next_start_has_a_new_one(monkeypatch):
-    """The fake engine forked from a launcher (as a CPU vLLM server is, without vLLM to preload): the launcher's
-    socket gone, the next start fails retryable and ends that launcher; the start after it has a new one."""
-    for module in (worker_module, replica_module):
-        monkeypatch.setattr(module, "forks_from_launcher", lambda engine: True)
-    monkeypatch.setattr(worker_module, "VLLM_PRELOAD", ())
-    cell = expand(fake_spec("launcher", jps=(2,)))[0]
-    cell = cell.model_copy(update={"workload": cell.workload.model_copy(update={"duration_s": 1})})
+@pytest.fixture
+def forked_fake_engine(monkeypatch):
+    """The fake engine forked from a launcher, as a vLLM server is, with what the launcher preloads given (none:
+    no vLLM to preload); ``proven=False`` treats its forked starts as a GPU's are."""
+
+    def configure(preload: tuple[str, ...] = (), proven: bool = True):
+        for module in (worker_module, replica_module):
+            monkeypatch.setattr(module, "forks_from_launcher", lambda engine: True)
+        monkeypatch.setattr(worker_module, "launcher_preload", lambda engine: preload)
+        monkeypatch.setattr(worker_module, "forking_proven", lambda engine: proven)
+        cell = expand(fake_spec("launcher", jps=(2,)))[0]
+        return cell.model_copy(update={"workload": cell.workload.model_copy(update={"duration_s": 1})})
+
+    return configure
+
+
+def test_a_launcher_that_cannot_be_reached_fails_the_start_for_a_retry_and_the_next_start_has_a_new_one(
+    forked_fake_engine,
+):
+    """The launcher's socket gone, the next start fails retryable and ends that launcher; the start after it has a
+    new one."""
+    cell = forked_fake_engine()
     worker = CellWorker(node_id="local")
     try:
         assert worker.run(cell, LIMITS).status is CellStatus.DONE
@@ -194,5 +208,58 @@ def test_a_launcher_that_cannot_be_reached_fails_the_start_for_a_retry_and_the_n
         again = worker.run(cell, LIMITS)
         assert again.status is CellStatus.DONE and worker._launcher[0] is not first
         assert again.config.server_env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"  # forked from the new launcher
+        assert again.config.replica_start.forked and again.config.replica_start.plain_because is None
     finally:
         worker.shutdown()
+
+
+def test_a_launcher_that_refuses_to_preload_leaves_the_worker_starting_plainly_and_saying_why(forked_fake_engine):
+    """A launcher whose preload fails (as one that would touch CUDA ends, saying so) is not started again: this
+    cell and the next start their servers as processes of their own, and each record says why."""
+    cell = forked_fake_engine(preload=("no_such_module_to_preload",))
+    worker = CellWorker(node_id="local")
+    try:
+        outcomes = [worker.run(cell, LIMITS)]
+        worker._drop_replica()  # the next cell needs a start
+        outcomes.append(worker.run(cell, LIMITS))
+        launcher = worker._launcher
+    finally:
+        worker.shutdown()
+    assert [outcome.status for outcome in outcomes] == [CellStatus.DONE] * 2
+    for started in outcomes:
+        start = started.config.replica_start
+        assert not start.forked and "VLLM_WORKER_MULTIPROC_METHOD" not in started.config.server_env
+        assert start.plain_because.startswith("the launcher refused: launcher ended before it answered (exit code 1)")
+        assert "No module named 'no_such_module_to_preload'" in start.plain_because
+    assert launcher is None
+
+
+def test_where_forking_is_not_proven_a_forked_start_that_exits_is_started_again_plainly(forked_fake_engine):
+    """As a forked GPU server that meets CUDA after the fork would: every child of this launcher exits at once
+    (``tests.sweep.forked_children_exit``). The cell runs on a plain start, and the worker forks no more."""
+    cell = forked_fake_engine(preload=("tests.sweep.forked_children_exit",), proven=False)
+    worker = CellWorker(node_id="local")
+    try:
+        first = worker.run(cell, LIMITS)
+        worker._drop_replica()
+        second = worker.run(cell, LIMITS)
+        launcher = worker._launcher
+    finally:
+        worker.shutdown()
+    assert first.status is CellStatus.DONE and second.status is CellStatus.DONE
+    for outcome in (first, second):
+        start = outcome.config.replica_start
+        assert not start.forked and start.plain_because.startswith("a forked start exited: server exited with code 3")
+    assert worker._replicas_started == 3 and launcher is None  # the forked start, then two plain ones
+
+
+def test_where_forking_is_proven_a_forked_start_that_exits_fails_the_cell(forked_fake_engine):
+    """On the CPU, where forked starts are proven, an exit is the server's own failure: no second start."""
+    cell = forked_fake_engine(preload=("tests.sweep.forked_children_exit",), proven=True)
+    worker = CellWorker(node_id="local")
+    try:
+        outcome = worker.run(cell, LIMITS)
+    finally:
+        worker.shutdown()
+    assert outcome.status is CellStatus.FAILED and outcome.failure_kind is FailureKind.REPLICA_START
+    assert "server exited with code 3" in outcome.reason and worker._replicas_started == 1

@@ -32,6 +32,7 @@ from orchestrator.records.cell import (
     FailureKind,
     NodeStack,
     RequestOptions,
+    ReplicaStart,
     ResetProof,
     TierCounters,
 )
@@ -41,10 +42,18 @@ from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.disk import disk_refusal
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
-from orchestrator.replica.launcher import VLLM_PRELOAD, LauncherClient, LauncherError, start_launcher
+from orchestrator.replica.launcher import LauncherClient, LauncherError, LauncherRefused, start_launcher
 from orchestrator.replica.priority import at_normal_priority
-from orchestrator.replica.replica import Replica, ReplicaInfo, ResetError, forks_from_launcher
-from orchestrator.replica.server import ServerStartError, StartLimits
+from orchestrator.replica.replica import (
+    Replica,
+    ReplicaInfo,
+    ResetError,
+    forking_proven,
+    forks_from_launcher,
+    launcher_preload,
+)
+from orchestrator.replica.server import ServerExited, ServerStartError, StartLimits
+from orchestrator.replica.start_phases import start_split
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.replica.vllm_server import shared_environment
 from orchestrator.sim.cell_engine import cell_sim_engine
@@ -72,6 +81,7 @@ class ReplicaReuse:
     proof: ResetProof | None = None
     start_s: float | None = None
     replaced_because: str | None = None
+    start: ReplicaStart | None = None  # a real vLLM start's record
 
 
 class WorkerPhase(str, enum.Enum):
@@ -127,6 +137,7 @@ class CellWorker:
         self._replica: Replica | None = None
         self._replicas_started = 0
         self._launcher: tuple[subprocess.Popen, LauncherClient] | None = None  # started by the first replica forked
+        self._plain_because: str | None = None  # why this worker starts vLLM without its launcher, once it must
         self._clients: ClientActors | None = None  # the load's actors, made by the first cell that drives from actors
         self._status = WorkerStatus()
         self._stack: NodeStack | None = None  # read once, when the first real vLLM cell comes
@@ -164,8 +175,8 @@ class CellWorker:
             server_log=ran.server_log, trace=parquet_of_lines(ran.trace), engine=served.engine,
             engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, num_preemptions=ran.num_preemptions,
             num_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
-            replica_reused=reuse.reused, replica_start_s=reuse.start_s, reset_proof=reuse.proof,
-            replica_replaced=reuse.replaced_because, request_options=ran.options,
+            replica_reused=reuse.reused, replica_start_s=reuse.start_s, replica_start=reuse.start,
+            reset_proof=reuse.proof, replica_replaced=reuse.replaced_because, request_options=ran.options,
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
             server_env=dict(ran.replica.server_env), server_niceness=ran.replica.server_niceness,
         )  # fmt: skip
@@ -339,12 +350,17 @@ class CellWorker:
 
     def _launcher_for(self, engine: EngineConfig) -> LauncherClient | None:
         """The node's launcher for a replica of ``engine`` that forks from one (``replica.forks_from_launcher``):
-        started at the first such replica, with the environment every server shares, and again if it died."""
-        if not forks_from_launcher(engine):
+        started at the first such replica, with the environment every server shares, and again if it died. None
+        where the replica does not fork, or this worker found it cannot (``_plain_because``)."""
+        if not forks_from_launcher(engine) or self._plain_because is not None:
             return None
         if self._launcher is None or self._launcher[0].poll() is not None:
-            self._launcher = start_launcher(self._work_dir / "launcher.sock", VLLM_PRELOAD,
-                                            {**os.environ, **shared_environment()})  # fmt: skip
+            try:
+                self._launcher = start_launcher(self._work_dir / "launcher.sock", launcher_preload(engine),
+                                                {**os.environ, **shared_environment()})  # fmt: skip
+            except LauncherRefused as refusal:  # it would refuse again: this worker's starts are plain from now
+                self._plain_because = f"the launcher refused: {first_line(refusal)}"
+                return None
         return self._launcher[1]
 
     def _ensure_replica(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
@@ -359,12 +375,37 @@ class CellWorker:
             except (ResetError, OSError) as error:  # a cache not proven empty would leak hits into this cell
                 replaced_because = f"reset not proven clean: {first_line(error)}"
         self._drop_replica()
-        self._replicas_started += 1
         started = time.monotonic()  # a launcher's own start, the first time, is part of this start
         launcher = self._launcher_for(engine)
+        try:
+            self._start_replica(engine, start_limits, launcher)
+        except ServerExited as exited:
+            if launcher is None or forking_proven(engine):
+                raise
+            # Where forked starts are not proven (a GPU), one that exits is tried once as a process of its own, and
+            # where that serves, this worker forks no more (a plain start that fails too fails the cell).
+            self._drop_replica()
+            self._start_replica(engine, start_limits, None)
+            self._plain_because = f"a forked start exited: {first_line(exited)}"
+            self._stop_launcher()  # it would hold its imports' host memory for nothing
+        start_s = time.monotonic() - started
+        return ReplicaReuse(reused=False, start_s=start_s, replaced_because=replaced_because,
+                            start=self._start_record(engine, start_s))  # fmt: skip
+
+    def _start_replica(self, engine: EngineConfig, start_limits: StartLimits, launcher: LauncherClient | None) -> None:
+        self._replicas_started += 1
         self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", start_limits, launcher)
         self._replica.start()
-        return ReplicaReuse(reused=False, start_s=time.monotonic() - started, replaced_because=replaced_because)
+
+    def _start_record(self, engine: EngineConfig, start_s: float) -> ReplicaStart | None:
+        """What the start of the replica now running found and spent (real vLLM; the fake engine logs nothing
+        of it)."""
+        if not forks_from_launcher(engine):
+            return None
+        split = start_split(self.replica_log(), start_s)
+        forked = self._replica.forked
+        return ReplicaStart(forked=forked, plain_because=None if forked else self._plain_because,
+                            compile_cache=split.compile_cache, phases=split.phases())  # fmt: skip
 
     def _drop_replica(self) -> None:
         if self._replica is not None:

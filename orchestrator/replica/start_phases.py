@@ -5,7 +5,9 @@ it into a load of the compiled graphs), the memory profile that sizes the KV poo
 API server coming up. vLLM logs the load, the compilation and the capture by themselves, and the engine's whole
 initialisation (profile, KV pool, compilation, capture, warm-up) as one figure; the rest of the wall time is
 the process, its imports and the API server. A phase the log does not name is None (the CPU build logs no
-weights' load, an eager start compiles and captures nothing).
+weights' load, an eager start compiles and captures nothing). The log also says whether torch.compile found its
+graphs in vLLM's cache (``VLLM_CACHE_ROOT``, by default under the home directory, so it outlives a server and a
+run on the node): a start that loads them skips most of the compilation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ _WEIGHTS = re.compile(r"Loading weights took ([\d.]+) seconds")
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 _COMPILATION = re.compile(r"\(compilation: ([\d.]+) s")
 _CAPTURE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
+_COMPILE_CACHE_HIT = re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")
+_COMPILE_CACHE_MISS = re.compile(r"Compiling a graph for .* takes [\d.]+ s")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class StartSplit:
     engine_init_s: float | None  # profile, KV pool, compilation, capture and warm-up together
     compile_s: float | None  # torch.compile, or the load of its cached graphs
     graph_capture_s: float | None
+    compile_cache: str | None = None  # "hit": graphs loaded from vLLM's cache; "miss": compiled; None: no compile
 
     @property
     def profile_and_warmup_s(self) -> float | None:
@@ -58,6 +63,7 @@ def start_split(log: str, total_s: float) -> StartSplit:
         engine_init_s=_first(_ENGINE_INIT, log),
         compile_s=_first(_COMPILATION, log),
         graph_capture_s=_first(_CAPTURE, log),
+        compile_cache="miss" if _COMPILE_CACHE_MISS.search(log) else "hit" if _COMPILE_CACHE_HIT.search(log) else None,
     )
 
 
