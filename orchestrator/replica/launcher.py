@@ -9,15 +9,15 @@ environment, and runs the request's ``python -m MODULE ...`` or ``python -c CODE
 command would have run, retitled with it. A vLLM server whose engine core and workers fork from it in turn
 (``FORKED_VLLM_ENV``) imports nothing anew.
 
-Invariants: the launcher starts no thread of its own, and what it preloads must touch no accelerator (vLLM's
-modules do not at import; a preload that initializes CUDA ends the launcher, saying so; the native pools some libraries start, OpenBLAS's, jemalloc's, are not copied by a
-fork, as when vLLM forks its engine core itself); a child never returns into the launcher's loop (it leaves
-through ``os._exit``); the launcher reaps its children and keeps each one's exit code (as ``Popen.returncode``
-gives it: negative for a signal) for ``poll``. It exits when its stdin closes, that is when the process that
-started it is gone; its children do not go with it (each server's reaper ends those with their owner). What a
-preloaded module read from the environment at import stays as the launcher saw it: start the launcher with the
-environment the servers share (``HF_HUB_OFFLINE``, say, is read by huggingface_hub at import), and vary per start
-only what is read later (the port, a trace path, vLLM's logging configuration).
+Invariants: the launcher starts no thread of its own, and what it preloads must touch no accelerator (vLLM's modules
+do not at import; a preload that initializes CUDA ends the launcher, saying so; the native pools some libraries start,
+OpenBLAS's, jemalloc's, are not copied by a fork, as when vLLM forks its engine core itself); a child never returns
+into the launcher's loop (it leaves through ``os._exit``); the launcher reaps its children and keeps each one's exit
+code (as ``Popen.returncode`` gives it: negative for a signal) for ``poll``. It exits when its stdin closes, that is
+when the process that started it is gone; its children do not go with it (each server's reaper ends those with their
+owner). What a preloaded module read from the environment at import stays as the launcher saw it: start the launcher
+with the environment the servers share (``HF_HUB_OFFLINE``, say, is read by huggingface_hub at import), and vary per
+start only what is read later (the port, a trace path, vLLM's logging configuration).
 
     python -m orchestrator.replica.launcher --socket PATH [--preload MODULE ...]
 
@@ -51,7 +51,11 @@ from orchestrator.paths import PROJECT_ROOT
 
 # What a vLLM OpenAI server start imports in its processes (API server, engine core, the device's worker), by the
 # device it serves on: its worker module is the one part that differs.
-_VLLM_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor")
+_VLLM_SERVER_MODULES = (
+    "vllm.entrypoints.openai.api_server",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.multiproc_executor",
+)
 _VLLM_WORKER_MODULE = {"cpu": "vllm.v1.worker.cpu_worker", "gpu": "vllm.v1.worker.gpu_worker"}
 # The environment that makes a vLLM server started by the launcher fork its engine core and workers from itself
 # too, so that none of them imports vLLM anew (``_keep_vllm_fork`` holds it against the CPU platform's choice).
@@ -245,8 +249,10 @@ def _exit_code(code: object) -> int:
 
 def _keep_vllm_fork(env: Mapping[str, str]) -> None:
     """vLLM's CPU platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` whatever the caller chose, and a spawned
-    engine core and worker import vLLM anew; where the request asks for ``fork``, it is kept."""
-    if any(env.get(name) != value for name, value in FORKED_VLLM_ENV.items()) or "vllm" not in sys.modules:
+    engine core and worker import vLLM anew; where the request asks for ``fork``, it is kept. Only where the CPU
+    platform is loaded (the CPU worker's preload loads it; on a GPU vLLM forks by default)."""
+    asks_fork = all(env.get(name) == value for name, value in FORKED_VLLM_ENV.items())
+    if not asks_fork or "vllm.platforms.cpu" not in sys.modules:
         return
     from vllm.platforms.cpu import CpuPlatform
 
