@@ -61,6 +61,7 @@ _VLLM_WORKER_MODULE = {"cpu": "vllm.v1.worker.cpu_worker", "gpu": "vllm.v1.worke
 # too, so that none of them imports vLLM anew (``_keep_vllm_fork`` holds it against the CPU platform's choice).
 FORKED_VLLM_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 MAX_REQUEST_BYTES = 1 << 20
+_BAD_FORK_EXIT = 86  # what the launcher's look-out child answers where torch marked it unable to use CUDA
 
 
 class LauncherError(RuntimeError):
@@ -277,14 +278,21 @@ def _init_titles() -> None:
 
 
 def _accelerator_touched() -> str | None:
-    """What the preloading initialized that a forked child cannot inherit: CUDA, once initialized in a process,
-    is refused in its forked children (torch's "Cannot re-initialize CUDA in forked subprocess"). A module that
-    touches it at import breaks the launcher's invariant; vLLM's own modules do not (vLLM itself forks its engine
-    core from the API server on a GPU unless CUDA is initialized there)."""
+    """What the preloading did to CUDA that a forked child cannot live with, if anything: CUDA initialized here, or
+    the driver initialized behind torch's back (a ``torch.cuda.device_count()`` or a default ``is_available()`` at
+    import runs ``cuInit``), which torch marks in every child forked afterwards ("Cannot re-initialize CUDA in forked
+    subprocess"). A child forked to look tells the second apart. vLLM's own modules do neither at import: vLLM itself
+    forks its engine core from the API server on a GPU unless CUDA is initialized there."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    if torch is None:
+        return None
+    if torch.cuda.is_initialized():
         return "CUDA"
-    return None
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_BAD_FORK_EXIT if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return "the CUDA driver" if os.waitstatus_to_exitcode(status) == _BAD_FORK_EXIT else None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -297,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     listener.listen(64)  # a caller's first request waits in the backlog while the modules load
     try:
         _init_titles()
+        # torch.cuda.is_available() asks NVML instead of initializing the driver, which forked children could not use.
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         for module in args.preload:
             importlib.import_module(module)
         if touched := _accelerator_touched():
@@ -377,14 +387,16 @@ class LaunchedProcess:
 def start_launcher(socket_path: Path, preload: Sequence[str] = (), env: Mapping[str, str] | None = None,
                    timeout_s: float = 300.0) -> tuple[subprocess.Popen, LauncherClient]:  # fmt: skip
     """Starts a launcher that preloads ``preload`` under ``env`` and returns once it answers; ``LauncherRefused``
-    (with the launcher's last line, from ``launcher.log`` beside the socket) where it ends before that. It lives as
+    (with the launcher's last line, from ``launcher.log`` beside the socket) where it ends before that, and
+    ``LauncherError`` where it does not answer within ``timeout_s``. It lives as
     long as the returned Popen's stdin stays open (close it, or let this process end, to stop the launcher)."""
     env = {**(os.environ if env is None else env)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PROJECT_ROOT), env.get("PYTHONPATH"))))
     argv = [sys.executable, "-m", "orchestrator.replica.launcher", "--socket", str(socket_path)]
     argv += [arg for module in preload for arg in ("--preload", module)]
     log_path = socket_path.with_name("launcher.log")
-    with open(log_path, "ab") as log:
+    socket_path.unlink(missing_ok=True)  # left by a launcher that was killed: binding over it would fail
+    with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stderr=log)
     client = LauncherClient(socket_path)
     deadline = time.monotonic() + timeout_s
@@ -397,14 +409,15 @@ def start_launcher(socket_path: Path, preload: Sequence[str] = (), env: Mapping[
     return process, client
 
 
-def _refusal(process: subprocess.Popen, log_path: Path, timeout_s: float) -> LauncherRefused:
-    """Why a launcher never answered, its process ended: it exited (a preload failed) or it ran out of time."""
+def _refusal(process: subprocess.Popen, log_path: Path, timeout_s: float) -> LauncherError:
+    """Why a launcher never answered, its process ended: it exited (a preload failed: ``LauncherRefused``), or it
+    ran out of time (a slow machine's, which a later start may not meet: ``LauncherError``)."""
     try:
         code = process.wait(timeout=5.0)  # a launcher that closed its socket is on its way out
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-        return LauncherRefused(f"launcher did not answer within {timeout_s:g} s: {_last_line(log_path)}")
+        return LauncherError(f"launcher did not answer within {timeout_s:g} s: {_last_line(log_path)}")
     return LauncherRefused(f"launcher ended before it answered (exit code {code}): {_last_line(log_path)}")
 
 

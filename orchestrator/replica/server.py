@@ -48,10 +48,6 @@ class ServerStartError(RuntimeError):
     """The server exited, hung, or did not become healthy before its deadline; the message ends with its log tail."""
 
 
-class ServerExited(ServerStartError):
-    """The server exited before it became healthy (it neither hung nor ran out of time)."""
-
-
 @dataclass(frozen=True)
 class StartLimits:
     """How long a server may take to become healthy, and how long it may show no sign of life meanwhile (no log
@@ -115,7 +111,7 @@ class ServerProcess:
         sign_of_life, last_change = None, started
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise ServerExited(f"server exited with code {self._process.returncode}\n{self.log_tail()}")
+                raise ServerStartError(f"server exited with code {self._process.returncode}\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:

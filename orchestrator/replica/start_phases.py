@@ -21,8 +21,11 @@ _WEIGHTS = re.compile(r"Loading weights took ([\d.]+) seconds")
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 _COMPILATION = re.compile(r"\(compilation: ([\d.]+) s")
 _CAPTURE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
-_COMPILE_CACHE_HIT = re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")
-_COMPILE_CACHE_MISS = re.compile(r"Compiling a graph for .* takes [\d.]+ s")
+# vLLM 0.26 logs both lines of a kind; 0.32, compiling ahead of time, may log only the second.
+_COMPILE_CACHE_HIT = re.compile(
+    r"Directly load the compiled graph\(s\) for .* from the cache|Directly load AOT compilation"
+)
+_COMPILE_CACHE_MISS = re.compile(r"Compiling a graph for .* takes [\d.]+ s|saved AOT compiled function to")
 
 
 @dataclass(frozen=True)

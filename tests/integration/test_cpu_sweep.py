@@ -164,7 +164,6 @@ def test_a_replica_is_reused_across_cells_of_one_policy_after_a_proven_clean_res
             else:  # its start says how it went, read back from cell.json
                 start = config.replica_start
                 assert start.forked and start.plain_because is None, policy
-                assert start.phases["total"] == pytest.approx(config.replica_start_s), policy
                 assert start.phases["profile, KV pool, warm-up"] > 0, policy  # vLLM's line, read from its log
         # A hit left over from an earlier cell would exceed what a request's own previous turns can give it.
         requests = pd.concat([sweep.requests(policy, jps) for jps in SPEC.jps])

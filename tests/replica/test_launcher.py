@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.replica.launcher import LauncherError, start_launcher
+from orchestrator.replica.launcher import LauncherError, LauncherRefused, start_launcher
 from orchestrator.replica.server import group_members
 
 _REPORT = textwrap.dedent(
@@ -145,3 +145,18 @@ def test_the_launcher_ends_when_its_owner_closes_its_stdin(tmp_path):
     assert process.wait(timeout=60) == 0
     assert [path.name for path in socket_path.parent.iterdir()] == ["launcher.log"]  # its socket gone, its log kept
     shutil.rmtree(socket_path.parent)
+
+
+@pytest.mark.parametrize("state, touched", [("initialized", "CUDA"), ("driver", "the CUDA driver")])
+def test_a_launcher_whose_preloading_touched_cuda_ends_saying_so_and_leaves_no_socket(state, touched):
+    """A forked server could not use CUDA initialized before the fork: the launcher refuses, in its last line."""
+    socket_path = Path(tempfile.mkdtemp(prefix="kvl-")) / "launcher.sock"
+    try:
+        with pytest.raises(LauncherRefused) as refused:
+            start_launcher(socket_path, ("tests.replica.fake_cuda_touched",), {**os.environ, "FAKE_CUDA": state})
+        assert str(refused.value) == (
+            f"launcher ended before it answered (exit code 1): launcher: preloading tests.replica.fake_cuda_touched "
+            f"initialized {touched}, which a server forked from here could not use: start servers without a launcher")
+        assert not socket_path.exists()
+    finally:
+        shutil.rmtree(socket_path.parent)

@@ -50,3 +50,6 @@ def test_a_start_says_whether_torch_compile_found_its_graphs_in_vllms_cache():
     assert start_split(COMPILED, total_s=90.0).compile_cache == "miss"
     assert start_split(LOADED, total_s=50.0).compile_cache == "hit"
     assert start_split(GPU_START, total_s=90.0).compile_cache == "miss"
+    # Compiled ahead of time, as vLLM 0.32 may log it alone (its format strings, compilation/decorators.py).
+    loaded, saved = "Directly load AOT compilation from path /c/m\n", "saved AOT compiled function to /c/m\n"
+    assert (start_split(loaded, 9.0).compile_cache, start_split(saved, 9.0).compile_cache) == ("hit", "miss")

@@ -235,7 +235,7 @@ def test_a_launcher_that_refuses_to_preload_leaves_the_worker_starting_plainly_a
 
 
 def test_where_forking_is_not_proven_a_forked_start_that_exits_is_started_again_plainly(forked_fake_engine):
-    """As a forked GPU server that meets CUDA after the fork would: every child of this launcher exits at once
+    """As a forked GPU server that cannot use CUDA after the fork would: every child of this launcher exits at once
     (``tests.sweep.forked_children_exit``). The cell runs on a plain start, and the worker forks no more."""
     cell = forked_fake_engine(preload=("tests.sweep.forked_children_exit",), proven=False)
     worker = CellWorker(node_id="local")
@@ -249,7 +249,7 @@ def test_where_forking_is_not_proven_a_forked_start_that_exits_is_started_again_
     assert first.status is CellStatus.DONE and second.status is CellStatus.DONE
     for outcome in (first, second):
         start = outcome.config.replica_start
-        assert not start.forked and start.plain_because.startswith("a forked start exited: server exited with code 3")
+        assert not start.forked and start.plain_because == "a forked start failed: server exited with code 3"
     assert worker._replicas_started == 3 and launcher is None  # the forked start, then two plain ones
 
 

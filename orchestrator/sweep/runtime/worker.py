@@ -52,7 +52,7 @@ from orchestrator.replica.replica import (
     forks_from_launcher,
     launcher_preload,
 )
-from orchestrator.replica.server import ServerExited, ServerStartError, StartLimits
+from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.start_phases import start_split
 from orchestrator.replica.stack import lmcache_refusal, read_node_stack
 from orchestrator.replica.vllm_server import shared_environment
@@ -138,6 +138,7 @@ class CellWorker:
         self._replicas_started = 0
         self._launcher: tuple[subprocess.Popen, LauncherClient] | None = None  # started by the first replica forked
         self._plain_because: str | None = None  # why this worker starts vLLM without its launcher, once it must
+        self._fork_retried = False  # a failed forked start was tried again plainly (once per worker)
         self._clients: ClientActors | None = None  # the load's actors, made by the first cell that drives from actors
         self._status = WorkerStatus()
         self._stack: NodeStack | None = None  # read once, when the first real vLLM cell comes
@@ -377,20 +378,22 @@ class CellWorker:
         self._drop_replica()
         started = time.monotonic()  # a launcher's own start, the first time, is part of this start
         launcher = self._launcher_for(engine)
+        serving_since = started
         try:
             self._start_replica(engine, start_limits, launcher)
-        except ServerExited as exited:
-            if launcher is None or forking_proven(engine):
+        except ServerStartError as failed:
+            if launcher is None or forking_proven(engine) or self._fork_retried:
                 raise
-            # Where forked starts are not proven (a GPU), one that exits is tried once as a process of its own, and
-            # where that serves, this worker forks no more (a plain start that fails too fails the cell).
-            self._drop_replica()
+            # Where forked starts are not proven (a GPU), the first that fails is tried again as a process of its
+            # own: where that serves, this worker forks no more; where it fails too, the fork was not to blame.
+            self._fork_retried = True
+            serving_since = time.monotonic()
             self._start_replica(engine, start_limits, None)
-            self._plain_because = f"a forked start exited: {first_line(exited)}"
+            self._plain_because = f"a forked start failed: {_start_failure(failed)}"
             self._stop_launcher()  # it would hold its imports' host memory for nothing
-        start_s = time.monotonic() - started
-        return ReplicaReuse(reused=False, start_s=start_s, replaced_because=replaced_because,
-                            start=self._start_record(engine, start_s))  # fmt: skip
+        now = time.monotonic()
+        return ReplicaReuse(reused=False, start_s=now - started, replaced_because=replaced_because,
+                            start=self._start_record(engine, now - serving_since))  # fmt: skip
 
     def _start_replica(self, engine: EngineConfig, start_limits: StartLimits, launcher: LauncherClient | None) -> None:
         self._replicas_started += 1
@@ -398,8 +401,8 @@ class CellWorker:
         self._replica.start()
 
     def _start_record(self, engine: EngineConfig, start_s: float) -> ReplicaStart | None:
-        """What the start of the replica now running found and spent (real vLLM; the fake engine logs nothing
-        of it)."""
+        """What the start of the replica now running found and spent in ``start_s`` (real vLLM; the fake engine
+        logs nothing of it); a failed forked start before it is in the cell's ``replica_start_s`` only."""
         if not forks_from_launcher(engine):
             return None
         split = start_split(self.replica_log(), start_s)
@@ -463,6 +466,12 @@ def start_worker(slot: Slot):
     if slot.gpu != SIM:
         options = at_normal_priority(options)
     return ray.remote(CellWorker).options(**options).remote(slot.node_id)
+
+
+def _start_failure(error: ServerStartError) -> str:
+    """A failed start in one line: what happened, and the last line its server logged."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if len(lines) < 2 else f"{lines[0]}; its log ends: {lines[-1]}"
 
 
 def _start_limits(limits: RunLimits) -> StartLimits:
