@@ -279,10 +279,11 @@ def _init_titles() -> None:
 
 def _accelerator_touched() -> str | None:
     """What the preloading did to CUDA that a forked child cannot live with, if anything: CUDA initialized here, or
-    the driver initialized behind torch's back (a ``torch.cuda.device_count()`` or a default ``is_available()`` at
-    import runs ``cuInit``), which torch marks in every child forked afterwards ("Cannot re-initialize CUDA in forked
-    subprocess"). A child forked to look tells the second apart. vLLM's own modules do neither at import: vLLM itself
-    forks its engine core from the API server on a GPU unless CUDA is initialized there."""
+    the driver initialized without it (torch's default ``is_available()`` runs ``cuInit``, hence the launcher's
+    NVML-based check; a module may also ask the runtime for its devices itself), which torch marks in every child
+    forked afterwards ("Cannot re-initialize CUDA in forked subprocess"). A child forked to look tells the second
+    apart. vLLM's own modules do neither at import: vLLM itself forks its engine core from the API server on a GPU
+    unless CUDA is initialized there."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
