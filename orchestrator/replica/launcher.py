@@ -389,8 +389,8 @@ def start_launcher(socket_path: Path, preload: Sequence[str] = (), env: Mapping[
                    timeout_s: float = 300.0) -> tuple[subprocess.Popen, LauncherClient]:  # fmt: skip
     """Starts a launcher that preloads ``preload`` under ``env`` and returns once it answers; ``LauncherRefused``
     (with the launcher's last line, from ``launcher.log`` beside the socket) where it ends before that, and
-    ``LauncherError`` where it does not answer within ``timeout_s``. It lives as
-    long as the returned Popen's stdin stays open (close it, or let this process end, to stop the launcher)."""
+    ``LauncherError`` where it does not answer within ``timeout_s``. It lives as long as the returned Popen's stdin
+    stays open (close it, or let this process end, to stop the launcher)."""
     env = {**(os.environ if env is None else env)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PROJECT_ROOT), env.get("PYTHONPATH"))))
     argv = [sys.executable, "-m", "orchestrator.replica.launcher", "--socket", str(socket_path)]
