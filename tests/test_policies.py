@@ -95,3 +95,16 @@ def test_gpu_engines_keep_async_scheduling_under_our_schedulers():
 def test_continuum_settings_reach_the_engine_process_environment():
     env = dict(get_policy("continuum-adaptive").engine_config(CPU, 0).extra_env)
     assert json.loads(env[CONFIG_ENV])["ttl_mode"] == "adaptive"
+
+
+def test_the_cpu_engine_runs_one_rank_in_its_engine_core_and_tensor_parallel_ranks_in_worker_processes():
+    """vLLM's CPU platform takes the multiprocess executor while V1 multiprocessing is on, whatever the command line
+    says; the command turns it off for one rank, as one GPU runs by default."""
+    one = vllm_server_command(CPU, port=8000)
+    assert _vllm_parse(one.argv).distributed_executor_backend == "uni"
+    assert one.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    two = vllm_server_command(CPU.model_copy(update={"tensor_parallel_size": 2}), port=8000)
+    assert _vllm_parse(two.argv).distributed_executor_backend == "mp"
+    gpu = vllm_server_command(GPU, port=8000)
+    assert _vllm_parse(gpu.argv).distributed_executor_backend is None
+    assert all("VLLM_ENABLE_V1_MULTIPROCESSING" not in command.env for command in (two, gpu))

@@ -1,13 +1,13 @@
 """A long-lived process that has imported a server's modules once and forks a child per server start.
 
-Importing vLLM takes about 10 s on two CPU cores, and a plain start pays it three times, in fresh interpreters for
-the API server, the engine core and its worker: nearly all of a 30 s start of the tiny model. The launcher imports
-the modules named by ``--preload`` once, then answers requests on a unix socket: each ``spawn`` forks a child that
-becomes the leader of a new session (so a teardown that signals the server's process group reaches all of it, as
-for a ``start_new_session`` Popen), writes its stdout and stderr to the files named, takes exactly the request's
-environment, and runs the request's ``python -m MODULE ...`` or ``python -c CODE ...`` in this interpreter as that
-command would have run, retitled with it. A vLLM server whose engine core and workers fork from it in turn
-(``FORKED_VLLM_ENV``) imports nothing anew.
+Importing vLLM takes about 10 s on two CPU cores, and a plain start pays it in a fresh interpreter for the API
+server and again for the engine core (and for each worker of a tensor-parallel replica): nearly all of a 30 s start
+of the tiny model. The launcher imports the modules named by ``--preload`` once, then answers requests on a unix
+socket: each ``spawn`` forks a child that becomes the leader of a new session (so a teardown that signals the
+server's process group reaches all of it, as for a ``start_new_session`` Popen), writes its stdout and stderr to the
+files named, takes exactly the request's environment, and runs the request's ``python -m MODULE ...`` or
+``python -c CODE ...`` in this interpreter as that command would have run, retitled with it. A vLLM server whose
+engine core and workers fork from it in turn (``FORKED_VLLM_ENV``) imports nothing anew.
 
 Invariants: the launcher starts no thread of its own, and what it preloads must touch no accelerator (vLLM's modules
 do not at import; a preload that initializes CUDA ends the launcher, saying so; the native pools some libraries start,
@@ -54,7 +54,8 @@ from orchestrator.paths import PROJECT_ROOT
 _VLLM_SERVER_MODULES = (
     "vllm.entrypoints.openai.api_server",
     "vllm.v1.engine.core",
-    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.executor.multiproc_executor",  # tensor-parallel ranks
+    "vllm.v1.executor.uniproc_executor",  # one rank inside the engine core
 )
 _VLLM_WORKER_MODULE = {"cpu": "vllm.v1.worker.cpu_worker", "gpu": "vllm.v1.worker.gpu_worker"}
 # The environment that makes a vLLM server started by the launcher fork its engine core and workers from itself

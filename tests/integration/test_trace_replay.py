@@ -24,6 +24,7 @@ from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces.generate import SHIPPED
 from orchestrator.workload.traces.schema import TraceJob, TraceRef, TraceTurn, dump_trace, load_trace
+from tests.processes import replica_processes
 
 pytestmark = pytest.mark.engine
 
@@ -151,17 +152,26 @@ def generated_cell(tp: int) -> CellSpec:
 @pytest.fixture(scope="module")
 def one_and_two_processes(worker):
     """The same cell on this module's replica, then on a TP-2 one started by the same worker (its launcher kept),
-    each replica's greedy answers taken while it is up."""
+    each replica's greedy answers and the titles of its server's processes taken while it is up."""
     ran = []
     for tp in (1, 2):
         outcome = worker.run(generated_cell(tp), LIMITS)
         assert outcome.status.is_done, outcome.reason
-        ran.append((outcome, [_greedy_tokens(outcome.config.server_argv, prompt) for prompt in PROMPTS]))
+        titles = sorted(cmdline.split()[0] for _, cmdline in replica_processes() if cmdline.startswith("VLLM::"))
+        ran.append((outcome, [_greedy_tokens(outcome.config.server_argv, prompt) for prompt in PROMPTS], titles))
     return ran
 
 
+def test_one_rank_runs_inside_the_engine_core_and_each_of_two_in_a_worker_process(one_and_two_processes):
+    """The CPU engine's TP-1 replica has no worker process (vLLM's multiprocess executor would spin one core on it
+    while the engine core spins another); a TP-2 replica has one per rank."""
+    (_, _, one), (_, _, two) = one_and_two_processes
+    assert one == ["VLLM::EngineCore"]
+    assert two == ["VLLM::EngineCore", "VLLM::Worker_TP0", "VLLM::Worker_TP1"]
+
+
 def test_a_tp_2_cell_on_the_cpu_engine_records_what_the_tp_1_cell_does(one_and_two_processes):
-    (one, _), (two, _) = one_and_two_processes
+    (one, _, _), (two, _, _) = one_and_two_processes
     argv = list(two.config.server_argv)
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and two.config.server_env["VLLM_CPU_OMP_THREADS_BIND"]
     shape = {(r.job_id, r.turn): (r.prompt_tokens, r.completion_tokens) for r in one.requests}
@@ -170,7 +180,7 @@ def test_a_tp_2_cell_on_the_cpu_engine_records_what_the_tp_1_cell_does(one_and_t
 
 
 def test_a_tp_2_replica_answers_greedy_prompts_token_for_token_as_one_process_does(one_and_two_processes):
-    (_, one), (_, two) = one_and_two_processes
+    (_, one, _), (_, two, _) = one_and_two_processes
     assert one == two and all(len(tokens) == GREEDY_TOKENS for tokens in one)
 
 
