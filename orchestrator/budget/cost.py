@@ -7,8 +7,9 @@
   cold on a node where no server has started yet in the run (its compile cache and the model's inspection are cold)
   and warm on one where one has: the two are estimated apart, a cold one from the shipped first start, a warm one
   from the shipped later start, each replaced, once the run measured one of its kind at the place, by the latest so
-  measured with a fifth more. A caller that does not know the node counts a start cold until a server has started
-  at the place.
+  measured with a fifth more. A measured start is what the cell spent before its load (``start_spent_s``): the
+  worker's checks, model and plan with the server's start, which on a worker's first cell is more than the start.
+  A caller that does not know the node counts a start cold until a server has started at the place.
 - load: the arrival window and the tail of the last jobs: the simulator's predicted span of the cell (first arrival
   to last job's end) where it has a prediction, else the window and a generous turn per turn. Once cells of a place
   are measured, scaled by the median of how their measured loads compared with the estimate (a cell stopped past
@@ -56,6 +57,15 @@ def load_starts(path: Path = STARTS_FILE) -> dict[str, StartTimes]:
 def start_place(engine: str, gpu: str) -> str:
     """Where a cell's server starts, as the start table names it: the fake engine anywhere is ``fake``."""
     return FAKE_PLACE if engine == FAKE_PLACE else gpu
+
+
+def start_spent_s(replica_start_s: float | None, setup_s: float | None) -> float | None:
+    """What a cell that started its server spent before its load, as the model counts a start: the worker's setup
+    (its checks, the model, the plan and the server's start), which a worker's first cell pays more of than its
+    server's start alone; the server's start where the record has no setup (an older one). None: it started none."""
+    if replica_start_s is None:
+        return None
+    return setup_s if setup_s is not None else replica_start_s
 
 
 def base_load_s(workload: WorkloadSpec, device: str, predicted_span_s: float | None = None) -> float:

@@ -229,6 +229,9 @@ class CellConfig:
     reset_proof: ResetProof | None = None
     replica_replaced: str | None = None  # why a replica that could have been reused was not
     replica_start: ReplicaStart | None = None  # real vLLM cells that started their replica
+    # From the worker taking the cell to its load's start: its checks, model and plan, and the replica's start or reset
+    # (real and fake engines): the device time a budget spends before the load, which a worker's first cell pays most.
+    setup_s: float | None = None
     # What the load generator sent and the server ran with (real engines).
     request_options: RequestOptions | None = None
     plan_fingerprint: str | None = None

@@ -108,6 +108,7 @@ class SummaryRow:
     replica_reused: bool | None = None  # on a replica kept from the cell before, after a proven-clean reset
     replica_replaced: str | None = None  # why a reusable replica was not reused
     replica_start_s: float | None = None  # the replica's start, when the cell started one
+    setup_s: float | None = None  # from the worker taking the cell to its load's start, the replica's start included
     schedule_fingerprint: str | None = None  # cells compare only on one schedule
     num_preemptions: int | None = None  # vLLM's counter over the cell (the simulator's own count)
     num_evicted_blocks: int | None = None  # cached blocks the engine evicted over the cell
@@ -154,8 +155,8 @@ def attempt_tags(row: SummaryRow) -> dict[str, str]:
 
 
 _ATTEMPT_FACTS = ("attempt", "device_name", "vllm_version", "node_id", "gpu_ids", "started_unix", "finished_unix", "wall_s",
-                  "replica_reused", "replica_replaced", "replica_start_s", "schedule_fingerprint", "num_jobs_dropped",
-                  "num_preemptions", "num_evicted_blocks")  # fmt: skip
+                  "replica_reused", "replica_replaced", "replica_start_s", "setup_s", "schedule_fingerprint",
+                  "num_jobs_dropped", "num_preemptions", "num_evicted_blocks")  # fmt: skip
 
 
 def attempt_columns(attempt: Attempt) -> dict:
@@ -176,6 +177,7 @@ def attempt_columns(attempt: Attempt) -> dict:
         "replica_reused": config.replica_reused,
         "replica_replaced": config.replica_replaced,
         "replica_start_s": config.replica_start_s,
+        "setup_s": config.setup_s,
         "schedule_fingerprint": config.schedule_fingerprint,
         "num_jobs_dropped": config.schedule_stats.num_jobs_dropped if config.schedule_stats else None,
         "num_preemptions": config.num_preemptions,

@@ -90,3 +90,18 @@ def test_earlier_runs_starts_are_read_back_each_nodes_first_cold_and_the_later_w
     costs = _costs_so_far(files)
     assert costs.start_s("H100", tiered=False, cold=True) == pytest.approx(120.0 * 1.2)  # node b's, the latest cold
     assert costs.start_s("H100", tiered=False, cold=False) == pytest.approx(50.0 * 1.2)
+
+
+def test_a_start_is_read_back_as_what_its_cell_spent_before_its_load_where_the_worker_said(tmp_path):
+    """A worker's first cell spends more before its load than its server's start (its checks, model and plan): the
+    budget learns that, so that a later run's first cell is not stopped past twice an estimate that left it out. An
+    older row with no setup falls back to the start."""
+    files = SweepFiles(tmp_path)
+    rows = [("a", 1.0, 1.0, 4.0), ("a", 2.0, 1.0, None)]  # node, finished_unix, replica_start_s, setup_s
+    frame = pd.DataFrame([{"cell_key": f"k{index}", "engine": "fake", "gpu": "H100", "policy": "fcfs", "dram_gb": 1.0,
+                           "status": "done", "node_id": node, "finished_unix": finished, "replica_start_s": start,
+                           "setup_s": setup} for index, (node, finished, start, setup) in enumerate(rows)])  # fmt: skip
+    frame.to_parquet(files.summary)
+    costs = _costs_so_far(files)
+    assert costs.start_s("fake", tiered=False, cold=True) == pytest.approx(4.0 * 1.2)
+    assert costs.start_s("fake", tiered=False, cold=False) == pytest.approx(1.0 * 1.2)

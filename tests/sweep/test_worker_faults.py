@@ -124,6 +124,8 @@ def test_a_replica_whose_reset_is_proven_clean_is_reused():
     assert first.status is second.status is CellStatus.DONE
     assert first.config.replica_reused is False and first.config.replica_start_s > 0
     assert second.config.replica_reused is True and second.config.replica_replaced is None
+    # What each spent before its load: the first its server's start and more (the model, the plan); the second a reset.
+    assert first.config.setup_s > first.config.replica_start_s and 0 < second.config.setup_s < first.config.setup_s
     proof = second.config.reset_proof
     assert proof.cached_before > 0 and proof.cached_after == 0 and proof.external_hits_after == 0 and proof.clean
     # Within a cell the fake engine's prefix cache does hit (turn t+1 extends turn t), so 0 above is the reset.

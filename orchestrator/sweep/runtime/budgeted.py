@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from orchestrator.budget.cost import CostModel, start_place
+from orchestrator.budget.cost import CostModel, start_place, start_spent_s
 from orchestrator.budget.plan import plan_cells, plan_frame, plan_lines
 from orchestrator.budget.priority import rank_cells
 from orchestrator.budget.spend import Spending
@@ -169,8 +169,9 @@ def _measured_keys(files: SweepFiles) -> frozenset[str]:
 
 
 def _costs_so_far(files: SweepFiles) -> CostModel:
-    """The cost model, with the server starts the sweep's earlier runs measured (latest last): each node's first
-    start cold, its later ones warm (a row that names no node: cold where it is its place's first)."""
+    """The cost model, with the server starts the sweep's earlier runs measured (latest last, each as the model counts
+    a start: ``start_spent_s``): each node's first start cold, its later ones warm (a row that names no node: cold
+    where it is its place's first)."""
     costs = CostModel()
     if not files.summary.exists():
         return costs
@@ -180,7 +181,8 @@ def _costs_so_far(files: SweepFiles) -> CostModel:
     for row in started.sort_values("finished_unix").to_dict("records"):
         tiered = get_policy(row["policy"]).tier_gib(row["dram_gb"]) > 0
         node = row.get("node_id") if isinstance(row.get("node_id"), str) else None
-        costs.record_start(start_place(row["engine"], row["gpu"]), tiered, row["replica_start_s"],
+        start_s = start_spent_s(row["replica_start_s"], _number(row.get("setup_s")))
+        costs.record_start(start_place(row["engine"], row["gpu"]), tiered, start_s,
                            cold=None if node is None else node not in nodes_started)  # fmt: skip
         if node is not None:
             nodes_started.add(node)

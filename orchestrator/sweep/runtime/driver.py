@@ -33,6 +33,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from orchestrator.budget.cost import start_spent_s
 from orchestrator.budget.spend import OVERRUN_LIMIT, Spending
 from orchestrator.records.cell import CellOutcome, CellStatus, FailureKind
 from orchestrator.records.prediction import read_predictions
@@ -494,7 +495,7 @@ class _Sweep:
         cell = attempt.cell
         row = self.ledger.record(attempt.started, outcome)
         if self.measuring is not None and cell.engine is not EngineKind.SIM:
-            self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, row.replica_start_s,
+            self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, start_spent_s(row.replica_start_s, row.setup_s),
                                         outcome.status.is_done, outcome.failure_kind is FailureKind.TIME_LIMIT)
         if outcome.status.is_done:
             self.wall_times.append(row.wall_s)

@@ -126,6 +126,7 @@ class _Measured:
     options: RequestOptions
     plan_fingerprint: str
     replica: ReplicaInfo
+    load_started_unix: float  # when its first job was due
 
 
 class CellWorker:
@@ -180,6 +181,7 @@ class CellWorker:
             reset_proof=reuse.proof, replica_replaced=reuse.replaced_because, request_options=ran.options,
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
             server_env=dict(ran.replica.server_env), server_niceness=ran.replica.server_niceness,
+            setup_s=ran.load_started_unix - started,
         )  # fmt: skip
 
     def _checked_stack(self, cell: CellSpec) -> NodeStack | None:
@@ -243,6 +245,7 @@ class CellWorker:
         before = engines.poll()
         options = RequestOptions(served.served_model_name, served.send_priority, served.answer_token_ids)
         self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, len(plan.jobs))
+        load_started_unix = time.time()
         load = self._start_load(plan, engines.base_url, options, limits)
         limit_s = limits.cell_limit_s(cell.workload)
         status, reason, kind = self._watch(load, engines, before, limits, (time.monotonic() + limit_s, limit_s), cell.key)
@@ -259,7 +262,7 @@ class CellWorker:
                                              for starts, ends in zip(before.counters, after.counters)])
         num_preemptions = _counted(PREEMPTIONS, before.counters, after.counters)
         return _Measured(status, reason, kind, crashed, shard, log, trace, tier_counters, num_preemptions, options,
-                         plan.fingerprint(), engines.infos[0])  # fmt: skip
+                         plan.fingerprint(), engines.infos[0], load_started_unix)  # fmt: skip
 
     def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None,
                  failure_kind: FailureKind | None, *, retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
