@@ -75,9 +75,9 @@ def test_gangs_of_four_and_eight_take_a_node_and_give_its_workers_back(eight_gpu
     assert pair.started_unix >= rows[rows.replicas == 1].finished_unix.max()
     requests = pd.read_parquet(SweepFiles(tmp_path / "gangs").cell(pair.cell_key).requests)
     assert set(requests.replica) == {0, 1}
-    # The node's eight workers and one per gang: the pair's gang took the workers the first two gave back as they
-    # were, and none was started again at the end.
-    assert len(_cell_worker_actors(eight_gpu_nodes["B200"])) == GPUS_PER_NODE + 3
+    # One actor per gang and none besides: the node's eight workers stayed asleep (no cell of one GPU came), the pair's
+    # gang took the workers the first two gave back as they were, and none was started at the end.
+    assert len(_cell_worker_actors(eight_gpu_nodes["B200"])) == 3
 
 
 def _cell_worker_actors(node_id: str) -> list[dict]:

@@ -368,8 +368,9 @@ class _Sweep:
                 needs_start = True
             else:
                 if not (awake := [worker for worker in idle if not worker.asleep]):
-                    if not starting:
-                        self.pool.wake(idle[0])  # it takes the cell once up
+                    singles = sum(not queued.gang_size for queued in queue)
+                    for worker in idle[:max(0, singles - starting)]:  # all asleep: each takes a cell once up
+                        self.pool.wake(worker)
                     return
                 workers = [next((worker for worker in awake if worker.group == cell.server_group), awake[0])]
                 needs_start = workers[0].group != cell.server_group

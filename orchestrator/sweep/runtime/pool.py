@@ -2,9 +2,11 @@
 brings nodes of launchable GPU types up.
 
 The driver says which placements have cells waiting and how much host memory their largest replica takes;
-the pool keeps a worker on every slot of those placements, creates again a worker whose actor could not
-start (no cell ran on it, so no attempt is charged), asks the autoscaler for the GPUs the waiting cells can
-use, and tells the driver which placements to give up on and why.
+the pool keeps a worker on every slot of those placements, asleep (no actor, no GPU held) until a cell needs it:
+the driver wakes as many as its queue of single cells can use, and a gang takes asleep workers as they are, so a
+sweep of three cells on a node of eight GPUs starts three actors, not eight. The pool creates again a worker whose
+actor could not start (no cell ran on it, so no attempt is charged), asks the autoscaler for the GPUs the waiting
+cells can use, and tells the driver which placements to give up on and why.
 
 A node can leave mid-sweep (a preempted spot GPU, a raylet that died): the worker that stops answering has its
 node's raylet asked at once, and a node that does not answer is lost. Its workers leave the pool, its cells'
@@ -16,7 +18,7 @@ A cell of several GPUs runs on a gang: that many idle workers of its type step a
 each GPU and its host memory), each group of them on one node (``gang_of``). A routed cell's replicas are placed
 on those GPUs by Ray Serve, one group per replica, and a coordinator that holds no GPU runs the cell; a
 tensor-parallel replica talked to directly is run by a worker that holds its whole group. When the cell ends, the
-workers come back asleep, without actors: another gang takes them as they are, a cell of one worker wakes one (its
+workers come back asleep, as they began: another gang takes them as they are, a cell of one worker wakes one (its
 actor made then), and a sweep whose last cells were gangs' ends without starting their workers again.
 """
 
@@ -48,7 +50,7 @@ STOP_GRACE_S = 60.0
 class WorkerState(enum.Enum):
     STARTING = "starting"  # its actor is being created (again, after a failed creation)
     UP = "up"  # its actor answered: it takes cells
-    ASLEEP = "asleep"  # back from a gang, with no actor: a gang takes it as it is, a single cell wakes it first
+    ASLEEP = "asleep"  # no actor (new, or back from a gang): a gang takes it as it is, a single cell wakes it first
     GONE = "gone"  # left the pool: its actor could not be created MAX_WORKER_CREATIONS times in a row
 
 
@@ -78,7 +80,7 @@ class Worker:
     in that moment is cancelled, which must not cost a cell an attempt."""
 
     slot: Slot
-    actor: object = None  # None for a worker back from a gang until a cell needs it
+    actor: object = None  # None while asleep: until a cell needs it
     ready: object = None  # the first status() call; None once it answered
     num_creations: int = 0  # in a row, without the actor coming up
     group: tuple | None = None  # server group of the last cell, to prefer cells that reuse the replica
@@ -123,7 +125,7 @@ class WorkerPool:
         return [worker for worker in self.workers if worker.attempt is not None]
 
     def add_workers(self, replica_gib: Mapping[str, float]) -> None:
-        """A worker for every slot on the nodes of the placements in ``replica_gib`` (each with the host
+        """A worker, asleep, for every slot on the nodes of the placements in ``replica_gib`` (each with the host
         memory of its largest replica) that have none yet; idle workers that a carried pool made for another size
         end first, their nodes slotted again."""
         busy = {(worker.slot.gpu, worker.slot.node_id) for worker in self.in_flight()}
@@ -138,10 +140,8 @@ class WorkerPool:
             slots = [s for s in self.inventory.slots(placement, gib)
                      if (placement, s.node_id) not in self._slotted_nodes and s.node_id not in self.lost_nodes]  # fmt: skip
             num_existing = self.num_slots(placement)
-            for index, slot in enumerate(slots, start=num_existing):
-                worker = Worker(replace(slot, index=index))
-                worker.create()
-                self.workers.append(worker)
+            self.workers += [Worker(replace(slot, index=index))
+                             for index, slot in enumerate(slots, start=num_existing)]  # fmt: skip
             self._slotted_nodes |= {(placement, slot.node_id): gib for slot in slots}
 
     def num_slots(self, placement: str) -> int:
@@ -244,7 +244,7 @@ class WorkerPool:
             return Readiness(WorkerState.GONE, first_line(error))
 
     def wake(self, worker: Worker) -> None:
-        """Make the actor of a worker back from a gang, for a cell of one worker (it takes cells once up)."""
+        """Make the actor of an asleep worker, for a cell of one worker (it takes cells once up)."""
         worker.create()
 
     def run(self, worker: Worker, started: StartedAttempt, limits: RunLimits) -> None:
