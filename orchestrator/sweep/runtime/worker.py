@@ -158,9 +158,9 @@ class CellWorker:
             if cell.engine is EngineKind.SIM:
                 return self._simulate(cell, schedule, started)
             self._status = WorkerStatus(cell.key, WorkerPhase.STARTING)
-            stack = self._checked_stack(cell)
             model = self._model(cell)
             served = served_cell(cell, model)
+            stack = self._checked_stack(cell, served.engine)
             plan = build_plan(cell.workload, token_counter_for(model.directory), schedule)
             if cell.router is None:
                 reuse = self._replica_for(served.engine, _start_limits(limits))
@@ -184,10 +184,10 @@ class CellWorker:
             setup_s=ran.load_started_unix - started,
         )  # fmt: skip
 
-    def _checked_stack(self, cell: CellSpec) -> NodeStack | None:
+    def _checked_stack(self, cell: CellSpec, engine: EngineConfig) -> NodeStack | None:
         """The node's serving stack for a real vLLM cell, refused where the cell's policy needs LMCache's
         compiled ops and they do not load, or local disk the node does not have."""
-        stack = self._node_stack() if cell.engine is EngineKind.VLLM else None
+        stack = self._node_stack(engine, routed=cell.router is not None) if cell.engine is EngineKind.VLLM else None
         policy = get_policy(cell.policy)
         if stack is not None and NodeNeed.LMCACHE in policy.needs and (refusal := lmcache_refusal(stack)):
             raise _Refused(refusal)
@@ -327,9 +327,16 @@ class CellWorker:
         info = self._replica.info if self._replica is not None else None
         return Path(info.log_path).read_text(errors="replace") if info is not None else ""
 
-    def _node_stack(self) -> NodeStack:
+    def _node_stack(self, engine: EngineConfig, routed: bool) -> NodeStack:
+        """Read once, by a child of the launcher this worker's replicas fork from (started here if it is not yet;
+        a routed cell's replicas are Serve's, and start none), else by a fresh interpreter: also where the launcher
+        did not answer, which the replica's start then meets and says."""
         if self._stack is None:
-            self._stack = read_node_stack()
+            try:
+                launcher = None if routed else self._launcher_for(engine)
+                self._stack = read_node_stack(launcher=launcher, work_dir=self._work_dir)
+            except LauncherError:
+                self._stack = read_node_stack()
         return self._stack
 
     def shutdown(self) -> None:
