@@ -58,14 +58,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration-s", type=float, default=20.0, help="arrival window in seconds")
     p.add_argument("--scale", type=float,
                    help="multiplies system prompt and tool output sizes; default: 0.25 on cpu, 1 on a GPU")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=42, help="seeds the arrival schedule and the tool outputs")
     p.add_argument("--kv-blocks", help=f"fix the KV pool in blocks, or 'auto': vLLM sizes it (from "
                    f"--gpu-memory-utilization on a GPU, 1 GiB on cpu); default: {CPU_KV_BLOCKS} on cpu, auto on a GPU")
     p.add_argument("--block-size", type=int, help="tokens per KV block; default: 32 on cpu, 16 on a GPU")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--request-timeout-s", type=float, default=300.0)
-    p.add_argument("--job-timeout-s", type=float, default=900.0)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.85,
+                   help="on a GPU, the share of its memory vLLM takes for the weights and KV pool")
+    p.add_argument("--max-num-seqs", type=int, help="the most requests vLLM runs in one step (its --max-num-seqs); "
+                   "default: vLLM's for the device")  # fmt: skip
+    p.add_argument("--request-timeout-s", type=float, default=300.0,
+                   help="a request not finished this long after it was sent times out")
+    p.add_argument("--job-timeout-s", type=float, default=900.0,
+                   help="a job not finished this long after its arrival times out (counted, never dropped)")
     p.add_argument("--client-actors", type=int, default=0, help="0: drive from this process; N: N Ray actors")
     p.add_argument("--no-checks", action="store_true", help="skip the node checks and the evidence (faster on CPU)")
     p.add_argument("--out", type=Path, default=Path("results/cell"), help="directory for the cell's records")

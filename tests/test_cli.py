@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import io
@@ -118,7 +119,7 @@ def test_the_version_is_the_installed_ones_on_kvsweep_and_every_subcommand(capsy
     assert version_line() == "kvsweep unreleased"
 
 
-def test_the_engine_flag_says_what_each_engine_runs_and_every_flag_has_help(monkeypatch):
+def test_the_engine_flag_says_what_each_engine_runs(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["kvsweep"])
     text = " ".join(help_of(lambda: main(["sweep", "large_dram", "--help"])).split())
     assert "auto: real vLLM on the GPU types the Ray cluster has, the simulator for the others" in text
@@ -126,10 +127,41 @@ def test_the_engine_flag_says_what_each_engine_runs_and_every_flag_has_help(monk
     assert "sim: the simulator for every cell" in text and "fake: a stand-in server with no model" in text
     from orchestrator.sweeps.large_dram import SPEC
 
-    undocumented = [action.option_strings for action in parser(SPEC)._actions if not action.help]
-    assert undocumented == []
     search = " ".join(help_of(lambda: main(["crossover", "--help"])).split())
     assert "--engine {sim,auto,vllm}" in search and "sim: the search runs in the simulator" in search
+
+
+def _every_parser():
+    """(the command, its parser) for every subcommand, its subcommands and the large-DRAM sweep (every sweep's flags
+    are one parser's)."""
+    from orchestrator.sweeps.large_dram import SPEC
+
+    parsers = [(f"kvsweep {name}", importlib.import_module(command.module).parser())
+               for name, command in COMMANDS.items() if name != "sweep"]  # fmt: skip
+    parsers.append(("kvsweep sweep large_dram", parser(SPEC, "sweep large_dram")))
+    for name, found in parsers:
+        yield name, found
+        for action in found._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                yield from ((f"{name} {sub}", subparser) for sub, subparser in action.choices.items())
+
+
+def test_every_flag_of_every_command_says_what_it_means_and_its_default():
+    """argparse has no public view of a parser's flags; the completion reads ``_actions`` too."""
+    unsaid = []
+    for name, found in _every_parser():
+        formatter = found._get_formatter()
+        for action in found._actions:
+            if not action.option_strings or action.dest in ("help", "version"):
+                continue
+            said = formatter._get_help_string(action)
+            has_default = action.nargs != 0 and action.default not in (None, False, (), [], "", argparse.SUPPRESS)
+            if not action.help or (has_default and "default" not in said.lower()):
+                unsaid.append(f"{name} {action.option_strings[-1]}: {said!r}")
+    assert unsaid == []
+    cell = " ".join(importlib.import_module("orchestrator.run_cell").parser().format_help().split())
+    assert "--seed SEED seeds the arrival schedule and the tool outputs (default: 42)" in cell
+    assert "--out OUT directory for the cell's records (default: results/cell)" in cell
 
 
 @pytest.mark.parametrize(
