@@ -54,8 +54,9 @@ class LoadGenerator:
     def run(self, plan: WorkloadPlan, epoch_unix: float) -> ShardResult:
         """Run ``plan`` with arrival offsets counted from ``epoch_unix`` (a Unix time, shared by all shards)."""
         # The plan is large and lives the whole run: freezing it out of the collector's generations keeps
-        # full collections (which walk every tracked object) from pausing the timing core for tens of ms.
-        gc.collect()
+        # full collections (which walk every tracked object) from pausing the timing core for tens of ms. No
+        # collection first: in a large process (a driver or a test process that imported vLLM) one takes a second of
+        # CPU, and garbage frozen with the rest is only kept until the run ends.
         gc.freeze()
         try:
             return asyncio.run(self.run_async(plan, epoch_unix))
