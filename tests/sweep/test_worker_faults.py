@@ -152,6 +152,7 @@ def test_an_lmcache_cell_refuses_to_start_when_lmcaches_compiled_ops_do_not_load
     try:
         started = time.monotonic()
         outcome = worker.run(cell, LIMITS)
+        assert worker._launcher is None  # not even the launcher its replicas would fork from: vLLM stays unimported
     finally:
         worker.shutdown()
     assert outcome.status is CellStatus.FAILED and not outcome.retryable and outcome.failure_kind is FailureKind.REFUSED

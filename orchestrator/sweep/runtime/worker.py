@@ -187,9 +187,12 @@ class CellWorker:
     def _checked_stack(self, cell: CellSpec, engine: EngineConfig) -> NodeStack | None:
         """The node's serving stack for a real vLLM cell, refused where the cell's policy needs LMCache's
         compiled ops and they do not load, or local disk the node does not have."""
-        stack = self._node_stack(engine, routed=cell.router is not None) if cell.engine is EngineKind.VLLM else None
         policy = get_policy(cell.policy)
-        if stack is not None and NodeNeed.LMCACHE in policy.needs and (refusal := lmcache_refusal(stack)):
+        needs_ops = NodeNeed.LMCACHE in policy.needs
+        # A routed cell's replicas are Serve's, and one refused on its stack starts nothing: no launcher for either.
+        via_launcher = cell.router is None and not needs_ops
+        stack = self._node_stack(engine, via_launcher) if cell.engine is EngineKind.VLLM else None
+        if stack is not None and needs_ops and (refusal := lmcache_refusal(stack)):
             raise _Refused(refusal)
         disk = policy.tier.disk_need(cell.dram_gb)
         # A routed cell's replicas run on one node (its gang's), side by side on its disk.
@@ -327,13 +330,13 @@ class CellWorker:
         info = self._replica.info if self._replica is not None else None
         return Path(info.log_path).read_text(errors="replace") if info is not None else ""
 
-    def _node_stack(self, engine: EngineConfig, routed: bool) -> NodeStack:
-        """Read once, by a child of the launcher this worker's replicas fork from (started here if it is not yet;
-        a routed cell's replicas are Serve's, and start none), else by a fresh interpreter: also where the launcher
-        did not answer, which the replica's start then meets and says."""
+    def _node_stack(self, engine: EngineConfig, via_launcher: bool) -> NodeStack:
+        """Read once: ``via_launcher``, by a child of the launcher this worker's replicas fork from (started here if
+        it is not yet), else by a fresh interpreter; also where the launcher did not answer, which the replica's
+        start then meets and says."""
         if self._stack is None:
             try:
-                launcher = None if routed else self._launcher_for(engine)
+                launcher = self._launcher_for(engine) if via_launcher else None
                 self._stack = read_node_stack(launcher=launcher, work_dir=self._work_dir)
             except LauncherError:
                 self._stack = read_node_stack()
