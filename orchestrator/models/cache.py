@@ -9,9 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """What the project keeps on a node between runs (``KVSWEEP_CACHE``, by default ``~/.cache/kvsweep``)."""
+    return Path(os.environ.get("KVSWEEP_CACHE") or Path.home() / ".cache" / "kvsweep")
+
+
 def default_cache_dir() -> Path:
-    root = os.environ.get("KVSWEEP_CACHE") or Path.home() / ".cache" / "kvsweep"
-    return Path(root) / "models"
+    return cache_root() / "models"
 
 
 def build_once(target: Path, complete_marker: str, build: Callable[[Path], None]) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse, urlsplit, urlunsplit
 
+from orchestrator.models.cache import cache_root
 from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.summary import CellSummary
 from orchestrator.records.verdict import Verdict
@@ -371,7 +373,49 @@ def retrying_client(tracking_uri: str, artifact_root: Path | None, patience_s: f
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     local = tracking_uri.startswith(SQLITE_PREFIX)
     store_dir = Path(tracking_uri.removeprefix(SQLITE_PREFIX)).parent if local else artifact_root
+    if local:
+        _create_from_empty_store(Path(tracking_uri.removeprefix(SQLITE_PREFIX)))
     return RetryingClient(MlflowClient(tracking_uri), without_credentials(tracking_uri), store_dir, patience_s)
+
+
+def _create_from_empty_store(path: Path) -> None:
+    """A sqlite store that does not exist yet, created as a copy of an empty one: MLflow makes a new database by
+    running its whole schema history (about a second of CPU), so the node keeps one so made per MLflow schema
+    (``models.cache.cache_root``). The copy has MLflow's tables and no experiment; MLflow adds its default one on first
+    use, as in a store it made. Where anything in that fails, MLflow makes the store itself."""
+    if path.exists():
+        return
+    try:
+        empty = _empty_store()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_name(f".{path.name}.{os.getpid()}")
+        shutil.copyfile(empty, staged)
+        try:
+            os.link(staged, path)  # never over a store another process made meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            staged.unlink()
+    except Exception:  # a private MLflow function changed, a cache that cannot be written: MLflow makes it
+        return
+
+
+def _empty_store() -> Path:
+    """The node's empty store for this MLflow schema, made once (written aside and renamed: never half of one)."""
+    from mlflow.store.db.utils import _get_latest_schema_revision, _initialize_tables, create_sqlalchemy_engine
+
+    empty = cache_root() / "mlflow" / f"empty-{_get_latest_schema_revision()}.db"
+    if not empty.exists():
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        staged = empty.with_name(f".{empty.name}.{os.getpid()}")
+        staged.unlink(missing_ok=True)
+        engine = create_sqlalchemy_engine(SQLITE_PREFIX + str(staged))
+        try:
+            _initialize_tables(engine)
+        finally:
+            engine.dispose()
+        os.replace(staged, empty)
+    return empty
 
 
 def cell_metrics(summary: CellSummary) -> list:
