@@ -4,7 +4,7 @@ served by a tensor-parallel replica of several.
 Each figure of ``orchestrator/sim/measured/public_figures.toml`` (a decode rate, a prefill time, a batch's latency, an
 MLPerf throughput) is simulated under the settings it was measured with (model, GPUs per replica, precision, batch
 limits, lengths, load) and printed beside the published value with its source. The simulator's constants are the H200
-calibration, the microbenchmarks of ``orchestrator/sim/gpu_rates.toml`` and one constant a figure sets (``derives``:
+calibration, the microbenchmarks of ``orchestrator/roofline/gpu_rates.toml`` and one constant a figure sets (``derives``:
 the per-request cost of a step, which only a batch of hundreds shows); every other figure is a check, held to 20%. A
 figure beyond it must say why (``known_gap``), or the run fails. Then per GPU type the RMS relative error over all its
 figures, which ``--write-errors`` stores as the ``public_figures`` table of ``orchestrator/sim/sim_error.toml``: the
@@ -32,10 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.schema import RequestRecord
+from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration, Device, Precision
 from orchestrator.sim.calibrate import MODEL, h200_log_error, write_calibration
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_gpu_errors
-from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device, Precision
 from orchestrator.sim.loop import simulate
 from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import JobShape, Schedule, TurnShape, job_id_for, poisson_arrivals

@@ -46,8 +46,8 @@ from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace_file import trace_events, trace_file_frame
 from orchestrator.records.verdict import VerdictKind, read_verdicts
+from orchestrator.roofline.hardware import CpuProfile
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
-from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import cpu_sim_engine, step_pace
 from orchestrator.sizing.models import ModelArch, load_model
@@ -55,9 +55,9 @@ from orchestrator.sweep.cli import parse_list, parser, prepare, run_with_one_lin
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import profile_spec, read_cpu_profile
+from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
-from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 
 JCT_TARGET = 0.20  # the simulator's mean JCT within 20% of the measurement in every cell
 PRESSURE = CPU_TINY.model_copy(update={

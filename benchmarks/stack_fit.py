@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.roofline.hardware import Calibration
 from orchestrator.sim.gpu_cells import GPU_RUNS_DIR, GpuCell, read_runs, run_dirs
-from orchestrator.sim.hardware import Calibration
-from orchestrator.sim.stacks import DEFAULT_STACK as STACK
 from orchestrator.sim.stack_fit import (
     Comparison,
     Fold,
@@ -43,6 +42,7 @@ from orchestrator.sim.stack_fit import (
     simulated_job_times,
     step_errors,
 )
+from orchestrator.sim.stacks import DEFAULT_STACK as STACK
 
 WAYS = ("today", "in-sample", "held out")
 TARGET_MEDIAN, TARGET_WORST, TARGET_MARGIN_POINTS = 0.05, 0.12, 5.0

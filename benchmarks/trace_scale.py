@@ -39,10 +39,10 @@ from statistics import mean
 
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.scheduler_trace_file import parquet_of_entries
+from orchestrator.roofline.hardware import Device
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.calibrate import MODEL
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec

@@ -87,10 +87,10 @@ from orchestrator.records.layout import CellFiles
 from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
 from orchestrator.replica.vllm_server import vllm_server_command
+from orchestrator.roofline.hardware import Calibration, Device
 from orchestrator.run_cell import cell_from
 from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_jct
 from orchestrator.sim.gpu_profile import measure_profile, step_error, trace_steps
-from orchestrator.sim.hardware import Calibration, Device
 from orchestrator.sim.profile import CPU_STEP_BOUNDS, fit_step_costs
 from orchestrator.sim.stacks import DEFAULT_STACK, stack_names
 from orchestrator.sizing.kv import Regime

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.gpus import CPU
-from orchestrator.mechanisms.ordering import ARRIVAL, JOB, Ordering
-from orchestrator.mechanisms.registry import RETENTIONS, TIERS
+from orchestrator.mechanisms.continuum.config import AdmissionRelease, ContinuumConfig, TtlMode
+from orchestrator.mechanisms.ordering import Ordering
+from orchestrator.mechanisms.registry import ORDERINGS, RETENTIONS, TIERS
 from orchestrator.mechanisms.retention import Retention
 from orchestrator.mechanisms.tier import Evidence, NodeNeed, NoTier, Tier
 from orchestrator.records.cell import CellOutcome
 from orchestrator.replica.config import VllmEngineConfig
-from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig, TtlMode
-from orchestrator.validation import InputError
+from orchestrator.validation import InputError, Registry
 
 NOCACHE_TIER_GB = 1.0  # GiB: the source study's LMCACHE_MAX_LOCAL_CPU_SIZE=1 ablation
 
@@ -32,7 +32,7 @@ class PolicyError(InputError):
 class Policy:
     name: str
     description: str
-    ordering: Ordering = ARRIVAL
+    ordering: Ordering = Ordering()
     retention: Retention = Retention()
     tier: Tier = NoTier()
 
@@ -94,9 +94,9 @@ class Policy:
         )
 
 
-_PINS = RETENTIONS["continuum-pins"]
+_PINS, JOB = RETENTIONS["continuum-pins"], ORDERINGS["job"]()
 
-POLICIES: dict[str, Policy] = {
+POLICIES: Registry[Policy] = Registry("policy", {
     policy.name: policy
     for policy in (
         Policy("fcfs", "stock vLLM v1: request-level FCFS, prefix caching, finished turns freed to the LRU cache"),
@@ -127,14 +127,11 @@ POLICIES: dict[str, Policy] = {
         Policy("lmcache-disk", "LMCache with the DRAM budget as its CPU tier and a local disk of four times it behind",
                tier=TIERS["lmcache-disk"]()),
     )
-}  # fmt: skip
+}, error=PolicyError)  # fmt: skip
 
 
 def get_policy(name: str) -> Policy:
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise PolicyError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+    return POLICIES[name]
 
 
 def cpu_policy_names() -> list[str]:

@@ -30,12 +30,12 @@ from orchestrator.records.names import read_summary
 from orchestrator.records.prediction import relative_error_pct
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.summary import summarize
+from orchestrator.roofline.hardware import Device
+from orchestrator.roofline.rates import GpuRates
 from orchestrator.sim.cell_engine import cell_sim_engine
-from orchestrator.sim.stacks import stack_calibration
 from orchestrator.sim.gpu_profile import MeasuredProfile, measure_profile, trace_steps
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, simulate
-from orchestrator.sim.rates import GpuRates
+from orchestrator.sim.stacks import stack_calibration
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.validation import InputError

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.records.cell import NodeStack
-from orchestrator.validation import InputError
+from orchestrator.validation import Registry
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Stack:
         return f"{self.name} (vllm {self.vllm}, lmcache {self.lmcache}, torch {self.torch})"
 
 
-STACKS: dict[str, Stack] = {
+STACKS: Registry[Stack] = Registry("stack", {
     stack.name: stack
     for stack in (
         Stack("vllm-0.32", vllm="0.32.0", lmcache="0.5.6", torch="2.13.0", lmcache_ops="lmcache.cuda_ops",
@@ -42,15 +42,12 @@ STACKS: dict[str, Stack] = {
         Stack("vllm-0.26", vllm="0.26.0", lmcache="0.5.3", torch="2.11.0", lmcache_ops="lmcache.c_ops",
               cpu_torch="torch==2.11.0", note="for images that ship torch 2.11 (CUDA 13), which vLLM 0.27+ cannot use"),
     )
-}  # fmt: skip
+})  # fmt: skip
 DEFAULT_STACK = "vllm-0.32"
 
 
 def get_stack(name: str) -> Stack:
-    try:
-        return STACKS[name]
-    except KeyError:
-        raise InputError(f"unknown stack {name!r}; tested stacks: {', '.join(STACKS)}") from None
+    return STACKS[name]
 
 
 def release(version: str | None) -> str | None:

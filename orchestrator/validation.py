@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -14,6 +15,38 @@ _BOUNDS = {"greater_than": "greater than {gt}", "greater_than_equal": "{ge} or m
 
 class InputError(ValueError):
     """Bad input, found before anything expensive started; the message is one line naming the value."""
+
+
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, T]):
+    """Things of one kind by name, in the order given: the project's one style of registry (policies, their
+    mechanisms, routers, stacks). An unknown name raises ``error`` (an ``InputError`` by default) in one line naming
+    it and every valid name, never a bare ``KeyError``."""
+
+    def __init__(self, kind: str, entries: Mapping[str, T], error: type[InputError] = InputError):
+        self.kind = kind
+        self._entries = dict(entries)
+        self._error = error
+
+    def __getitem__(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise self._error(f"unknown {self.kind} {name!r}; known: {', '.join(self._entries)}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, name: str, default: T | None = None) -> T | None:
+        return self._entries.get(name, default)
 
 
 def one_line(error: ValidationError) -> str:

@@ -54,7 +54,7 @@ def test_an_unknown_stack_is_one_line_before_anything_is_written(tmp_path):
                                            "manylinux_2_39_x86_64", "--out", str(tmp_path / "b")),
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        "error: unknown stack 'vllm-0.99'; tested stacks: vllm-0.32, vllm-0.26"]
+        "error: unknown stack 'vllm-0.99'; known: vllm-0.32, vllm-0.26"]
     assert not (tmp_path / "b").exists()
 
 

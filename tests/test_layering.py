@@ -1,9 +1,11 @@
-"""The pure core imports no process, HTTP, Ray or tracking code (house style 2).
+"""The layers of the project stack, and its pure core imports no process, HTTP, Ray or tracking code (house style 2).
 
-Checked twice: on the static graph of what each project module imports when it is imported (statements at
-module level, ``if TYPE_CHECKING`` blocks left out), which names the module that breaks the rule; and, for what
-only running the imports shows (a third-party package importing a forbidden one), by importing every pure module
-in one fresh interpreter: a forbidden module loaded by any of them would be loaded there."""
+The layers (``LAYERS``): every import, at import time, in a function or for type checking, points down a layer or
+stays in its own, and no import circle links two layers. The pure core is checked twice: on the static graph of what
+each project module imports when it is imported (statements at module level, ``if TYPE_CHECKING`` blocks left out),
+which names the module that breaks the rule; and, for what only running the imports shows (a third-party package
+importing a forbidden one), by importing every pure module in one fresh interpreter: a forbidden module loaded by any
+of them would be loaded there."""
 
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ PURE_MODULES = (
     *modules_of("orchestrator.evidence"),
     *modules_of("orchestrator.budget"),
     *modules_of("orchestrator.mechanisms"),
+    *modules_of("orchestrator.mechanisms.continuum"),
+    *modules_of("orchestrator.roofline"),
     "orchestrator.crossover.bisection",
     "orchestrator.capacity.plan",
     "orchestrator.replica.config",
@@ -46,8 +50,6 @@ PURE_MODULES = (
     "orchestrator.workload.traces.schema",
     "orchestrator.sizing.kv",
     "orchestrator.sizing.parallel",
-    "orchestrator.replica.schedulers.continuum_rules",
-    "orchestrator.replica.schedulers.pins",
 )
 # Ray, HTTP, tracking, the engine, and the modules that start and talk to server processes.
 FORBIDDEN = ("ray", "aiohttp", "mlflow", "vllm", "orchestrator.replica.server", "orchestrator.replica.replica")
@@ -93,12 +95,23 @@ def _with_parents(module: str) -> list[str]:
 @cache
 def direct_imports(module: str) -> frozenset[str]:
     """What importing ``module`` imports itself (its parent packages included)."""
+    return _imported_in(module, at_import_only=True)
+
+
+@cache
+def every_import(module: str) -> frozenset[str]:
+    """What ``module`` imports anywhere: at import time, inside a function or for type checking."""
+    return _imported_in(module, at_import_only=False)
+
+
+def _imported_in(module: str, at_import_only: bool) -> frozenset[str]:
     path = source_of(module)
     if path is None:
         return frozenset()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set(_with_parents(module)[:-1])
-    for node in _run_at_import(ast.parse(path.read_text()).body):
+    tree = ast.parse(path.read_text())
+    for node in _run_at_import(tree.body) if at_import_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(name for alias in node.names for name in _with_parents(alias.name))
         elif isinstance(node, ast.ImportFrom):
@@ -188,20 +201,70 @@ def layer_of(module: str) -> str:
     return ".".join(parts[:2])
 
 
-def import_circles() -> list[list[str]]:
-    """The circles of the project's layers (``layer_of``) in what their modules import when imported: each a list of
-    layers that reach each other, empty when the layers stack. A package's ``__init__`` imports nothing here, so
-    importing it as a parent links no layers."""
-    edges: dict[str, set[str]] = {}
-    for package in ("orchestrator", "analysis"):
-        for path in (PROJECT_ROOT / package).rglob("*.py"):
+# The layers, from the bottom (docs/architecture.md draws them). A module imports its own layer and those below it,
+# never one above: not at import time, not in a function, not for type checking.
+LAYERS = (
+    # the package itself, units, paths, input errors, the GPU catalogue, the parser every command starts from
+    ("orchestrator", "orchestrator.units", "orchestrator.paths", "orchestrator.validation", "orchestrator.gpus",
+     "orchestrator.cli_help"),
+    ("orchestrator.records",),  # the contract every stage hands on
+    ("orchestrator.workload", "orchestrator.models", "orchestrator.sizing", "orchestrator.routing",
+     "orchestrator.stacks"),
+    ("orchestrator.roofline",),  # what a step costs on a device
+    ("orchestrator.mechanisms",),  # what policies are made of, Continuum among them, and the simulated request
+    ("orchestrator.replica",),  # the engine configurations and the processes that serve them
+    ("orchestrator.policies", "orchestrator.engine_setup"),
+    ("orchestrator.sim",),
+    ("orchestrator.sweep.cluster",),
+    ("orchestrator.sweep.planning", "orchestrator.cell_json"),
+    ("orchestrator.budget", "orchestrator.evidence"),
+    ("analysis",),  # the report and the verdicts, which the runtime publishes
+    ("orchestrator.sweep.runtime",),
+    ("orchestrator.capacity", "orchestrator.crossover"),  # searches run as sweeps
+    # the commands
+    ("orchestrator.sweep", "orchestrator.checks", "orchestrator.doctor", "orchestrator.run_cell", "orchestrator.refit",
+     "orchestrator.bundle", "orchestrator.pressure_plan", "orchestrator.gpu_evidence", "orchestrator.cli",
+     "orchestrator.completion", "sweeps"),
+)  # fmt: skip
+RANK = {layer: rank for rank, layers in enumerate(LAYERS) for layer in layers}
+
+
+def project_modules() -> list[str]:
+    """Every module of the project, by the name it is imported as (``analysis`` and ``sweeps`` under
+    ``orchestrator``)."""
+    modules = []
+    for package in ("orchestrator", *CHECKOUT_SUBPACKAGES):
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
             parts = path.relative_to(PROJECT_ROOT).with_suffix("").parts
             module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            module = module if package == "orchestrator" else f"orchestrator.{module}"
-            for name in direct_imports(module):
-                source = source_of(name)
-                if source is not None and source.name != "__init__.py" and layer_of(name) != layer_of(module):
-                    edges.setdefault(layer_of(module), set()).add(layer_of(name))
+            modules.append(module if package == "orchestrator" else f"orchestrator.{module}")
+    return modules
+
+
+def layer_imports(imports=every_import) -> dict[tuple[str, str], list[str]]:
+    """(importing layer, imported layer) -> the imports that link them, across layers only. A package's
+    ``__init__`` is left out as an imported module: importing it as a parent links no layers."""
+    links: dict[tuple[str, str], list[str]] = {}
+    for module in project_modules():
+        for name in imports(module):
+            source = source_of(name)
+            if source is not None and source.name != "__init__.py" and layer_of(name) != layer_of(module):
+                links.setdefault((layer_of(module), layer_of(name)), []).append(f"{module} -> {name}")
+    return links
+
+
+def upward(links: dict[tuple[str, str], list[str]]) -> list[str]:
+    """The imports of ``links`` (``layer_imports``) from a layer to one above it."""
+    return [link for (importer, imported), found in sorted(links.items()) if RANK[imported] > RANK[importer]
+            for link in found]  # fmt: skip
+
+
+def import_circles(imports=every_import) -> list[list[str]]:
+    """The circles of the project's layers (``layer_of``) in what their modules import: each a list of layers that
+    reach each other, empty when the layers stack."""
+    edges: dict[str, set[str]] = {}
+    for importer, imported in layer_imports(imports):
+        edges.setdefault(importer, set()).add(imported)
     return circles_of(edges)
 
 
@@ -227,8 +290,18 @@ def _reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
 
 def test_the_layers_stack_with_no_import_circle():
     """Planning, the simulator, the mechanisms, records, the runtime and the report each import only layers below
-    them: a circle (planning -> sim -> planning) makes every module of it load with any one of them."""
+    them: a circle (planning -> sim -> planning) makes every module of it load with any one of them, and one through
+    a type-checking import still means neither can be read without the other."""
     assert import_circles() == []
+
+
+def test_every_part_of_the_project_has_a_layer():
+    """A new package or top-level module is placed in ``LAYERS`` (and docs/architecture.md) before it can pass."""
+    assert sorted({layer_of(module) for module in project_modules()} - set(RANK)) == []
+
+
+def test_no_import_points_up_a_layer():
+    assert upward(layer_imports()) == []
 
 
 def test_the_circle_check_sees_a_circle_of_layers():
@@ -240,7 +313,15 @@ def test_the_circle_check_sees_a_circle_of_layers():
     assert circles_of({"a": {"b"}, "b": {"c"}, "d": {"a"}}) == []
 
 
+def test_the_layer_check_sees_an_import_up_a_layer_and_none_down():
+    links = {("orchestrator.mechanisms", "orchestrator.sim"): ["orchestrator.mechanisms.x -> orchestrator.sim.y"],
+             ("orchestrator.sim", "orchestrator.mechanisms"): ["orchestrator.sim.y -> orchestrator.mechanisms.x"]}
+    assert upward(links) == ["orchestrator.mechanisms.x -> orchestrator.sim.y"]
+
+
 def test_a_lazy_import_in_a_function_or_for_type_checking_is_not_an_import_at_import_time():
-    # An ordering names the simulator's request for type checking only, as vLLM's connectors name its Request.
-    assert "orchestrator.sim.scheduler" not in direct_imports("orchestrator.mechanisms.ordering")
+    # An ordering names the simulated request for type checking only: not imported at import time, and still an
+    # import for the layers.
+    assert "orchestrator.mechanisms.request" not in direct_imports("orchestrator.mechanisms.ordering")
+    assert "orchestrator.mechanisms.request" in every_import("orchestrator.mechanisms.ordering")
     assert "ray" not in imported_by("orchestrator.sweep.cluster.connect")  # it imports Ray when it connects

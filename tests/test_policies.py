@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.mechanisms.continuum.config import CONFIG_ENV
 from orchestrator.policies import POLICIES, PolicyError, cpu_policy_names, get_policy
 from orchestrator.replica.config import VllmEngineConfig
-from orchestrator.replica.schedulers.pins import CONFIG_ENV
 from orchestrator.replica.vllm_server import vllm_server_command
 
 GPU = VllmEngineConfig(model="meta-llama/Llama-3.1-8B-Instruct", device="gpu", block_size=16)

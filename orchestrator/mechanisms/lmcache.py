@@ -6,7 +6,7 @@ than the compute stalls a step; every step that saved waits for its saves (``wai
 per-chunk bookkeeping, calibrated on an H200). Its tier survives vLLM's prefix-cache reset, and vLLM exports no store
 counter for it: its stores are read from LMCache's own log lines.
 
-In the simulator a step pays two things for it, each from the engine stack's constants (``sim.hardware.Calibration``):
+In the simulator a step pays two things for it, each from the engine stack's constants (``roofline.hardware.Calibration``):
 the source study's save stall (``save_stall_s``: the copies still running after the forward pass, and
 ``lmcache_save_*`` for the sync and bookkeeping), and the work a stack fitted on its own GPU cells times from
 LMCache's log (``step_work_s``; LMCache 0.5.3 on vLLM 0.26, neither layer-wise nor asynchronous loading):
@@ -33,7 +33,7 @@ from orchestrator.mechanisms.tier import Connector, Evidence, NodeNeed, Stores, 
 from orchestrator.records.cell import CellOutcome
 
 if TYPE_CHECKING:
-    from orchestrator.sim.hardware import Calibration
+    from orchestrator.roofline.hardware import Calibration
 
 CHUNK_TOKENS = 256  # LMCACHE_CHUNK_SIZE: the unit it saves, hashes and counts
 _STORED = re.compile(r"LMCache INFO:.*?Stored (\d+) out of total \d+ tokens")

@@ -26,7 +26,7 @@ from orchestrator.mechanisms.tier import Connector, DiskNeed
 from orchestrator.mechanisms.tier_store import CpuTier, TierHit, TierStore
 
 if TYPE_CHECKING:
-    from orchestrator.sim.hardware import StepCost
+    from orchestrator.roofline.hardware import StepCost
 
 DISK_PER_DRAM = 4  # the disk tier's size, in multiples of the CPU tier's
 DISK_READ_BYTES_S = 6.8e9

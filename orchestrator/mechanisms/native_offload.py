@@ -30,7 +30,7 @@ from orchestrator.mechanisms.tier import Connector, Evidence, Stores, Tier, serv
 from orchestrator.records.cell import CellOutcome
 
 if TYPE_CHECKING:
-    from orchestrator.sim.hardware import Calibration, StepCost
+    from orchestrator.roofline.hardware import Calibration, StepCost
 
 _SIMPLE_STORED = re.compile(r"Store event \d+ completed: cached (\d+) blocks to CPU")
 

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, ClassVar
 from orchestrator.mechanisms.request_queue import FcfsQueue, PriorityQueue, RequestQueue
 
 if TYPE_CHECKING:
-    from orchestrator.sim.scheduler import SimRequest
+    from orchestrator.mechanisms.request import SimRequest
 
 
 @dataclass(frozen=True)
 class Ordering:
     """Arrival order: vLLM's FCFS."""
 
+    name: ClassVar[str] = "arrival"
     vllm_scheduling_policy: ClassVar[str] = "fcfs"
     # The client sends each request its job's arrival index as priority (and the simulator's configuration
     # records that as ``job_priority``).
@@ -41,6 +42,7 @@ class Ordering:
 class JobOrder(Ordering):
     """The job's arrival order: vLLM's priority scheduling by job arrival index."""
 
+    name = "job"
     vllm_scheduling_policy = "priority"
     sends_priority = True
 
@@ -53,5 +55,3 @@ class JobOrder(Ordering):
     def preemption_victim(self, running: Sequence[SimRequest]) -> SimRequest:
         return max(running, key=lambda request: request.sort_key())
 
-
-ARRIVAL, JOB = Ordering(), JobOrder()

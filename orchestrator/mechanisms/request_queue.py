@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator.sim.scheduler import SimRequest
+    from orchestrator.mechanisms.request import SimRequest
 
 
 class RequestQueue(ABC):

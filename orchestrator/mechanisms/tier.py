@@ -20,7 +20,7 @@ from orchestrator.records.cell import CellOutcome, TierCounters
 from orchestrator.units import GIB
 
 if TYPE_CHECKING:
-    from orchestrator.sim.hardware import Calibration, StepCost
+    from orchestrator.roofline.hardware import Calibration, StepCost
 
 
 class NodeNeed(str, enum.Enum):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from orchestrator.routing.prefix_index import PrefixIndex
+from orchestrator.validation import Registry
 
 # How far above the least loaded candidate a replica may be before it counts as overloaded: ``LOAD_SLACK`` requests in
 # flight, or ``LOAD_SLACK_SHARE`` of the least loaded one's, whichever is more. Session affinity and prefix awareness
@@ -142,16 +143,13 @@ class PrefixAware(Router):
         return chosen
 
 
-ROUTERS: dict[RouterKind, type[Router]] = {router.kind: router for router in (RoundRobin, LeastLoaded,
-                                                                             SessionAffinity, PrefixAware)}  # fmt: skip
+ROUTERS: Registry[type[Router]] = Registry(
+    "router", {router.kind.value: router for router in (RoundRobin, LeastLoaded, SessionAffinity, PrefixAware)})
 
 
 def make_router(kind: RouterKind | str, setup: RouterSetup) -> Router:
     """The router named ``kind``; an unknown name raises with the valid ones."""
-    try:
-        router = ROUTERS[RouterKind(kind)]
-    except ValueError:
-        raise ValueError(f"unknown router {kind!r}; valid: {', '.join(kind.value for kind in RouterKind)}") from None
+    router = ROUTERS[getattr(kind, "value", kind)]
     if setup.num_replicas < 1:
         raise ValueError(f"a cell has at least one replica, not {setup.num_replicas}")
     return router(setup)

@@ -29,6 +29,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orchestrator.mechanisms.request import SharedHold
+
 
 @dataclass
 class _FreeRun:
@@ -49,15 +51,6 @@ class _Segment:
     cached: int
     refs: int = 0
     free_run: _FreeRun | None = None
-
-
-@dataclass(frozen=True)
-class SharedHold:
-    """What a request (then its pin) holds of the shared segments: the keys it references, in prompt order, and
-    private copies of blocks it could not use from the cache (past its hit, where another holder caches them)."""
-
-    keys: tuple[str, ...] = ()
-    num_private: int = 0
 
 
 class BlockPool:

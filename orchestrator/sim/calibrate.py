@@ -9,7 +9,7 @@ Only the H200 files in ``measured/`` (copied from the source study) are used: th
 (400 GB, fcfs / continuum / lmcache, JPS 1-15) and the bottleneck ablation (64 GB, with LMCache's 1 GB
 "nocache" variant). The fitted constants describe the software stack (kernel efficiency, the per-step
 overhead, LMCache's save stall), not a GPU; every other GPU gets its own roofline from its datasheet and its
-measured rates (``rates.py``) with the same constants. The objective is the squared log error of average JCT
+measured rates (``roofline.rates``) with the same constants. The objective is the squared log error of average JCT
 over all cells, so a cell at 700 s and a cell at 8 s weigh the same.
 
 With ``--stack NAME RUN_DIR...`` it fits the engine stack ``NAME`` instead on the GPU cells those runs measured
@@ -33,11 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.cli_help import command_parser
+from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration, Device
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
-from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration, Device
-from orchestrator.sim.stacks import check_new_name, stack_path
 from orchestrator.sim.loop import simulate
+from orchestrator.sim.stacks import check_new_name, stack_path
 from orchestrator.workload.spec import WorkloadSpec
 
 MEASURED_DIR = Path(__file__).parent / "measured"

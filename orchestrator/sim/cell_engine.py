@@ -4,9 +4,9 @@ with another device (pure)."""
 from __future__ import annotations
 
 from orchestrator.engine_setup import EngineSetup
+from orchestrator.roofline.hardware import Calibration, CpuProfile, Device
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.hardware import Calibration, CpuProfile, Device
 from orchestrator.sim.profile import cpu_sim_engine
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.mechanisms.request import SimRequest
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, best_cached_after
 from orchestrator.sim.events import SendTurn
-from orchestrator.sim.scheduler import SimRequest
 from orchestrator.workload.schedule import JobShape, Schedule, TurnShape
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.sim.hardware import StepCost
-from orchestrator.sim.scheduler import SimRequest, SimScheduler
+from orchestrator.mechanisms.request import SimRequest
+from orchestrator.roofline.hardware import StepCost
+from orchestrator.sim.scheduler import SimScheduler
 
 MIN_RUN_STEPS = 2  # a shorter run saves nothing over stepping
 MAX_RUN_STEPS = 256

@@ -14,6 +14,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestrator.mechanisms.request import SimRequest
 from orchestrator.records.cell import SimStats
 from orchestrator.records.scheduler_trace import (
     Admit,
@@ -25,9 +26,9 @@ from orchestrator.records.scheduler_trace import (
     Unpin,
     attention_pairs,
 )
+from orchestrator.roofline.hardware import Calibration, StepCost
 from orchestrator.sim.decode_run import DecodeRun, plan_decode_run
-from orchestrator.sim.hardware import Calibration, StepCost
-from orchestrator.sim.scheduler import Release, SchedulerConfig, SimRequest, SimScheduler, StepPlan
+from orchestrator.sim.scheduler import Release, SchedulerConfig, SimScheduler, StepPlan
 
 
 @dataclass(frozen=True)

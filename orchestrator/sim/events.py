@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from orchestrator.sim.clients import Job
     from orchestrator.sim.loop import Simulation
-    from orchestrator.sim.scheduler import SimRequest
+    from orchestrator.mechanisms.request import SimRequest
 
 
 class Priority(enum.IntEnum):

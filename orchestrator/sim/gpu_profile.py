@@ -6,7 +6,7 @@ rates in ``gpu_rates.toml``, in the units the simulator reads.
 The steps are fitted with the roofline the simulator uses (``profile.fit_step_costs``: the effective FLOP/s and
 bytes/s at efficiency 1, and the per-step and per-request overheads). The simulator's effective rate for a GPU is the
 calibration's efficiency times the GPU's measured rate, scaled as the reference GPU's is
-(``rates.py``), so the measured rate a fitted one stands for is
+(``roofline.rates``), so the measured rate a fitted one stands for is
 
     measured = effective * (measured / datasheet)(reference) / efficiency
 
@@ -34,9 +34,9 @@ from orchestrator.gpus import GPU_TYPES
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CELL_CONFIG_FILE
 from orchestrator.records.scheduler_trace_file import trace_file_frame
-from orchestrator.sim.hardware import Calibration, Device, StepCost
+from orchestrator.roofline.hardware import Calibration, Device, StepCost
+from orchestrator.roofline.rates import RATES_FILE, GpuRates
 from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples, steps_in_flight_of
-from orchestrator.sim.rates import RATES_FILE, GpuRates
 from orchestrator.sizing.models import ModelArch, load_model
 
 MODEL = "llama-3.1-8b-instruct"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from orchestrator.mechanisms.request import SimRequest
 from orchestrator.records.cell import SimStats
 from orchestrator.records.scheduler_trace import TraceEntry, TraceEvent, expanded, trace_bytes
 from orchestrator.records.schema import JobRecord, RequestRecord
@@ -20,7 +21,6 @@ from orchestrator.routing.rules import RouteRequest, RouterKind, RouterSetup, ma
 from orchestrator.sim.clients import Clients
 from orchestrator.sim.engine import EngineCore, SimEngine
 from orchestrator.sim.events import EventQueue, ScheduleStep
-from orchestrator.sim.scheduler import SimRequest
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 

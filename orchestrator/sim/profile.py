@@ -22,9 +22,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from orchestrator.roofline.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.loop import SimResult, simulate
 from orchestrator.sizing.models import ModelArch
 from orchestrator.workload.spec import WorkloadSpec

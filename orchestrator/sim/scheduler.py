@@ -23,11 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from orchestrator.mechanisms.registry import recorded_ordering, recorded_tier
-from orchestrator.mechanisms.retention import sim_retention
+from orchestrator.mechanisms.continuum.config import ContinuumConfig
+from orchestrator.mechanisms.continuum.pins import Pin
+from orchestrator.mechanisms.registry import recorded_ordering, recorded_tier, sim_retention
+from orchestrator.mechanisms.request import SharedHold, SimRequest
 from orchestrator.records.scheduler_trace import UnpinReason
-from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin
-from orchestrator.sim.blocks import BlockPool, SharedHold
+from orchestrator.sim.blocks import BlockPool
 
 
 @dataclass(frozen=True)
@@ -47,44 +48,6 @@ class SchedulerConfig:
     # whole prompt fits in the free blocks, though it is given blocks one chunk at a time. Without it a long
     # prompt admitted on its first chunk runs the pool dry mid-prefill and preemptions follow.
     reserve_full_prompt: bool = True
-
-
-@dataclass(eq=False)
-class SimRequest:
-    request_id: str
-    job_id: str
-    job_index: int
-    turn: int
-    is_last: bool
-    prompt_tokens: int
-    arrival: float
-    output_tokens: int  # the completion's exact length (min_tokens = max_tokens on a real engine)
-    shared_blocks: int = 0  # its leading blocks other jobs send too: the system prompt (held all run), or ...
-    # ... a replay's declared shared blocks, as the pool's segments: (declared block id, engine blocks), in order
-    shared_segments: tuple[tuple[str, int], ...] = ()
-    shared_hold: SharedHold = SharedHold()  # the segments it references while admitted
-    # Of its job's cached chain, how many blocks its prompt can use (a replay's declared prefix shared with the
-    # job's previous request); None: all of them (prompts that grow by appending).
-    max_job_hit_blocks: int | None = None
-    priority: int = 0
-    num_output: int = 0
-    num_computed: int = 0
-    num_blocks: int = 0  # held by this request, beyond the shared system prompt blocks
-    cached_tokens: int | None = None  # prefix hit at first admission (what usage reports)
-    saved_tokens: int = 0  # how much of its prompt the CPU tier already has
-    ready_at: float = 0.0  # when its asynchronous CPU-tier load completes
-    first_token_at: float | None = None
-    due_at: float = 0.0  # when the client sent it: the plan's due time (the record's scheduled_at)
-    replica: int = 0  # which of the cell's engines its router chose
-    in_engine: bool = False
-    done: bool = False
-
-    @property
-    def num_tokens(self) -> int:
-        return self.prompt_tokens + self.num_output
-
-    def sort_key(self) -> tuple[int, float]:
-        return self.priority, self.arrival
 
 
 class Load(NamedTuple):
@@ -128,7 +91,7 @@ class SimScheduler:
 
     Invariants between calls: the pool's free blocks are all its blocks but the shared prefix, the running
     requests' ``num_blocks`` and the pinned blocks (a waiting request holds none); a job has at most one pin;
-    Continuum's decisions are ``continuum_rules``'s, never made here.
+    Continuum's decisions are ``mechanisms.continuum.rules``'s, never made here.
     """
 
     def __init__(self, config: SchedulerConfig):

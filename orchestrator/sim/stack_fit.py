@@ -48,10 +48,10 @@ import pandas as pd
 from orchestrator.mechanisms.lmcache import CHUNK_TOKENS
 from orchestrator.policies import get_policy
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
+from orchestrator.roofline.hardware import Calibration, Device, StepCost
 from orchestrator.sim.calibrate import TIE
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.gpu_cells import GpuCell
-from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import predicted_step_s, step_samples
 from orchestrator.sizing.models import load_model

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration
 from orchestrator.sim.error_bands import GPU_SOURCE, SIM_ERROR_FILE, SimErrors, load_error_tables, load_errors
-from orchestrator.sim.hardware import CALIBRATION_FILE, Calibration
 
 SOURCE_STUDY = "source-study"
 DEFAULT_STACK = "vllm-0.26"

@@ -9,7 +9,7 @@ import hashlib
 import importlib.metadata
 from pathlib import Path
 
-from orchestrator.sim.rates import RATES_FILE
+from orchestrator.roofline.rates import RATES_FILE
 from orchestrator.sim.stacks import get_stack
 
 GPUS_FILE = Path(__file__).parents[1] / "data" / "gpus.toml"

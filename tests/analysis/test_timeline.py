@@ -8,9 +8,9 @@ import numpy as np
 from orchestrator.analysis.timeline import step_bins
 from orchestrator.records import scheduler_trace_file
 from orchestrator.records.scheduler_trace_file import parquet_of_entries
+from orchestrator.roofline.hardware import Device
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.workload.spec import WorkloadSpec
 

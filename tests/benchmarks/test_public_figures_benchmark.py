@@ -9,7 +9,7 @@ import json
 import pytest
 
 from benchmarks import public_figures
-from orchestrator.sim.hardware import Calibration
+from orchestrator.roofline.hardware import Calibration
 
 SMALL = """
 [[figure]]

@@ -15,8 +15,8 @@ from orchestrator.gpus import CPU
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.schema import RequestStatus
 from orchestrator.replica.stack import read_node_stack
+from orchestrator.roofline.hardware import Device
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import simulate
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits

@@ -12,8 +12,8 @@ from orchestrator.mechanisms.tier import DiskNeed, NodeNeed
 from orchestrator.policies import PolicyError, get_policy
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.disk import disk_refusal
+from orchestrator.roofline.hardware import Calibration, Device, StepCost
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Calibration, Device, StepCost
 from orchestrator.sim.loop import simulate
 from orchestrator.sizing.models import load_model
 from orchestrator.workload.spec import WorkloadSpec

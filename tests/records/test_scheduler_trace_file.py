@@ -19,9 +19,9 @@ from orchestrator.records.scheduler_trace_file import (
     trace_file_frame,
     trace_frame,
 )
+from orchestrator.roofline.hardware import Device
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, SimResult, simulate
 from orchestrator.workload.spec import WorkloadSpec
 

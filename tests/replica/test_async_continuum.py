@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.replica.schedulers.pins import CONFIG_ENV
+from orchestrator.mechanisms.continuum.config import CONFIG_ENV
 from orchestrator.replica.vllm_server import TRACE_ENV
 
 BLOCK = 32

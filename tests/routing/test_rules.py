@@ -62,7 +62,7 @@ def test_a_prefix_index_forgets_the_least_recently_sent_blocks_beyond_its_capaci
 
 
 def test_an_unknown_router_is_refused_naming_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown router 'random'; valid: round-robin, least-loaded, session-affinity, "
+    with pytest.raises(ValueError, match="unknown router 'random'; known: round-robin, least-loaded, session-affinity, "
                                          "prefix-aware"):  # fmt: skip
         make_router("random", RouterSetup(2))
     with pytest.raises(ValueError, match="at least one replica, not 0"):

@@ -2,7 +2,8 @@
 
 import pytest
 
-from orchestrator.sim.blocks import BlockPool, SharedHold
+from orchestrator.mechanisms.request import SharedHold
+from orchestrator.sim.blocks import BlockPool
 
 
 def test_freed_blocks_are_evicted_oldest_request_first_and_each_chain_from_its_tail():

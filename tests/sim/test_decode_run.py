@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.records.scheduler_trace import DecodeSteps
+from orchestrator.roofline.hardware import Device
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim import decode_run
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec

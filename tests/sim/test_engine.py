@@ -8,9 +8,9 @@ import pytest
 
 from orchestrator.records.scheduler_trace import Finish, Step, Unpin
 from orchestrator.records.schema import JobStatus, RequestStatus
+from orchestrator.roofline.hardware import Device
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.events import Deadline, EventQueue, ReachEngine, ScheduleStep, SendTurn
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Simulation, simulate
 from orchestrator.workload.schedule import poisson_arrivals
 from orchestrator.workload.spec import WorkloadSpec

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
+from orchestrator.roofline.hardware import Calibration, Device
+from orchestrator.roofline.rates import RATES_FILE, GpuRates
 from orchestrator.sim import gpu_profile
 from orchestrator.sim.calibrate import MEASURED_DIR
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Calibration, Device
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import step_samples
-from orchestrator.sim.rates import RATES_FILE, GpuRates
 from orchestrator.sizing.models import load_model
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.records.schema import to_row
-from orchestrator.sim.hardware import Calibration, CpuProfile, Device, StepCost
+from orchestrator.roofline.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.profile import (
     CPU_STEP_BOUNDS,
     ProfilingCell,

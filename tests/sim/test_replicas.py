@@ -9,9 +9,9 @@ import pytest
 
 from orchestrator.records.scheduler_trace import Step, read_trace
 from orchestrator.records.summary import summarize
+from orchestrator.roofline.hardware import Device
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec

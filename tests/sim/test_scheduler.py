@@ -3,8 +3,9 @@ and Continuum's pins, release rules, ordering and reserve as the simulator appli
 
 from __future__ import annotations
 
-from orchestrator.replica.schedulers.pins import AdmissionRelease, ContinuumConfig
-from orchestrator.sim.scheduler import SchedulerConfig, SimRequest, SimScheduler, StepPlan
+from orchestrator.mechanisms.continuum.config import AdmissionRelease, ContinuumConfig
+from orchestrator.mechanisms.request import SimRequest
+from orchestrator.sim.scheduler import SchedulerConfig, SimScheduler, StepPlan
 
 BLOCK = 16
 

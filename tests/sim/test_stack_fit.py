@@ -17,10 +17,10 @@ from orchestrator.records.cell import TierCounters
 from orchestrator.records.intervals import Interval
 from orchestrator.records.scheduler_trace_file import trace_frame
 from orchestrator.records.schema import to_row
+from orchestrator.roofline.hardware import Calibration, StepCost
 from orchestrator.sim import stack_fit
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.gpu_cells import GPU_RUNS_DIR, GpuCell, RunId, read_runs
-from orchestrator.sim.hardware import Calibration, StepCost
 from orchestrator.sim.loop import simulate
 from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import schedule_for

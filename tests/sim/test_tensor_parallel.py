@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.sim.hardware import Calibration, Device, StepCost, allreduce_s, gpu_kv_blocks
+from orchestrator.roofline.hardware import Calibration, Device, StepCost, allreduce_s, gpu_kv_blocks
 from orchestrator.sizing.kv import kv_bytes_per_token, weight_bytes
 from orchestrator.sizing.models import load_model
 

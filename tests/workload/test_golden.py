@@ -8,15 +8,15 @@ with old ones."""
 
 from __future__ import annotations
 
-from orchestrator.sim.hardware import CpuProfile
+from orchestrator.roofline.hardware import CpuProfile
 from orchestrator.sim.stacks import SOURCE_STUDY
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.sweep.runtime.profiling import profile_spec
-from orchestrator.workload.plan import build_plan
-from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 from orchestrator.sweeps.large_dram import SPEC as LARGE_DRAM
+from orchestrator.workload.plan import build_plan
+from orchestrator.workload.spec import WorkloadSpec
 
 # The pressure benchmark's profile of this machine, rounded: any fixed profile pins the key's form.
 PROFILE = CpuProfile(peak_flops=15.8e9, memory_bytes_s=17.7e9, step_overhead_s=0.00443, seq_overhead_s=0.000473,

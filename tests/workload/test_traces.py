@@ -10,8 +10,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from orchestrator.records.schema import RequestRecord, RequestStatus
+from orchestrator.roofline.hardware import Device
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.hardware import Device
 from orchestrator.sim.loop import simulate
 from orchestrator.workload.plan import build_plan
 from orchestrator.workload.schedule import schedule_for

@@ -1,6 +1,6 @@
 """Continuum for vLLM v1: keep an agent job's KV pinned across its tool-call gap.
 
-This module is the vLLM glue; the decisions are made by ``continuum_rules`` (pure, shared with the simulator).
+This module is the vLLM glue; the decisions are made by ``mechanisms.continuum.rules`` (pure, shared with the simulator).
 
 When a turn that is not the job's last finishes, its blocks are taken from the request instead of freed
 (they stay in the prefix cache, referenced, so nothing can evict them). The pin ends when:
@@ -81,7 +81,7 @@ fail (checked in v1/core/sched/scheduler.py, interface.py and kv_cache_manager.p
 - The documented way to keep a finished request's blocks (a KV connector returning True from
   ``request_finished``, freed when the worker reports ``finished_sending``) has no call at allocation failure.
 
-So the wrapper stays, installed after vLLM's ``__init__``; every decision it makes is ``continuum_rules``'s.
+So the wrapper stays, installed after vLLM's ``__init__``; every decision it makes is ``mechanisms.continuum.rules``'s.
 
 The CPU engine never schedules asynchronously: ``CpuPlatform.check_and_update_config`` sets
 ``async_scheduling`` to False even when ``--async-scheduling`` is given (one batch in flight, so there the
@@ -94,20 +94,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.records.scheduler_trace import Unpin, UnpinReason
-from orchestrator.replica.schedulers.continuum_rules import (
+from orchestrator.mechanisms.continuum.config import ContinuumConfig
+from orchestrator.mechanisms.continuum.pins import Pin, PinTable
+from orchestrator.mechanisms.continuum.rules import (
     keeps_finished_blocks,
     must_wait_for_reserve,
     take_for_next_turn,
     take_pressure_victim,
     waiting_priority,
 )
-from orchestrator.replica.schedulers.pins import ContinuumConfig, Pin, PinTable
+from orchestrator.records.scheduler_trace import Unpin, UnpinReason
 from orchestrator.replica.schedulers.tracing import JobTag, TracingScheduler
 
 
 class ContinuumScheduler(TracingScheduler):
-    """vLLM glue for Continuum: reads a request's job tag and the block pool, asks ``continuum_rules`` what to
+    """vLLM glue for Continuum: reads a request's job tag and the block pool, asks ``mechanisms.continuum.rules`` what to
     do, and carries it out on vLLM's objects. Invariant: a pin leaves ``self.pins`` before its blocks are given
     back, and they are given back once (to the free queue, or to ``deferred_frees`` behind an in-flight step)."""
 

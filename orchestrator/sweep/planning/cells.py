@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchestrator.engine_setup import EngineSetup, device_of, engine_setup
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
+from orchestrator.roofline.hardware import CpuProfile
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sim.stacks import SOURCE_STUDY
 from orchestrator.sweep.cluster.inventory import SIM
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, SweepSpec

@@ -17,9 +17,9 @@ from orchestrator.models.catalog import shipped_name
 from orchestrator.models.dummy import source_config
 from orchestrator.models.served import Weights
 from orchestrator.models.tiny import TINY_MODEL
-from orchestrator.policies import POLICIES
+from orchestrator.policies import POLICIES, get_policy
+from orchestrator.roofline.hardware import CpuProfile, check_simulable
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sim.hardware import CpuProfile, check_simulable
 from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
 from orchestrator.sizing.models import load_model
 from orchestrator.sizing.parallel import TP_DEGREES, default_tp, holding_degrees, tp_problem
@@ -108,8 +108,7 @@ class SweepSpec(BaseModel):
     @classmethod
     def _known_policies(cls, policies: tuple[str, ...]) -> tuple[str, ...]:
         for policy in policies:
-            if policy not in POLICIES:
-                raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+            get_policy(policy)  # an unknown name raises, naming the known ones
         return _unique(policies)
 
     @field_validator("sim_stack")

@@ -33,8 +33,8 @@ from orchestrator.records.names import read_summary
 from orchestrator.records.prediction import Prediction, predictions_frame, read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import Verdict
+from orchestrator.roofline.hardware import CpuProfile
 from orchestrator.sim.error_bands import SimErrors
-from orchestrator.sim.hardware import CpuProfile
 from orchestrator.sim.stacks import get_stack
 from orchestrator.sim.version import sim_version
 from orchestrator.sweep.cluster.connect import connect_ray

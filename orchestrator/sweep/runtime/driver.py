@@ -39,7 +39,7 @@ from orchestrator.records.cell import CellOutcome, CellStatus, FailureKind
 from orchestrator.records.prediction import read_predictions
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.records.verdict import read_verdicts
-from orchestrator.sim.hardware import check_simulable
+from orchestrator.roofline.hardware import check_simulable
 from orchestrator.sweep.cluster.autoscaler import read_launchable_types
 from orchestrator.sweep.cluster.connect import connect_ray
 from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot, read_inventory

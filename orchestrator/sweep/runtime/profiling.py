@@ -19,7 +19,7 @@ from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace_file import trace_file_frame
-from orchestrator.sim.hardware import CpuProfile
+from orchestrator.roofline.hardware import CpuProfile
 from orchestrator.sim.profile import (
     PROFILE_JPS,
     PROFILE_POLICY,

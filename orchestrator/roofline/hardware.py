@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.gpus import CPU, GPU_TYPES, GpuType
-from orchestrator.sim.rates import GPU_RATES, RelativeRates
+from orchestrator.roofline.rates import GPU_RATES, RelativeRates
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, kv_bytes_per_token, size, weight_bytes
 from orchestrator.sizing.models import ModelArch, load_model
 

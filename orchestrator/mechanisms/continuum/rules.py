@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from orchestrator.replica.schedulers.pins import PINNED_PRIORITY_OFFSET, AdmissionRelease, Pin, PinTable
+from orchestrator.mechanisms.continuum.config import AdmissionRelease
+from orchestrator.mechanisms.continuum.pins import PINNED_PRIORITY_OFFSET, Pin, PinTable
 
 
 class JobTurn(Protocol):

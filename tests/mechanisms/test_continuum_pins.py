@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.replica.schedulers.pins import CONFIG_ENV, ContinuumConfig, PinTable, TtlMode
+from orchestrator.mechanisms.continuum.config import CONFIG_ENV, ContinuumConfig, TtlMode
+from orchestrator.mechanisms.continuum.pins import PinTable
 
 
 def test_fixed_ttl_expiry_takes_only_the_expired_pins():

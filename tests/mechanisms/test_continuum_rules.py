@@ -1,4 +1,4 @@
-"""Continuum's decisions (``continuum_rules``) on a pin table and plain numbers, as both the vLLM plugin and the
+"""Continuum's decisions (``mechanisms.continuum.rules``) on a pin table and plain numbers, as both the vLLM plugin and the
 simulator call them."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from orchestrator.replica.schedulers.continuum_rules import (
+from orchestrator.mechanisms.continuum.config import AdmissionRelease, ContinuumConfig, TtlMode
+from orchestrator.mechanisms.continuum.pins import PINNED_PRIORITY_OFFSET, PinTable
+from orchestrator.mechanisms.continuum.rules import (
     keeps_finished_blocks,
     must_wait_for_reserve,
     num_blocks_for,
@@ -15,13 +17,6 @@ from orchestrator.replica.schedulers.continuum_rules import (
     take_for_next_turn,
     take_pressure_victim,
     waiting_priority,
-)
-from orchestrator.replica.schedulers.pins import (
-    PINNED_PRIORITY_OFFSET,
-    AdmissionRelease,
-    ContinuumConfig,
-    PinTable,
-    TtlMode,
 )
 
 BLOCK = 16
