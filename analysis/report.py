@@ -384,6 +384,12 @@ def _gpu_section(report: ReportBuilder, data: SweepData, gpu: str, per_policy: p
     if len(tier):
         report.table(f"cpu_tier_{slug}", f"{gpu}: does the CPU tier read back what it writes? (retention clock)",
                      tier, provenance, percent=("read_per_write", "external_hit_rate"))  # fmt: skip
+    _cells_in_detail(report, data, gpu, done, progress)
+
+
+def _cells_in_detail(report: ReportBuilder, data: SweepData, gpu: str, done: pd.DataFrame,
+                     progress: Callable[[str], None]) -> None:  # fmt: skip
+    """A page for each arm's cell at the top load, and the links to them."""
     top = done[done.jps == done.jps.max()]
     detailed = top.drop_duplicates(["policy", "replicas"])  # an arm (a policy @ a router) may run at several counts
     links = []

@@ -28,16 +28,14 @@ import sys
 from orchestrator.capacity.plan import parse_prices
 from orchestrator.capacity.search import CapacityAsk, run_capacity
 from orchestrator.crossover.search import SearchRange
-from orchestrator.gpus import CPU
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sweep.cli import prepare, run_with_one_line_errors
 from orchestrator.sweep.cli import parser as sweep_parser
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 from orchestrator.workload.traces.schema import load_trace
 from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
-from orchestrator.sweeps.crossover import SEARCH_ENGINES, SEARCH_REFUSES, search_args, search_flags, vars_without
+from orchestrator.sweeps.crossover import SEARCH_ENGINES, SEARCH_REFUSES, prepare_search, search_flags, search_main
 from orchestrator.sweeps.large_dram import SPEC as SOURCE_STUDY
 
 # Fleets are sized behind the router an agent deployment would pick (a job's turns on one replica) and the project's
@@ -60,20 +58,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    return run_with_one_line_errors(lambda: _search(search_args(args)))
+    return search_main(parser(), _search, argv)
 
 
 def _search(args) -> int:
     if not args.slo:
         raise InputError("--slo is required: the objective each capacity is found under, e.g. --slo jct_p90=60s")
     slo = Slo.parse(args.slo)
-    within = SearchRange(args.jps_min, args.jps_max, args.resolution)
-    engine = EngineKind.VLLM if args.engine == EngineKind.VLLM.value else EngineKind.SIM
-    spec, options = prepare(CPU_SPEC if args.gpus == [CPU] else SPEC, vars_without(args, "engine"))
-    ask = CapacityAsk(slo, within, args.confirm, _traffic(args, spec),
-                      tuple(parse_prices(args.gpu_price, spec.gpus).items()) if args.gpu_price else ())  # fmt: skip
-    return run_capacity(spec, options, engine, ask)
+    search = prepare_search(args, SPEC, CPU_SPEC)
+    prices = tuple(parse_prices(args.gpu_price, search.spec.gpus).items()) if args.gpu_price else ()
+    ask = CapacityAsk(slo, search.within, args.confirm, _traffic(args, search.spec), prices)
+    return run_capacity(search.spec, search.options, search.engine, ask)
 
 
 def _traffic(args, spec) -> float | None:

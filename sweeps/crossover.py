@@ -23,12 +23,15 @@ changes. The search itself is ``orchestrator/crossover/``; this script is its co
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from orchestrator.crossover.search import SearchRange, run_search, search_name
 from orchestrator.gpus import CPU
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.sweep.cli import prepare, run_with_one_line_errors
 from orchestrator.sweep.cli import parser as sweep_parser
+from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
@@ -70,19 +73,40 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    return run_with_one_line_errors(lambda: _search(search_args(args)))
+    return search_main(parser(), _search, argv)
 
 
 def _search(args) -> int:
-    within = SearchRange(args.jps_min, args.jps_max, args.resolution)
+    search = prepare_search(args, SPEC, CPU_SPEC)
+    spec = search.spec if args.name else search.spec.model_copy(update={"name": search_name(search.spec)})
+    return run_search(spec, search.options, search.engine, search.within, args.confirm)
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a search over load runs: its sweep, the sweep's options, where it runs and the loads it searches."""
+
+    spec: SweepSpec
+    options: SweepOptions
+    engine: EngineKind
+    within: SearchRange
+
+
+def search_main(search_parser: argparse.ArgumentParser, search: Callable[[argparse.Namespace], int],
+                argv: list[str] | None) -> int:  # fmt: skip
+    """A search's command (this one's and sweeps/capacity.py's): its flags parsed, the sweeps' flags it refuses
+    refused (``search_args``), then ``search`` run, any bad input in one line."""
+    args = search_parser.parse_args(argv)
+    return run_with_one_line_errors(lambda: search(search_args(args)))
+
+
+def prepare_search(args: argparse.Namespace, spec: SweepSpec, cpu_spec: SweepSpec) -> Search:
+    """The search ``args`` ask for over ``spec``'s grid, or ``cpu_spec``'s with ``--gpu cpu``."""
     # --engine says where the search runs, not the sweep's engine: the CPU engine's sweep is checked as the real
     # one it is (the simulator can run it only once it is profiled).
     engine = EngineKind.VLLM if args.engine == EngineKind.VLLM.value else EngineKind.SIM
-    spec, options = prepare(CPU_SPEC if args.gpus == [CPU] else SPEC, vars_without(args, "engine"))
-    if not args.name:
-        spec = spec.model_copy(update={"name": search_name(spec)})
-    return run_search(spec, options, engine, within, args.confirm)
+    prepared, options = prepare(cpu_spec if args.gpus == [CPU] else spec, vars_without(args, "engine"))
+    return Search(prepared, options, engine, SearchRange(args.jps_min, args.jps_max, args.resolution))
 
 
 def search_args(args: argparse.Namespace) -> argparse.Namespace:

@@ -119,6 +119,16 @@ def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, 
     p = command_parser(command or "", doc)
     if command is None:
         p.prog = Path(sys.argv[0]).name
+    _grid_flags(p, spec, engines, hidden)
+    _workload_flags(p, spec, hidden)
+    _engine_flags(p, spec)
+    _run_flags(p, spec, hidden)
+    return p
+
+
+def _grid_flags(p: argparse.ArgumentParser, spec: SweepSpec, engines: Mapping[str, str],
+                hidden: Collection[str]) -> None:
+    """Where the cells run and the grid's axes."""
     p.add_argument("--engine", choices=list(engines), help="; ".join(f"{name}: {meaning}" for name, meaning in
                    engines.items()) + f"; default: {spec.engine.value}")  # fmt: skip
     p.add_argument("--sim-stack", choices=stack_names(), help="the engine stack whose calibration the simulated cells "
@@ -145,6 +155,10 @@ def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, 
     p.add_argument("--seeds", nargs="+", help=f"default: {','.join(map(str, spec.seeds))}")
     p.add_argument("--trials", type=int, help="runs of every cell, each with a seed derived from the base seed, for intervals "
                    f"that show run-to-run spread; default: {spec.trials}")
+
+
+def _workload_flags(p: argparse.ArgumentParser, spec: SweepSpec, hidden: Collection[str]) -> None:
+    """The agent jobs each cell runs."""
     p.add_argument("--duration-s", type=float, help=f"arrival window; default: {spec.workload.duration_s:g}")
     p.add_argument("--scale", type=float, help=f"token-count scale; default: {spec.workload.scale:g}")
     p.add_argument("--workload", choices=[*WORKLOAD_SHAPES, "trace"],
@@ -162,6 +176,10 @@ def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, 
     p.add_argument("--output-tokens", help=f"completion tokens of each turn: {shape}")
     p.add_argument("--tool-time-s", help=f"client-side tool time between turns: {shape}; "
                    f"default: {_shown(spec.workload.tool_time_s)}")
+
+
+def _engine_flags(p: argparse.ArgumentParser, spec: SweepSpec) -> None:
+    """The model and the engine's settings."""
     p.add_argument("--model", help=f"default: {spec.model}")
     p.add_argument("--weights", choices=[weights.value for weights in Weights],
                    help="real: the model's own weights (its directory, or every GPU node's Hugging Face cache); dummy: "
@@ -175,6 +193,10 @@ def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, 
                    f"{spec.engine_options.max_model_len}")
     p.add_argument("--gpu-memory-utilization", type=float, help="the share of each GPU's memory vLLM takes for the "
                    f"weights and KV pool; default: {spec.engine_options.gpu_memory_utilization:g}")
+
+
+def _run_flags(p: argparse.ArgumentParser, spec: SweepSpec, hidden: Collection[str]) -> None:
+    """How the sweep runs: limits, the cluster, tracking, the SLO, the budget, what to rerun."""
     p.add_argument("--max-attempts", type=int, help=f"attempts per cell when a replica crashes; default: {spec.limits.max_attempts}")
     p.add_argument("--cell-timeout-s", type=float, help="whole-cell time limit")
     p.add_argument("--hang-timeout-s", type=float, help=f"no engine progress this long: hung; default: {spec.limits.hang_timeout_s:g}")
@@ -204,7 +226,6 @@ def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, 
                    help="plain progress lines every this many seconds")
     p.add_argument("--dry-run", action="store_true", help="print the cells, which are done, and where each would run")
     p.add_argument("--rerun", action="store_true", help="run cells again even if done")
-    return p
 
 
 def apply_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
