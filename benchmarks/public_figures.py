@@ -4,11 +4,11 @@ served by a tensor-parallel replica of several.
 Each figure of ``orchestrator/sim/measured/public_figures.toml`` (a decode rate, a prefill time, a batch's latency, an
 MLPerf throughput) is simulated under the settings it was measured with (model, GPUs per replica, precision, batch
 limits, lengths, load) and printed beside the published value with its source. The simulator's constants are the H200
-calibration, the microbenchmarks of ``orchestrator/roofline/gpu_rates.toml`` and one constant a figure sets (``derives``:
-the per-request cost of a step, which only a batch of hundreds shows); every other figure is a check, held to 20%. A
-figure beyond it must say why (``known_gap``), or the run fails. Then per GPU type the RMS relative error over all its
-figures, which ``--write-errors`` stores as the ``public_figures`` table of ``orchestrator/sim/sim_error.toml``: the
-part of a simulated verdict's band that comes from the GPU.
+calibration, the microbenchmarks of ``orchestrator/roofline/gpu_rates.toml`` and one constant a figure sets
+(``derives``: the per-request cost of a step, which only a batch of hundreds shows); every other figure is a check, held
+to 20%. A figure beyond it must say why (``known_gap``), or the run fails. Then per GPU type the RMS relative error over
+all its figures, which ``--write-errors`` stores as the ``public_figures`` table of ``orchestrator/sim/sim_error.toml``:
+the part of a simulated verdict's band that comes from the GPU.
 
     python benchmarks/public_figures.py [--only ID ...] [--write-errors] [--figures FILE]
     python benchmarks/public_figures.py --derive    # solve for the derived constant, rewrite calibration.toml

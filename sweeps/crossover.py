@@ -105,8 +105,9 @@ def prepare_search(args: argparse.Namespace, spec: SweepSpec, cpu_spec: SweepSpe
     # --engine says where the search runs, not the sweep's engine: the CPU engine's sweep is checked as the real
     # one it is (the simulator can run it only once it is profiled).
     engine = EngineKind.VLLM if args.engine == EngineKind.VLLM.value else EngineKind.SIM
+    within = SearchRange(args.jps_min, args.jps_max, args.resolution)  # refused before the sweep is prepared
     prepared, options = prepare(cpu_spec if args.gpus == [CPU] else spec, vars_without(args, "engine"))
-    return Search(prepared, options, engine, SearchRange(args.jps_min, args.jps_max, args.resolution))
+    return Search(prepared, options, engine, within)
 
 
 def search_args(args: argparse.Namespace) -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""Every registry of the project (policies, their mechanisms, routers, stacks) is one ``Registry``: an unknown name is
+"""Every registry the code fixes (policies, their mechanisms, routers, stacks) is one ``Registry``: an unknown name is
 refused in one line naming it and every known one, and asking whether a name is there never raises."""
 
 from __future__ import annotations

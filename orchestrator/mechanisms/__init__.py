@@ -3,8 +3,8 @@
 A policy (``orchestrator.policies``) is one mechanism of each kind:
 
 - an **ordering** (``ordering.py``): which waiting request runs first;
-- a **retention** (``retention.py``): what becomes of a finished turn's KV (freed to the prefix cache, or pinned
-  for the job's next turn);
+- a **retention** (``retention.py``): what becomes of a finished turn's KV (freed to the prefix cache there, or
+  pinned for the job's next turn: Continuum's, in ``continuum/``);
 - a **tier** (``tier.py`` and one module per tier): where KV goes beyond the GPU pool, or none.
 
 Each mechanism owns its vLLM arguments and environment, its sizes, its behaviour in the simulator (hooks the

@@ -6,10 +6,10 @@ than the compute stalls a step; every step that saved waits for its saves (``wai
 per-chunk bookkeeping, calibrated on an H200). Its tier survives vLLM's prefix-cache reset, and vLLM exports no store
 counter for it: its stores are read from LMCache's own log lines.
 
-In the simulator a step pays two things for it, each from the engine stack's constants (``roofline.hardware.Calibration``):
-the source study's save stall (``save_stall_s``: the copies still running after the forward pass, and
-``lmcache_save_*`` for the sync and bookkeeping), and the work a stack fitted on its own GPU cells times from
-LMCache's log (``step_work_s``; LMCache 0.5.3 on vLLM 0.26, neither layer-wise nor asynchronous loading):
+In the simulator a step pays two things for it, each from the engine stack's constants
+(``roofline.hardware.Calibration``): the source study's save stall (``save_stall_s``: the copies still running after the
+forward pass, and ``lmcache_save_*`` for the sync and bookkeeping), and the work a stack fitted on its own GPU cells
+times from LMCache's log (``step_work_s``; LMCache 0.5.3 on vLLM 0.26, neither layer-wise nor asynchronous loading):
 
 - it retrieves a request's prefix from its CPU tier before the forward pass (not beside it) and stores the request's
   new full chunks after it; each costs what LMCache's own log times it at, per retrieve or store and per chunk;

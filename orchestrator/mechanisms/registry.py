@@ -25,7 +25,7 @@ TIERS: Registry[type[Tier]] = Registry("tier", {kind.name: kind for kind in (NoT
 
 def recorded_ordering(job_priority: bool) -> Ordering:
     """The ordering a simulated replica's configuration records."""
-    return ORDERINGS[JobOrder.name if job_priority else Ordering.name]()
+    return JobOrder() if job_priority else Ordering()
 
 
 def recorded_tier(name: str | None) -> Tier:

@@ -18,8 +18,8 @@ from orchestrator.records.cell import CellOutcome
 if TYPE_CHECKING:
     from orchestrator.mechanisms.continuum.config import ContinuumConfig
     from orchestrator.mechanisms.continuum.pins import Pin
-    from orchestrator.mechanisms.request_queue import RequestQueue
     from orchestrator.mechanisms.request import SimRequest
+    from orchestrator.mechanisms.request_queue import RequestQueue
 
 SCHEDULERS = "orchestrator.replica.schedulers"  # the vLLM plugins' package
 TRACING = f"{SCHEDULERS}.tracing.TracingScheduler"

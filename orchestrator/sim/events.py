@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
+    from orchestrator.mechanisms.request import SimRequest
     from orchestrator.sim.clients import Job
     from orchestrator.sim.loop import Simulation
-    from orchestrator.mechanisms.request import SimRequest
 
 
 class Priority(enum.IntEnum):

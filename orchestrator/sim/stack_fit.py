@@ -6,8 +6,8 @@ Each constant is fitted on the record that shows it, in three stages, so that no
 1. The roofline (``compute_efficiency``, ``hbm_efficiency``, ``step_overhead_s``, ``seq_overhead_s``): the busy steps
    of the cells that run no KV connector, timed as their engine scheduled them (two steps in flight on a GPU), fitted
    by bounded least squares in seconds (requests wait for the sum of the steps, so a long step weighs as long), one set
-   for every GPU type: each type's roofline is its datasheet and measured rates (``rates.py``) times the same shares.
-   Fitted on each type's steps alone, the 2026-11 H100 and H200 traces give shares within 4% of each other.
+   for every GPU type: each type's roofline is its datasheet and measured rates (``roofline.rates``) times the same
+   shares. Fitted on each type's steps alone, the 2026-11 H100 and H200 traces give shares within 4% of each other.
 2. LMCache's work in a step (``lmcache_*``, ``LMCacheCpuTier.step_work_s``): its stores and retrieves cost what
    LMCache's own log times them at (a fixed part and a part per chunk, non-negative least squares over every logged
    one), and a step that computes prompt tokens pays the rest of what its trace shows beyond the roofline, on average.

@@ -10,7 +10,7 @@ bands, registered by name (reading the package's data files only).
 
 A fitted stack's band for a policy is its held-out error; a policy its runs never measured takes the largest of them.
 A GPU type its runs measured adds nothing to that (the held-out runs were on it); any other type runs the stack's
-software constants with its own rates (``rates.py``) and adds the roofline's error against that type's published
+software constants with its own rates (``roofline.rates``) and adds the roofline's error against that type's published
 figures (``sim_error.toml``'s ``public_figures``), or the largest of them for a type nothing published checks.
 
 The default is the newest stack with GPU measurements behind it, so that a sweep's simulated cells predict what
@@ -36,8 +36,8 @@ STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 @dataclass(frozen=True)
 class SimStack:
-    """One engine stack: its constants' file (for the source study, ``calibration.toml``; the bands beside it are
-    ``sim_error.toml``'s)."""
+    """One engine stack: its constants' file (for the source study, the roofline's ``calibration.toml``, whose bands
+    are ``sim_error.toml``'s)."""
 
     name: str
     path: Path

@@ -1,5 +1,5 @@
-"""Continuum's decisions (``mechanisms.continuum.rules``) on a pin table and plain numbers, as both the vLLM plugin and the
-simulator call them."""
+"""Continuum's decisions (``mechanisms.continuum.rules``) on a pin table and plain numbers, as both the vLLM plugin
+and the simulator call them."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from orchestrator.records.scheduler_trace import Unpin, UnpinReason
 from orchestrator.records.scheduler_trace_file import trace_events
 
 if TYPE_CHECKING:
-    from orchestrator.mechanisms.request_queue import RequestQueue
     from orchestrator.mechanisms.request import SimRequest
+    from orchestrator.mechanisms.request_queue import RequestQueue
 
 CONTINUUM = f"{SCHEDULERS}.continuum.ContinuumScheduler"
 ASYNC_CONTINUUM = f"{SCHEDULERS}.async_variants.AsyncContinuumScheduler"

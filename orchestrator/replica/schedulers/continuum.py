@@ -1,6 +1,7 @@
 """Continuum for vLLM v1: keep an agent job's KV pinned across its tool-call gap.
 
-This module is the vLLM glue; the decisions are made by ``mechanisms.continuum.rules`` (pure, shared with the simulator).
+This module is the vLLM glue; the decisions are made by ``mechanisms.continuum.rules`` (pure, shared with the
+simulator).
 
 When a turn that is not the job's last finishes, its blocks are taken from the request instead of freed
 (they stay in the prefix cache, referenced, so nothing can evict them). The pin ends when:
@@ -108,8 +109,8 @@ from orchestrator.replica.schedulers.tracing import JobTag, TracingScheduler
 
 
 class ContinuumScheduler(TracingScheduler):
-    """vLLM glue for Continuum: reads a request's job tag and the block pool, asks ``mechanisms.continuum.rules`` what to
-    do, and carries it out on vLLM's objects. Invariant: a pin leaves ``self.pins`` before its blocks are given
+    """vLLM glue for Continuum: reads a request's job tag and the block pool, asks ``mechanisms.continuum.rules``
+    what to do, and carries it out on vLLM's objects. Invariant: a pin leaves ``self.pins`` before its blocks are given
     back, and they are given back once (to the free queue, or to ``deferred_frees`` behind an in-flight step)."""
 
     def __init__(self, *args, **kwargs):
