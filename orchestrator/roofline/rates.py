@@ -1,5 +1,6 @@
 """What each GPU type was measured to reach (``gpu_rates.toml``: public microbenchmarks, each with its source), and
-how the simulator's roofline uses it (pure once loaded).
+how the simulator's roofline uses it (pure once loaded). The file's bytes are part of the simulator's version
+(``sim.version``), so its first comment still names this module's path before it moved to ``roofline/``.
 
 The calibration (``calibration.toml``) was fitted on one GPU, the reference (H200). Its efficiencies are shares of that
 GPU's datasheet rates, and each holds two losses at once: the hardware's (no matmul reaches the datasheet's peak, no

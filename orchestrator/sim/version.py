@@ -1,7 +1,9 @@
 """Which simulator made a prediction: the project's version, the engine stack it simulated with (``stacks.py``) and a
 hash of every file the simulator's numbers come from (the stack's calibration, its error bands, the GPUs' measured
 rates, the GPU catalogue). Two predictions with one version came from the same simulator; a refit, a recalibration or
-another stack changes it."""
+another stack changes it, and so does any edit of those files' bytes, comments included: the predictions committed
+before a GPU runs them name their version, so a file moved or a comment reworded would make them read as another
+simulator's."""
 
 from __future__ import annotations
 
