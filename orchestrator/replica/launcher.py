@@ -158,6 +158,10 @@ def _spawn(request: dict, children: _Children, inherited: tuple[int, ...]) -> in
     _check_argv(argv)
     files = [os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
              for name in ("stdout", "stderr") if request.get(name)]  # fmt: skip
+    # The child says when it leads its own session: a pid returned earlier names a process group that does not exist
+    # yet, and the server's reaper, probing it at once, would take it for one already gone (Popen returns after the
+    # child's setsid too).
+    in_session, said_so = os.pipe()
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -165,13 +169,21 @@ def _spawn(request: dict, children: _Children, inherited: tuple[int, ...]) -> in
         if pid == 0:
             code = 1
             try:
+                os.close(in_session)
                 _enter_child(files[0], files[-1], inherited)
+                os.write(said_so, b"1")
+                os.close(said_so)
                 code = _run(argv, env, request.get("cwd"))
             finally:
                 _exit(code)  # never back into the launcher's loop, whatever happened
     finally:
+        os.close(said_so)
         for fd in files:
             os.close(fd)
+    try:
+        os.read(in_session, 1)  # b"" if the child ended first: its pid is then reported as ended
+    finally:
+        os.close(in_session)
     children.running.add(pid)
     return pid
 

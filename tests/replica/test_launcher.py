@@ -102,6 +102,20 @@ def test_each_end_of_a_child_is_reported_as_popen_reports_it(launcher, tmp_path,
         assert "ValueError: boom" in (tmp_path / "out").read_text()
 
 
+def test_a_childs_process_group_exists_once_spawn_returns(launcher, tmp_path):
+    """As with ``Popen(start_new_session=True)``: the server's reaper, started right after, probes the group and
+    takes one that does not exist yet for one already gone (and then watches nothing: a driver killed later left
+    its server running)."""
+    _, client = launcher
+    children = [client.spawn([sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path / f"out{number}")
+                for number in range(20)]  # fmt: skip
+    groups = [os.getpgid(child.pid) for child in children]
+    for child in children:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    assert groups == [child.pid for child in children]
+
+
 def test_killing_a_childs_group_ends_it_and_what_it_started(launcher, tmp_path):
     _, client = launcher
     code = ("import subprocess, sys, time; grandchild = subprocess.Popen([sys.executable, '-c', 'import time; "
