@@ -8,6 +8,7 @@ falls behind shows up as latency and as ``dispatch_lag_s`` instead of being hidd
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 SCHEMA_VERSION = 1
@@ -88,6 +89,15 @@ class JobRecord:
     finished_at: float | None  # end of the last turn, or of the failing one
     num_turns_completed: int
     schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def ended(cls, job_id: str, job_index: int, status: JobStatus, arrival_at: float,
+              requests: Sequence[RequestRecord]) -> JobRecord:  # fmt: skip
+        """A job's record once it ended, for the load generator and the simulated clients alike: at its last request's
+        end, with the turns that ended ok."""
+        return cls(job_id=job_id, job_index=job_index, status=status, arrival_at=arrival_at,
+                   finished_at=requests[-1].finished_at if requests else None,
+                   num_turns_completed=sum(request.status.is_ok for request in requests))  # fmt: skip
 
     @property
     def jct_s(self) -> float | None:

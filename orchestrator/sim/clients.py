@@ -137,7 +137,4 @@ class Clients:
         self.requests.append(record)
 
     def _end_job(self, job: Job, status: JobStatus) -> None:
-        self.jobs.append(JobRecord(
-            job_id=job.job_id, job_index=job.index, status=status, arrival_at=job.shape.arrival_s,
-            finished_at=job.records[-1].finished_at, num_turns_completed=sum(r.status.is_ok for r in job.records),
-        ))  # fmt: skip
+        self.jobs.append(JobRecord.ended(job.job_id, job.index, status, job.shape.arrival_s, job.records))

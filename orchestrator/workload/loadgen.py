@@ -168,12 +168,5 @@ class _JobRunner:
         return record, completion
 
     def _job_record(self, job: JobPlan, arrival_at: float, records: list[RequestRecord], status: JobStatus) -> JobRecord:
-        return JobRecord(
-            job_id=job.job_id,
-            job_index=job.index,
-            status=status,
-            arrival_at=arrival_at,
-            finished_at=records[-1].finished_at if records else None,
-            num_turns_completed=sum(record.status.is_ok for record in records),
-        )
+        return JobRecord.ended(job.job_id, job.index, status, arrival_at, records)
 
