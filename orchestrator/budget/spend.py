@@ -107,8 +107,8 @@ class Spending:
 
     def end(self, cell: CellSpec, elapsed_s: float, start_s: float | None, done: bool, cut_short: bool = False) -> None:
         """An attempt of ``cell`` ended after ``elapsed_s``, having spent ``start_s`` before its load where it
-        started a server (``cost.start_spent_s``; None where the worker did not say): charged whatever its end; the start taught to the cost model as cold or warm as it
-        began. A done cell's load is taught too, and one ``cut_short`` by a time limit (its own, or the budget's
+        started a server (``cost.start_spent_s``; None where the worker did not say): charged whatever its end; the
+        start taught to the cost model as cold or warm as it began. A done cell's load is taught too, and one ``cut_short`` by a time limit (its own, or the budget's
         overrun stop) teaches that its load is at least what it ran; a crash or a hang says nothing of it."""
         commitment = self.running.pop(cell.key, None)
         self.spent_s[cell.gpu] = self.spent_s.get(cell.gpu, 0.0) + elapsed_s * gpus_held(cell)

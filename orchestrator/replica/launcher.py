@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.paths import PROJECT_ROOT
+from orchestrator.paths import with_project_on_path
 
 # What a vLLM OpenAI server start imports in its processes (API server, engine core, the device's worker), by the
 # device it serves on: its worker module is the one part that differs.
@@ -404,8 +404,7 @@ def start_launcher(socket_path: Path, preload: Sequence[str] = (), env: Mapping[
     (with the launcher's last line, from ``launcher.log`` beside the socket) where it ends before that, and
     ``LauncherError`` where it does not answer within ``timeout_s``. It lives as long as the returned Popen's stdin
     stays open (close it, or let this process end, to stop the launcher)."""
-    env = {**(os.environ if env is None else env)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PROJECT_ROOT), env.get("PYTHONPATH"))))
+    env = with_project_on_path(os.environ if env is None else env)
     argv = [sys.executable, "-m", "orchestrator.replica.launcher", "--socket", str(socket_path)]
     argv += [arg for module in preload for arg in ("--preload", module)]
     log_path = socket_path.with_name("launcher.log")

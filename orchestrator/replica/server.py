@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.paths import PROJECT_ROOT
+from orchestrator.paths import with_project_on_path
 from orchestrator.replica.launcher import LaunchedProcess, LauncherClient
 
 
@@ -91,7 +91,7 @@ class ServerProcess:
         self._process = self._launch()
         subprocess.run(
             [sys.executable, "-m", "orchestrator.replica.reaper", "--group", str(self._process.pid), "--owner", str(os.getpid())],
-            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+            env=with_project_on_path(os.environ),
             stdin=subprocess.DEVNULL,
             check=True,
         )

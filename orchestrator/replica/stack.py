@@ -24,7 +24,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from orchestrator.paths import PROJECT_ROOT
+from orchestrator.paths import PROJECT_ROOT, with_project_on_path
 from orchestrator.records.cell import NodeStack
 from orchestrator.replica.launcher import LauncherClient
 from orchestrator.stacks import STACKS, lmcache_ops_module
@@ -80,8 +80,8 @@ def read_node_stack(timeout_s: float = 120.0, launcher: LauncherClient | None = 
         return _read_probe(result.returncode, result.stdout, result.stderr)
     output = (work_dir or Path.cwd()) / "node-stack.out"
     output.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH"))))}
-    code = launcher.spawn(_PROBE, env, stdout=output, cwd=PROJECT_ROOT).wait(timeout=timeout_s)
+    child = launcher.spawn(_PROBE, with_project_on_path(os.environ), stdout=output, cwd=PROJECT_ROOT)
+    code = child.wait(timeout=timeout_s)
     text = output.read_text(errors="replace")
     return _read_probe(code, text, text)
 

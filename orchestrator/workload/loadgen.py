@@ -123,12 +123,13 @@ class _JobRunner:
             record, completion = await self._send(job, turn, prompt, due, previous, job_deadline)
             records.append(record)
             if not record.status.is_ok:
-                return records, self._job_record(job, arrival_at, records, JobStatus(record.status.value))
+                ended = JobStatus(record.status.value)
+                return records, JobRecord.ended(job.job_id, job.index, ended, arrival_at, records)
             if turn.prompt is None:  # a replay plans every prompt whole and never reads the context
                 context += completion.text + TOOL_SEPARATOR + (turn.tool_output or "")
             due = completion.finished_at + turn.tool_time_s
             previous = record
-        return records, self._job_record(job, arrival_at, records, JobStatus.COMPLETED)
+        return records, JobRecord.ended(job.job_id, job.index, JobStatus.COMPLETED, arrival_at, records)
 
     async def _send(self, job, turn: TurnPlan, prompt, due, previous, job_deadline):
         body = self._client.body(prompt, turn.output_tokens, job.job_id, job.index, turn.turn, turn.is_last)
@@ -166,7 +167,4 @@ class _JobRunner:
             replica=completion.replica if completion else replica,
         )
         return record, completion
-
-    def _job_record(self, job: JobPlan, arrival_at: float, records: list[RequestRecord], status: JobStatus) -> JobRecord:
-        return JobRecord.ended(job.job_id, job.index, status, arrival_at, records)
 

@@ -18,7 +18,8 @@ def test_the_medians_are_per_executor_and_the_ratios_multiprocess_over_in_proces
 
 
 def test_each_executor_is_the_one_its_server_is_asked_for():
-    commands = {executor: vllm_server_command(engine_config(executor, "/models/tiny"), port=8000) for executor in EXECUTORS}
+    commands = {executor: vllm_server_command(engine_config(executor, "/models/tiny"), port=8000)
+                for executor in EXECUTORS}  # fmt: skip
     for executor, backend, multiprocessing in (("in-process", "uni", "0"), ("multiprocess", "mp", "1")):
         argv = list(commands[executor].argv)
         last = len(argv) - 1 - argv[::-1].index("--distributed-executor-backend")

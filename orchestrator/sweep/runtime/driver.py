@@ -496,8 +496,9 @@ class _Sweep:
         cell = attempt.cell
         row = self.ledger.record(attempt.started, outcome)
         if self.measuring is not None and cell.engine is not EngineKind.SIM:
-            self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, start_spent_s(row.replica_start_s, row.setup_s),
-                                        outcome.status.is_done, outcome.failure_kind is FailureKind.TIME_LIMIT)
+            start_s = start_spent_s(row.replica_start_s, row.setup_s)
+            self.measuring.spending.end(cell, time.monotonic() - attempt.started_at, start_s, outcome.status.is_done,
+                                        outcome.failure_kind is FailureKind.TIME_LIMIT)
         if outcome.status.is_done:
             self.wall_times.append(row.wall_s)
             started = f"; its replica started in {row.replica_start_s:.0f} s" if row.replica_start_s is not None else ""
