@@ -21,13 +21,12 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.records.cell import RequestOptions
 from orchestrator.replica.config import VllmEngineConfig
-from orchestrator.replica.launcher import FORKED_VLLM_ENV, start_launcher, vllm_preload
+from orchestrator.replica.launcher import start_launcher, vllm_preload
 from orchestrator.replica.server import ServerProcess, free_port, group_activity
 from orchestrator.replica.vllm_server import shared_environment, vllm_server_command
 from orchestrator.workload.actor import InProcessRun
@@ -55,8 +54,7 @@ def serve_cell(executor: str, workload: WorkloadSpec, client, work_dir: Path) ->
     """One cell on a fresh server of ``executor``: the CPU seconds its process group used over the load, and the
     mean job completion time."""
     model = str(ensure_tiny_model())
-    command = vllm_server_command(engine_config(executor, model), port=free_port())
-    command = replace(command, env={**command.env, **FORKED_VLLM_ENV})
+    command = vllm_server_command(engine_config(executor, model), port=free_port()).forked()
     log_path = work_dir / f"{executor}-{time.monotonic_ns()}.log"
     log_path.touch()
     server = ServerProcess(command, log_path, client)

@@ -33,12 +33,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.models.tiny import ensure_tiny_model
 from orchestrator.replica.config import VllmEngineConfig
-from orchestrator.replica.launcher import FORKED_VLLM_ENV, start_launcher, vllm_preload
+from orchestrator.replica.launcher import start_launcher, vllm_preload
 from orchestrator.replica.probe import counter_totals
 from orchestrator.replica.server import ServerProcess, free_port
 from orchestrator.replica.vllm_server import shared_environment, vllm_server_command
@@ -126,7 +125,7 @@ def run_launcher(kind: str, num_starts: int, check: bool, work_dir: Path) -> dic
         for index in range(num_starts):
             command = vllm_server_command(config, port=free_port())
             if client is not None:
-                command = replace(command, env={**command.env, **FORKED_VLLM_ENV})
+                command = command.forked()
             log_path = work_dir / f"{kind}-{index}.log"
             log_path.touch()
             server = ServerProcess(command, log_path, client)

@@ -12,7 +12,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.records.cell import EngineFacts, ResetProof
@@ -26,7 +26,7 @@ from orchestrator.replica.probe import (
     read_counters,
     read_engine_facts,
 )
-from orchestrator.replica.launcher import FORKED_VLLM_ENV, LauncherClient, vllm_preload
+from orchestrator.replica.launcher import LauncherClient, vllm_preload
 from orchestrator.replica.priority import niceness
 from orchestrator.replica.server import ServerCommand, ServerProcess, StartLimits, free_port
 from orchestrator.replica.vllm_server import vllm_server_command
@@ -72,7 +72,7 @@ class Replica:
         trace_path = self._work_dir / PLUGIN_TRACE_FILE
         command = server_command(self._engine, port=free_port(), trace_path=trace_path)
         if self._launcher is not None:
-            command = replace(command, env={**command.env, **FORKED_VLLM_ENV})
+            command = command.forked()
         self._server = ServerProcess(command, self._work_dir / SERVER_LOG_FILE, self._launcher)
         self._server.start(self._start_limits)
         self._info = ReplicaInfo(

@@ -23,11 +23,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.paths import with_project_on_path
-from orchestrator.replica.launcher import LaunchedProcess, LauncherClient
+from orchestrator.replica.launcher import FORKED_VLLM_ENV, LaunchedProcess, LauncherClient
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,10 @@ class ServerCommand:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def forked(self) -> ServerCommand:
+        """The command as a launcher's child runs it: a vLLM server's engine core and workers fork from it in turn."""
+        return replace(self, env={**self.env, **FORKED_VLLM_ENV})
 
 
 class ServerStartError(RuntimeError):
