@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from orchestrator.cli import COMMANDS, sweep_names
@@ -54,16 +54,39 @@ def short(text: str | None) -> str:
     return first if len(first) <= 70 else first[:67].rsplit(" ", 1)[0].rstrip(",:") + "..."
 
 
-def node_of(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[Node]:
-    """The node of ``parser`` at ``path`` and the nodes of its subparsers. Reads ``parser._actions``: argparse has no
-    public view of a parser's arguments, and every completion generator reads the same."""
-    flags, choices, valued, subcommands, children, takes_files = [], [], [], [], [], False
+def parsers_of(path: tuple[str, ...],
+               parser: argparse.ArgumentParser) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """``parser`` at ``path``, then each of its subparsers' (and theirs) at its own path."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from parsers_of((*path, name), child)
+
+
+def command_parsers() -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every parser of ``kvsweep`` by the words that lead to it: each sweep's, each subcommand's and theirs, from the
+    ``parser()`` of each one's module (imported here); not ``kvsweep`` itself nor ``kvsweep sweep``, which
+    ``cli.main`` reads by hand."""
+    from orchestrator.sweep.cli import parser as sweep_parser
+    from orchestrator.sweep.cli import sweep_doc
+
+    for name in sweep_names():
+        spec = importlib.import_module(f"orchestrator.sweeps.{name}").SPEC
+        yield from parsers_of(("sweep", name), sweep_parser(spec, f"sweep {name}", sweep_doc(name)))
+    for name, command in COMMANDS.items():
+        if name != "sweep":
+            yield from parsers_of((name,), importlib.import_module(command.module).parser())
+
+
+def node_of(path: tuple[str, ...], parser: argparse.ArgumentParser) -> Node:
+    """The node of ``parser`` at ``path``. Reads ``parser._actions``: argparse has no public view of a parser's
+    arguments, and every completion generator reads the same."""
+    flags, choices, valued, subcommands, takes_files = [], [], [], [], False
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             helps = {choice.dest: choice.help for choice in action._choices_actions}
-            for name, child in action.choices.items():
-                subcommands.append((name, short(helps.get(name))))
-                children += node_of((*path, name), child)
+            subcommands += [(name, short(helps.get(name))) for name in action.choices]
         elif not action.option_strings:
             subcommands += [(str(choice), "") for choice in action.choices or ()]
             takes_files = takes_files or not action.choices
@@ -73,13 +96,11 @@ def node_of(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[Node
                 choices.append((action.option_strings[-1], tuple(map(str, action.choices))))
             elif action.nargs != 0:
                 valued += action.option_strings
-    return [Node(path, tuple(flags), tuple(choices), tuple(valued), tuple(subcommands), takes_files), *children]
+    return Node(path, tuple(flags), tuple(choices), tuple(valued), tuple(subcommands), takes_files)
 
 
 def command_tree() -> list[Node]:
-    """Every node of ``kvsweep``: the command itself and ``kvsweep sweep`` (which ``cli.main`` reads by hand), each
-    subcommand and each sweep, from the ``parser()`` of each one's module (imported here)."""
-    from orchestrator.sweep.cli import parser as sweep_parser
+    """Every node of ``kvsweep``: the command itself, ``kvsweep sweep``, and each of ``command_parsers``."""
     from orchestrator.sweep.cli import sweep_doc
 
     helps = (("-h", "list the commands"), ("--help", "list the commands"))
@@ -87,13 +108,7 @@ def command_tree() -> list[Node]:
     nodes = [Node((), (*helps, ("--version", "print kvsweep's version and exit")), (), (), commands, False)]
     sweeps = tuple((name, short(description(sweep_doc(name)))) for name in sweep_names())
     nodes.append(Node(("sweep",), helps, (), (), sweeps, False))
-    for name in sweep_names():
-        spec = importlib.import_module(f"orchestrator.sweeps.{name}").SPEC
-        nodes += node_of(("sweep", name), sweep_parser(spec, f"sweep {name}", sweep_doc(name)))
-    for name, command in COMMANDS.items():
-        if name != "sweep":
-            nodes += node_of((name,), importlib.import_module(command.module).parser())
-    return nodes
+    return nodes + [node_of(path, parser) for path, parser in command_parsers()]
 
 
 def _branches(nodes: list[Node]) -> list[tuple[list[str], Node]]:

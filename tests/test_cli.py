@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import COMMANDS, main, sweep_names
-from orchestrator.sweep.cli import parser, sweep_main
+from orchestrator.completion import command_parsers
+from orchestrator.sweep.cli import sweep_main
 
 
 def help_of(run) -> str:
@@ -131,25 +132,11 @@ def test_the_engine_flag_says_what_each_engine_runs(monkeypatch):
     assert "--engine {sim,auto,vllm}" in search and "sim: the search runs in the simulator" in search
 
 
-def _every_parser():
-    """(the command, its parser) for every subcommand, its subcommands and the large-DRAM sweep (every sweep's flags
-    are one parser's)."""
-    from orchestrator.sweeps.large_dram import SPEC
-
-    parsers = [(f"kvsweep {name}", importlib.import_module(command.module).parser())
-               for name, command in COMMANDS.items() if name != "sweep"]  # fmt: skip
-    parsers.append(("kvsweep sweep large_dram", parser(SPEC, "sweep large_dram")))
-    for name, found in parsers:
-        yield name, found
-        for action in found._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                yield from ((f"{name} {sub}", subparser) for sub, subparser in action.choices.items())
-
-
 def test_every_flag_of_every_command_says_what_it_means_and_its_default():
     """argparse has no public view of a parser's flags; the completion reads ``_actions`` too."""
     unsaid = []
-    for name, found in _every_parser():
+    for path, found in command_parsers():
+        name = " ".join(("kvsweep", *path))
         formatter = found._get_formatter()
         for action in found._actions:
             if not action.option_strings or action.dest in ("help", "version"):
