@@ -84,7 +84,7 @@ test-bundle: install
 test-index: install
 	$(PY) -m pytest -m network
 
-# The second tested stack (orchestrator/stacks.py: vLLM 0.26, LMCache 0.5.3, torch 2.11) on the CPU engine: its own
+# The second tested stack (orchestrator/replica/tested_stacks.py: vLLM 0.26, LMCache 0.5.3, torch 2.11) on the CPU engine: its own
 # virtualenv, installed with no index from the offline bundle this target writes (the air-gapped path itself), then
 # the real-engine tests. The bundle carries torch 2.11's standard wheel with its CUDA libraries (PyPI has no CPU
 # build of 2.11): about 3.5 GB, written once.
@@ -92,13 +92,13 @@ STACK2 := vllm-0.26
 VENV2 := .venv-$(STACK2)
 PY2 := $(VENV2)/bin/python
 WHEELHOUSE2 := .wheelhouse/$(STACK2)-cpu
-INSTALLED2 := $(VENV2)/.installed-$(shell cat pyproject.toml orchestrator/stacks.py | cksum | cut -d' ' -f1)
+INSTALLED2 := $(VENV2)/.installed-$(shell cat pyproject.toml orchestrator/replica/tested_stacks.py | cksum | cut -d' ' -f1)
 HERE_PYTHON = $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 HERE_PLATFORM = $(shell $(PY) -c 'import platform; v = platform.libc_ver()[1].split("."); print(f"manylinux_{v[0]}_{v[1]}_{platform.machine()}")')
 
-$(INSTALLED2): $(INSTALLED) pyproject.toml orchestrator/stacks.py
+$(INSTALLED2): $(INSTALLED) pyproject.toml orchestrator/replica/tested_stacks.py
 	rm -rf $(WHEELHOUSE2) $(VENV2)
-	$(PY) -m orchestrator.bundle --stack $(STACK2) --device cpu --python $(HERE_PYTHON) --platform $(HERE_PLATFORM) --out $(WHEELHOUSE2)
+	$(PY) -m orchestrator.cli.bundle --stack $(STACK2) --device cpu --python $(HERE_PYTHON) --platform $(HERE_PLATFORM) --out $(WHEELHOUSE2)
 	$(PYTHON) -m venv $(VENV2)
 	PYTHON=$(PY2) PIP_NO_COMPILE=1 bash $(WHEELHOUSE2)/install.sh
 	# The checkout itself, editable, in place of the bundle's copy of it; and the test runner.

@@ -26,8 +26,8 @@ from orchestrator.analysis import capacity, plots, predicted, tables
 from orchestrator.analysis.load import SweepData, cell_records, load_sweep, sim_errors, sim_stacks, sweep_files
 from orchestrator.analysis.timeline import NUM_BINS, step_bins
 from orchestrator.analysis.verdicts import flips, verdicts
-from orchestrator.cell_json import read_cell_json
-from orchestrator.cli_help import command_parser
+from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cli.parser import command_parser
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.names import read_summary

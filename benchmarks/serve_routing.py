@@ -26,7 +26,7 @@ import pandas as pd
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
-from orchestrator.sweep.cli import parser, prepare, run_with_one_line_errors
+from orchestrator.cli.sweep import parser, prepare, run_with_one_line_errors
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.cell_json import read_cell_json
+from orchestrator.sweep.planning.cell_json import read_cell_json
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace import pin_releases

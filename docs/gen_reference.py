@@ -51,7 +51,7 @@ def _captured(run: Callable[[], object]) -> tuple[int, str, str]:
 
 
 def _help(argv: list[str]) -> str:
-    from orchestrator.cli import main
+    from orchestrator.cli.kvsweep import main
 
     code, out, err = _captured(lambda: main(argv))
     if code != 0:
@@ -63,7 +63,7 @@ def _help(argv: list[str]) -> str:
 
 
 def cli_page() -> str:
-    from orchestrator.cli import COMMANDS, usage
+    from orchestrator.cli.kvsweep import COMMANDS, usage
 
     lines = ["# Command-line reference", "", GENERATED, "",
              "`kvsweep` runs each of the project's programs as a subcommand with the parser of its older form, which",
@@ -78,7 +78,7 @@ def cli_page() -> str:
 
 
 def sweeps_page() -> str:
-    from orchestrator.cli import sweep_names
+    from orchestrator.cli.kvsweep import sweep_names
 
     lines = ["# Sweeps reference", "", GENERATED, "",
              "Every sweep takes the same flags; each sets its own grid as the defaults. `kvsweep sweep NAME` and",
@@ -234,7 +234,7 @@ def _setup(folder: Path) -> None:
 
 
 def errors_page() -> str:
-    from orchestrator.cli import main
+    from orchestrator.cli.kvsweep import main
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="kvsweep-docs-") as name:
@@ -251,7 +251,7 @@ def errors_page() -> str:
              "Bad input ends in one line on stderr naming the bad value and what is valid, before anything starts",
              "and before anything is written; the exit code is 2. The other exit codes:", "",
              "| code | meaning |", "|---|---|", "| 0 | done (a sweep: every cell it could run is done; pending cells say why) |",
-             "| 1 | something checked failed: a doctor row, an evidence check, a cell `run_cell` ran |",
+             "| 1 | something checked failed: a doctor row, an evidence check, a cell `kvsweep cell` ran |",
              "| 2 | bad input, or an environment the run cannot use (one line) |",
              "| 75 | stopped by a fault outside the sweep (the tracking store past its patience, a full disk); re-run the same command |",
              "| 143 | stopped by SIGTERM, Ctrl-C or `ray job stop`; the cells in flight are marked `interrupted` |", "",

@@ -13,7 +13,7 @@ recorded; only the arrivals are rescaled.
 import sys
 
 from orchestrator.models.catalog import LLAMA_8B
-from orchestrator.sweep.cli import sweep_main
+from orchestrator.cli.sweep import sweep_main
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces.generate import SHIPPED

@@ -30,7 +30,7 @@ from orchestrator.capacity.search import CapacityAsk, run_capacity
 from orchestrator.crossover.search import SearchRange
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sweep.cli import parser as sweep_parser
+from orchestrator.cli.sweep import parser as sweep_parser
 from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 from orchestrator.workload.traces.schema import load_trace

@@ -12,7 +12,7 @@ in about 10 minutes on 2 cores.
 import sys
 
 from orchestrator.sizing.agent import pressure_jps
-from orchestrator.sweep.cli import sweep_main
+from orchestrator.cli.sweep import sweep_main
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 

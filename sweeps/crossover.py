@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from orchestrator.crossover.search import SearchRange, run_search, search_name
 from orchestrator.gpus import CPU
 from orchestrator.models.catalog import LLAMA_8B
-from orchestrator.sweep.cli import prepare, run_with_one_line_errors
-from orchestrator.sweep.cli import parser as sweep_parser
+from orchestrator.cli.sweep import prepare, run_with_one_line_errors
+from orchestrator.cli.sweep import parser as sweep_parser
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.validation import InputError

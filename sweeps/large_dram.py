@@ -7,7 +7,7 @@ fcfs, continuum and LMCache at 1, 3, 6, 10 and 15 jobs per second; Llama-3.1-8B-
 import sys
 
 from orchestrator.models.catalog import LLAMA_8B
-from orchestrator.sweep.cli import sweep_main
+from orchestrator.cli.sweep import sweep_main
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -11,7 +11,7 @@ import sys
 
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sweep.cli import sweep_main
+from orchestrator.cli.sweep import sweep_main
 from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -12,7 +12,7 @@ the machine's cores, so a two-replica cell here measures routing and caching, no
 import sys
 
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sweep.cli import sweep_main
+from orchestrator.cli.sweep import sweep_main
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import Sources, Target, check_target, cpu_build_requirements, write_bundle
+from orchestrator.cli.bundle import Sources, Target, check_target, cpu_build_requirements, write_bundle
 from orchestrator.replica.stack import read_node_stack
-from orchestrator.stacks import get_stack, stack_of
+from orchestrator.replica.tested_stacks import get_stack, stack_of
 from orchestrator.validation import InputError
 
 HERE = Target("3.11", "manylinux_2_36_x86_64")
@@ -36,7 +36,7 @@ def this_machine() -> Target:
 
 
 def bundle_command(*flags: str) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.bundle", *flags]
+    return [sys.executable, "-m", "orchestrator.cli.bundle", *flags]
 
 
 @pytest.mark.parametrize(("python", "platform_tag", "named"), [
@@ -116,7 +116,7 @@ def assert_the_doctor_passes_there(python_bin: str, stack_name: str, cwd: Path) 
     """The doctor from the installed package (not this checkout) on a fresh local cluster of that environment:
     Continuum alone shows the most (pins carried, a reset proven clean); an fcfs cell would add a replica start
     and check the same paths."""
-    doctor = [python_bin, "-m", "orchestrator.doctor", "--policies", "continuum", "--duration-s", "3", "--ray-address",
+    doctor = [python_bin, "-m", "orchestrator.cli.doctor", "--policies", "continuum", "--duration-s", "3", "--ray-address",
               "local"]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")}
     result = subprocess.run(doctor, capture_output=True, text=True, timeout=900, cwd=cwd, env=env)

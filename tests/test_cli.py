@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import COMMANDS, main, sweep_names
-from orchestrator.completion import command_parsers
-from orchestrator.sweep.cli import sweep_main
+from orchestrator.cli.kvsweep import COMMANDS, main, sweep_names
+from orchestrator.cli.completion import command_parsers
+from orchestrator.cli.sweep import sweep_main
 
 
 def help_of(run) -> str:
@@ -62,7 +62,7 @@ def test_the_installed_console_script_lists_every_subcommand():
 
 def test_every_parser_says_kvsweep_and_its_docstrings_whole_first_paragraph_in_plain_text(monkeypatch):
     """In either form: the program name no longer comes from how it was started."""
-    from orchestrator.cli_help import description
+    from orchestrator.cli.parser import description
 
     monkeypatch.setattr(sys, "argv", ["python"])
     for name, command in COMMANDS.items():
@@ -72,7 +72,7 @@ def test_every_parser_says_kvsweep_and_its_docstrings_whole_first_paragraph_in_p
         text = help_of(lambda: module.main(["--help"]))
         assert text.startswith(f"usage: kvsweep {name} ") and "python -m" not in text, name
         assert module.parser().description == description(module.__doc__), name
-    for module in ("orchestrator.doctor", "orchestrator.run_cell", "orchestrator.bundle", "orchestrator.analysis.report",
+    for module in ("orchestrator.cli.doctor", "orchestrator.cli.cell", "orchestrator.cli.bundle", "orchestrator.analysis.report",
                    "orchestrator.sim.gpu_profile", "orchestrator.workload.traces.convert",
                    "orchestrator.sweeps.capacity"):  # fmt: skip
         text = importlib.import_module(module).parser().description
@@ -95,7 +95,7 @@ def test_a_sweep_says_kvsweep_sweep_and_its_scripts_docstring_run_either_way(mon
 
 
 def test_description_reads_a_docstring_as_plain_text():
-    from orchestrator.cli_help import description
+    from orchestrator.cli.parser import description
 
     doc = "Command line: the ``kvsweep`` report of :func:`build` and `x`::\n\n    kvsweep report DIR\n"
     assert description(doc) == "The kvsweep report of build and x."
@@ -106,7 +106,7 @@ def test_description_reads_a_docstring_as_plain_text():
 def test_the_version_is_the_installed_ones_on_kvsweep_and_every_subcommand(capsys, monkeypatch):
     from importlib import metadata
 
-    from orchestrator.cli_help import version_line
+    from orchestrator.cli.parser import version_line
 
     expected = f"kvsweep {metadata.version('kvsweep')}\n"
     assert main(["--version"]) == 0 and capsys.readouterr().out == expected
@@ -146,7 +146,7 @@ def test_every_flag_of_every_command_says_what_it_means_and_its_default():
             if not action.help or (has_default and "default" not in said.lower()):
                 unsaid.append(f"{name} {action.option_strings[-1]}: {said!r}")
     assert unsaid == []
-    cell = " ".join(importlib.import_module("orchestrator.run_cell").parser().format_help().split())
+    cell = " ".join(importlib.import_module("orchestrator.cli.cell").parser().format_help().split())
     assert "--seed SEED seeds the arrival schedule and the tool outputs (default: 42)" in cell
     assert "--out OUT directory for the cell's records (default: results/cell)" in cell
 
@@ -208,7 +208,7 @@ def test_the_reference_pages_put_command_output_in_blocks_the_site_wraps():
 
 def test_the_older_forms_say_kvsweep_too():
     root = Path(__file__).resolve().parents[1]
-    forms = {"usage: kvsweep doctor ": [sys.executable, "-m", "orchestrator.doctor", "--help"],
+    forms = {"usage: kvsweep doctor ": [sys.executable, "-m", "orchestrator.cli.doctor", "--help"],
              "usage: kvsweep sweep large_dram ": [sys.executable, "sweeps/large_dram.py", "--help"]}
     for usage, argv in forms.items():
         result = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)

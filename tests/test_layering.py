@@ -42,8 +42,8 @@ PURE_MODULES = (
     "orchestrator.crossover.bisection",
     "orchestrator.capacity.plan",
     "orchestrator.replica.config",
-    "orchestrator.policies",
-    "orchestrator.engine_setup",
+    "orchestrator.policies.catalog",
+    "orchestrator.policies.engine_setup",
     "orchestrator.workload.plan",
     "orchestrator.workload.schedule",
     "orchestrator.workload.distributions",
@@ -188,8 +188,9 @@ def test_records_import_nothing_of_the_stages_above_them_not_even_lazily():
 
 
 def layer_of(module: str) -> str:
-    """The part of the project ``module`` belongs to: a package of ``orchestrator`` (the sweep's planning, cluster and
-    runtime apart), a top-level module of it, or ``analysis``."""
+    """The part of the project ``module`` belongs to: the longest name of ``LAYERS`` it is or lies under (a part of
+    the sweep by its folder, so that a new one must be placed), or ``analysis``; else its package of ``orchestrator``,
+    which no layer then holds."""
     parts = module.split(".")
     if parts[0] != "orchestrator":
         return parts[0]
@@ -198,35 +199,32 @@ def layer_of(module: str) -> str:
     in_a_part_of_the_sweep = parts[1:2] == ["sweep"] and len(parts) > 2
     if in_a_part_of_the_sweep and (PROJECT_ROOT / "orchestrator/sweep" / parts[2]).is_dir():
         return ".".join(parts[:3])
-    return ".".join(parts[:2])
+    placed = (".".join(parts[:end]) for end in range(len(parts), 1, -1))
+    return next((name for name in placed if name in LAYER_NAMES), ".".join(parts[:2]))
 
 
-# The layers, from the bottom (docs/architecture.md draws them). A module imports its own layer and those below it,
-# never one above: not at import time, not in a function, not for type checking.
 LAYERS = (
     # the package itself, units, paths, input errors, the GPU catalogue, the parser every command starts from
     ("orchestrator", "orchestrator.units", "orchestrator.paths", "orchestrator.validation", "orchestrator.gpus",
-     "orchestrator.cli_help"),
+     "orchestrator.cli.parser"),
     ("orchestrator.records",),  # the contract every stage hands on
-    ("orchestrator.workload", "orchestrator.models", "orchestrator.sizing", "orchestrator.routing",
-     "orchestrator.stacks"),
+    ("orchestrator.workload", "orchestrator.models", "orchestrator.sizing", "orchestrator.routing"),
     ("orchestrator.roofline",),  # what a step costs on a device
     ("orchestrator.mechanisms",),  # what policies are made of, Continuum among them, and the simulated request
-    ("orchestrator.replica",),  # the engine configurations and the processes that serve them
-    ("orchestrator.policies", "orchestrator.engine_setup"),
+    ("orchestrator.replica",),  # the engine configurations, the tested stacks and the processes that serve them
+    ("orchestrator.policies",),  # the registered policies, and the engine a cell runs one with
     ("orchestrator.sim",),
     ("orchestrator.sweep.cluster",),
-    ("orchestrator.sweep.planning", "orchestrator.cell_json"),
+    ("orchestrator.sweep.planning",),  # the cells, their engines and the cell's JSON read back
     ("orchestrator.budget", "orchestrator.evidence"),
     ("analysis",),  # the report and the verdicts, which the runtime publishes
     ("orchestrator.sweep.runtime",),
     ("orchestrator.capacity", "orchestrator.crossover"),  # searches run as sweeps
-    # the commands
-    ("orchestrator.sweep", "orchestrator.checks", "orchestrator.doctor", "orchestrator.run_cell", "orchestrator.refit",
-     "orchestrator.bundle", "orchestrator.pressure_plan", "orchestrator.gpu_evidence", "orchestrator.cli",
-     "orchestrator.completion", "sweeps"),
+    # the commands (``orchestrator.doctor``: the older form of ``kvsweep doctor``; ``orchestrator.sweep``: its package)
+    ("orchestrator.cli", "orchestrator.doctor", "orchestrator.sweep", "sweeps"),
 )  # fmt: skip
 RANK = {layer: rank for rank, layers in enumerate(LAYERS) for layer in layers}
+LAYER_NAMES = set(RANK)
 
 
 def project_modules() -> list[str]:

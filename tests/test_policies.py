@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.mechanisms.continuum.config import CONFIG_ENV
-from orchestrator.policies import POLICIES, PolicyError, cpu_policy_names, get_policy
+from orchestrator.policies.catalog import POLICIES, PolicyError, cpu_policy_names, get_policy
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.vllm_server import vllm_server_command
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from orchestrator.records.scheduler_trace_file import parquet_of_entries, trace_file_frame
 from orchestrator.records.summary import summarize
-from orchestrator.refit import repredict
+from orchestrator.cli.refit import repredict
 from orchestrator.roofline.hardware import Device
 from orchestrator.roofline.rates import RATES_FILE
 from orchestrator.sim.cell_engine import cell_sim_engine

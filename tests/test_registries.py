@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.mechanisms.registry import ORDERINGS, RETENTIONS, TIERS
-from orchestrator.policies import POLICIES, PolicyError
+from orchestrator.policies.catalog import POLICIES, PolicyError
 from orchestrator.routing.rules import ROUTERS
-from orchestrator.stacks import STACKS
+from orchestrator.replica.tested_stacks import STACKS
 from orchestrator.validation import InputError
 
 

@@ -1,4 +1,4 @@
-"""``python -m orchestrator.run_cell`` refuses bad input in one line before anything starts. The messages are
+"""``python -m orchestrator.cli.cell`` refuses bad input in one line before anything starts. The messages are
 made in-process (``main``); one case runs the module, for its exit status and stderr as a process."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from orchestrator.run_cell import main
+from orchestrator.cli.cell import main
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ def test_bad_input_fails_fast_with_one_line(tmp_path, capsys, flags, named):
 
 
 def test_the_module_exits_2_with_the_one_line_on_stderr(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "orchestrator.run_cell", "--jps", "0", "--out", str(tmp_path / "cell")],
+    result = subprocess.run([sys.executable, "-m", "orchestrator.cli.cell", "--jps", "0", "--out", str(tmp_path / "cell")],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()

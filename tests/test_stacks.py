@@ -1,7 +1,7 @@
 """The tested stacks: which one a node has, and the LMCache ops module each LMCache version falls back from."""
 
 from orchestrator.records.cell import NodeStack
-from orchestrator.stacks import STACKS, get_stack, lmcache_ops_module, release, stack_of
+from orchestrator.replica.tested_stacks import STACKS, get_stack, lmcache_ops_module, release, stack_of
 
 
 def node(vllm, lmcache, torch):

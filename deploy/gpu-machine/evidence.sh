@@ -3,7 +3,7 @@
 # .gpuparts/part-1, then the whole evidence run, planned to end inside the call's limit. Everything comes back
 # in OUT as five files: install.log, console.log and the evidence's summary.md, evidence.json, evidence.tar.xz.
 #
-#   bash deploy/gpu-machine/evidence.sh OUT LIMIT_S [gpu_evidence flags ...]
+#   bash deploy/gpu-machine/evidence.sh OUT LIMIT_S [kvsweep evidence flags ...]
 #
 # LIMIT_S is the call's time limit; the evidence gets what the install leaves of it, less a margin for packing.
 # Here, with no GPU: PYTHON=.venv/bin/python INSTALL=0 bash deploy/gpu-machine/evidence.sh OUT LIMIT_S (the
@@ -33,5 +33,5 @@ work=${WORK:-/tmp/kvsweep-evidence}
 rm -rf "$work"
 budget_s=$((limit_s - SECONDS - margin_s))
 echo "install took ${SECONDS} s; evidence on $gpu with ${budget_s} s"
-"$python" -m orchestrator.gpu_evidence --gpu "$gpu" --out "$out" --work "$work" \
+"$python" -m orchestrator.cli.evidence --gpu "$gpu" --out "$out" --work "$work" \
   --budget-s "$budget_s" "$@" 2>&1 | tee "$out/console.log"

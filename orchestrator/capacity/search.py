@@ -33,7 +33,7 @@ from orchestrator.capacity.plan import (
 from orchestrator.crossover.bisection import NOT_MEASURED, Flip, bisect_flips, locate_flip
 from orchestrator.crossover.search import SearchRange, SearchRounds, publish_search_report
 from orchestrator.gpus import CPU
-from orchestrator.policies import POLICIES
+from orchestrator.policies.catalog import POLICIES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary

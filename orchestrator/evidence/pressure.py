@@ -27,7 +27,7 @@ import numpy as np
 from orchestrator.evidence.tier import tier_activity
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import Weights
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellOutcome
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
 from orchestrator.records.summary import summarize

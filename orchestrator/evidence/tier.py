@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.policies import Policy
+from orchestrator.policies.catalog import Policy
 from orchestrator.records.cell import CellOutcome
 
 

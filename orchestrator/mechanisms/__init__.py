@@ -1,6 +1,6 @@
 """KV mechanisms: the parts a policy is composed of, each owning what it means everywhere.
 
-A policy (``orchestrator.policies``) is one mechanism of each kind:
+A policy (``orchestrator.policies.catalog``) is one mechanism of each kind:
 
 - an **ordering** (``ordering.py``): which waiting request runs first;
 - a **retention** (``retention.py``): what becomes of a finished turn's KV (freed to the prefix cache there, or

@@ -1,7 +1,7 @@
 """The orderings, retentions and tiers by name: the one place a new one is registered, each kind a ``Registry`` of
 its classes (an unknown name answers with the valid ones).
 
-Policies (``orchestrator.policies``) compose instances of these; the simulator finds a replica's mechanisms here
+Policies (``orchestrator.policies.catalog``) compose instances of these; the simulator finds a replica's mechanisms here
 from what its configuration records.
 """
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from orchestrator.paths import PROJECT_ROOT, with_project_on_path
 from orchestrator.records.cell import NodeStack
 from orchestrator.replica.launcher import LauncherClient
-from orchestrator.stacks import STACKS, lmcache_ops_module
+from orchestrator.replica.tested_stacks import STACKS, lmcache_ops_module
 
 
 def _version(*names: str) -> str | None:

@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.cli_help import command_parser
+from orchestrator.cli.parser import command_parser
 from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration, Device
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors

@@ -3,7 +3,7 @@ with another device (pure)."""
 
 from __future__ import annotations
 
-from orchestrator.engine_setup import EngineSetup
+from orchestrator.policies.engine_setup import EngineSetup
 from orchestrator.roofline.hardware import Calibration, CpuProfile, Device
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import SimEngine

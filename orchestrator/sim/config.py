@@ -7,7 +7,7 @@ GPU, the policy's ordering, pins and CPU tier, and the tier's size in tokens fro
 
 from __future__ import annotations
 
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.roofline.hardware import Calibration, Device, Precision, StepCost, gpu_kv_blocks
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.scheduler import SchedulerConfig

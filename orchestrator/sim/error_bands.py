@@ -9,7 +9,7 @@ Sources, each written by the tool that measures it:
 - ``cpu_pressure`` (per policy): RMS relative error of mean JCT over the CPU engine's pressure grid, where the real
   vLLM scheduler and the real Continuum plugin run under KV pressure (``benchmarks/sim_vs_cpu.py --write-errors``);
 - ``gpu_pressure`` (per policy): RMS relative error of mean JCT over the pressure plan's cells measured on a GPU,
-  each predicted before it ran (``python -m orchestrator.pressure_plan compare ... --write-errors``);
+  each predicted before it ran (``python -m orchestrator.cli.pressure compare ... --write-errors``);
 - ``public_figures`` (per GPU type): RMS relative error of the simulated against the published figures of that GPU
   (``benchmarks/public_figures.py --write-errors``).
 
@@ -31,7 +31,7 @@ SIM_ERROR_FILE = Path(__file__).parent / "sim_error.toml"
 SOURCES = {
     "calibration": "RMS over the H200 calibration cells: python -m orchestrator.sim.calibrate --write-errors",
     "cpu_pressure": "RMS over the CPU engine's pressure grid: python benchmarks/sim_vs_cpu.py --write-errors",
-    "gpu_pressure": "RMS over the pressure plan's GPU cells, predicted first: python -m orchestrator.pressure_plan "
+    "gpu_pressure": "RMS over the pressure plan's GPU cells, predicted first: python -m orchestrator.cli.pressure "
                     "compare PREDICTIONS EVIDENCE... --write-errors",
 }
 WIDENING_SOURCES = ("gpu_pressure",)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.engine_setup import EngineOptions, EngineSetup, engine_setup
+from orchestrator.policies.engine_setup import EngineOptions, EngineSetup, engine_setup
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.cell import TierCounters

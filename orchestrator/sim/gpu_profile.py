@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.cli_help import command_parser
+from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CELL_CONFIG_FILE

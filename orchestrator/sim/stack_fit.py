@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.mechanisms.lmcache import CHUNK_TOKENS
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
 from orchestrator.roofline.hardware import Calibration, Device, StepCost
 from orchestrator.sim.calibrate import TIE

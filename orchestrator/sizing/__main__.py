@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from orchestrator.cli_help import command_parser
+from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.models.catalog import shipped_names
 from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, Sizing, size

@@ -68,7 +68,7 @@ def _version(resolution, name: str) -> str:
 
 @pytest.mark.parametrize(("extra", "stack"), [("gpu", "vllm-0.32"), ("gpu-vllm-0-26", "vllm-0.26")])
 def test_each_gpu_extra_pins_one_exact_tested_stack(extra, stack):
-    from orchestrator.stacks import get_stack
+    from orchestrator.replica.tested_stacks import get_stack
 
     pins = {Requirement(text).name: Requirement(text) for text in PYPROJECT["project"]["optional-dependencies"][extra]}
     tested = get_stack(stack)
@@ -171,7 +171,7 @@ print(json.dumps({"named": named, "launched": launched, "default": DEFAULT_AMI_N
 def test_each_stacks_lmcache_ships_the_compiled_ops_module_the_workers_check(tmp_path, pip_env, package_index, stack):
     """LMCache renamed its compiled extension (c_ops up to 0.5.3, cuda_ops from 0.5.4): the check that refuses
     an lmcache cell whose ops do not load must import the module that version ships."""
-    from orchestrator.stacks import get_stack
+    from orchestrator.replica.tested_stacks import get_stack
 
     tested = get_stack(stack)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(tmp_path), *TARGET_FLAGS,

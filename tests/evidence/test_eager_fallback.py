@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from orchestrator.evidence.budget import Budget
-from orchestrator.gpu_evidence import EvidenceRun, parser, plan_from
+from orchestrator.cli.evidence import EvidenceRun, parser, plan_from
 from orchestrator.records.cell import CellOutcome, FailureKind
 from orchestrator.replica.replica import ResetError
 

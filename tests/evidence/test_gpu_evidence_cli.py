@@ -1,4 +1,4 @@
-"""``python -m orchestrator.gpu_evidence``: bad input fails before anything starts, a stage that does not fit the
+"""``python -m orchestrator.cli.evidence``: bad input fails before anything starts, a stage that does not fit the
 budget is skipped with its estimate, and a run stopped by SIGTERM (the GPU machine's limit) packs what finished.
 The real-engine rehearsal is ``tests/integration/test_gpu_evidence.py``."""
 
@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from orchestrator.evidence.pack import EVIDENCE_FILE, PACKED_FILES
-from orchestrator.gpu_evidence import main
+from orchestrator.cli.evidence import main
 from orchestrator.paths import PROJECT_ROOT
 
 
@@ -50,7 +50,7 @@ def test_bad_input_fails_in_one_line_before_anything_starts(tmp_path, capsys, fl
 
 def test_the_capacity_stage_runs_its_loads_on_the_pressure_plans_pool_and_tier():
     """On an H100, each POLICY:JPS of --capacity-cells is the pressure plan's cell of that policy at that load."""
-    from orchestrator.gpu_evidence import parser, plan_from
+    from orchestrator.cli.evidence import parser, plan_from
 
     plan = plan_from(parser().parse_args(["--gpu", "H100", "--out", "o", "--budget-s", "500", "--stages", "capacity",
                                           "--capacity-cells", "fcfs:1.241,native-offload:2.985", "--slo", "jct_p90=30s",
@@ -85,7 +85,7 @@ def test_stages_that_do_not_fit_the_budget_are_skipped_with_their_estimate_and_t
 
 def test_sigterm_inside_a_stage_marks_it_cut_and_packs_what_finished(tmp_path):
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "orchestrator.gpu_evidence", "--gpu", "cpu", "--budget-s", "600", "--stages",
+    command = [sys.executable, "-m", "orchestrator.cli.evidence", "--gpu", "cpu", "--budget-s", "600", "--stages",
                "doctor", "--out", str(out), "--work", str(tmp_path / "work")]  # fmt: skip
     with subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
         next(line for line in run.stdout if "doctor ..." in line)

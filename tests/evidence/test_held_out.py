@@ -9,7 +9,7 @@ import json
 import pytest
 
 from orchestrator.evidence.held_out import Prediction, held_out_stage, read_predictions
-from orchestrator.gpu_evidence import main, parser, plan_from
+from orchestrator.cli.evidence import main, parser, plan_from
 from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
 
 FLAGS = ["--gpu", "H100", "--budget-s", "500", "--stages", "doctor,cells,capacity", "--policies", "fcfs,continuum",

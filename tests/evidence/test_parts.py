@@ -44,7 +44,7 @@ def test_the_pack_is_three_whole_files_holding_every_stage_file(tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
     (work / "cells" / "fcfs").mkdir(parents=True)
     (work / "cells" / "fcfs" / "cell.json").write_text("{}")
-    header = EvidenceHeader("python -m orchestrator.gpu_evidence --gpu H200", "H200", "NVIDIA H200", "vllm 0.26.0", 500)
+    header = EvidenceHeader("python -m orchestrator.cli.evidence --gpu H200", "H200", "NVIDIA H200", "vllm 0.26.0", 500)
     stages = [StageResult("doctor", "done", 12.5, "6 checks hold", "target  check ..."),
               StageResult("cell fcfs", "skipped", 0.0, "needs about 272 s, 200 s of the 500 s budget left")]
     pack(work, out, header, stages[:1])

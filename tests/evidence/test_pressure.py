@@ -9,7 +9,7 @@ from functools import cache
 
 import pytest
 
-from orchestrator.checks import cell_evidence
+from orchestrator.evidence.checks import cell_evidence
 from orchestrator.evidence.pressure import (
     POOL_ABOVE_LIVE,
     POOL_BELOW_CORPUS,
@@ -23,11 +23,11 @@ from orchestrator.evidence.pressure import (
     simulated,
     winner,
 )
-from orchestrator.gpu_evidence import _verdict_stage
+from orchestrator.cli.evidence import _verdict_stage
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.pressure_plan import comparison_markdown, comparison_rows, main, rms_errors
+from orchestrator.cli.pressure import comparison_markdown, comparison_rows, main, rms_errors
 from orchestrator.sizing.kv import Regime, kv_bytes_per_token
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.preflight import preflight

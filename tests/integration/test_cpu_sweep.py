@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.cell_json import read_cell_json
+from orchestrator.sweep.planning.cell_json import read_cell_json
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.scheduler_trace import Finish, Step, Unpin, UnpinReason, pin_releases
 from orchestrator.records.scheduler_trace_file import trace_events

@@ -23,6 +23,6 @@ def test_a_dummy_qwen3_measures_its_planned_prompts_and_hits_each_previous_turn(
     out = tmp_path / "cell"
     args = ["--model", str(model), "--weights", "dummy", "--policy", "fcfs", "--kv-blocks", "auto", "--scale", "0.25",
             "--jps", "1", "--duration-s", "3", "--no-checks", "--out", str(out)]  # fmt: skip
-    result = run_as_on_a_gpu_box("orchestrator.run_cell", args, tmp_path, timeout_s=600)
+    result = run_as_on_a_gpu_box("orchestrator.cli.cell", args, tmp_path, timeout_s=600)
     assert "weights=dummy" in result.stdout
     assert_measures_its_plan_and_hits_each_previous_turn(out, model)

@@ -27,7 +27,7 @@ def test_the_rehearsal_runs_every_stage_and_packs_its_evidence_into_three_files(
             "--weights", "dummy", "--kv-blocks", "auto", "--policies", "fcfs,lmcache", "--duration-s", "3",
             "--source-cells", "fcfs:2", "--source-duration-s", "3", "--pressure-policies", "fcfs,native-offload",
             "--stages", "doctor,cells,profile,source-study,pressure"]  # fmt: skip
-    run_as_on_a_gpu_box("orchestrator.gpu_evidence", args, tmp_path, timeout_s=900)
+    run_as_on_a_gpu_box("orchestrator.cli.evidence", args, tmp_path, timeout_s=900)
 
     assert sorted(path.name for path in out.iterdir()) == sorted(PACKED_FILES)
     stages = {stage["name"]: stage for stage in json.loads((out / EVIDENCE_FILE).read_text())["stages"]}

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.launcher import start_launcher, vllm_preload
 from orchestrator.replica.replica import Replica
@@ -137,7 +137,7 @@ def test_killing_the_driver_mid_cell_leaves_no_vllm_process(tmp_path):
     before = {pid for pid, _ in replica_processes()}
     out = tmp_path / "cell"
     driver = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.run_cell", "--jps", "1", "--duration-s", "120", "--no-checks", "--out",
+        [sys.executable, "-m", "orchestrator.cli.cell", "--jps", "1", "--duration-s", "120", "--no-checks", "--out",
          str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}, start_new_session=True,
     )

@@ -8,7 +8,7 @@ from orchestrator.mechanisms.lmcache import LMCacheCpuTier
 from orchestrator.mechanisms.native_offload import SimpleOffload
 from orchestrator.mechanisms.registry import TIERS, recorded_tier
 from orchestrator.mechanisms.tier import NoTier
-from orchestrator.policies import POLICIES, get_policy, policies_covering_every_mechanism
+from orchestrator.policies.catalog import POLICIES, get_policy, policies_covering_every_mechanism
 from orchestrator.records.cell import EngineFacts, TierCounters
 
 # Two of LMCache 0.5.3's log lines from the first H200 lmcache cell (docs/gpu-runs/2026-11-26-H200.md), colours kept.

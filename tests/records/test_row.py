@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.cell_json import cell_config
+from orchestrator.sweep.planning.cell_json import cell_config
 from orchestrator.records.cell import (
     CellConfig,
     CellOutcome,

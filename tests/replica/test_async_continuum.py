@@ -297,7 +297,7 @@ def test_async_continuum_on_the_cpu_engine_with_two_steps_in_flight(tiny_model_d
     """A real server with async scheduling on: only vLLM's own engine core and batch queue show that the
     two-step driver above matches it (steps overlap, pins released at the next turn, every full block hit)."""
     from orchestrator.paths import PROJECT_ROOT
-    from orchestrator.policies import get_policy
+    from orchestrator.policies.catalog import get_policy
     from orchestrator.replica.config import VllmEngineConfig
     from orchestrator.replica.replica import Replica
     from tests.replica.async_probe import FORCE_ENV, write_sitecustomize

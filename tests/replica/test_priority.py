@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 
-from orchestrator.checks import _priority_check
+from orchestrator.evidence.checks import _priority_check
 from orchestrator.replica.priority import WORKER_NICENESS_ENV, start_workers_at_normal_priority
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.policies import POLICIES
+from orchestrator.policies.catalog import POLICIES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.scheduler_trace import trace_bytes
 from orchestrator.records.scheduler_trace_file import trace_events

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.engine_setup import EngineOptions, engine_setup
+from orchestrator.policies.engine_setup import EngineOptions, engine_setup
 from orchestrator.records.cell import TierCounters
 from orchestrator.records.intervals import Interval
 from orchestrator.records.scheduler_trace_file import trace_frame

@@ -77,7 +77,7 @@ def test_a_summarys_stacks_and_bands_a_summary_from_before_stacks_being_the_sour
 
 def test_calibrate_refuses_a_stack_fit_without_runs_or_onto_the_source_study(tmp_path):
     def refused(*argv: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "calibrate", *argv], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "orchestrator.cli.kvsweep", "calibrate", *argv], capture_output=True,
                               text=True, timeout=120)  # fmt: skip
         assert done.returncode == 2, done.stderr
         return done.stderr.strip().splitlines()[-1]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.sweep.cli import check_writable, sweep_main
+from orchestrator.cli.sweep import check_writable, sweep_main
 from orchestrator.validation import InputError
 from orchestrator.sweeps.cpu_tiny import SPEC
 

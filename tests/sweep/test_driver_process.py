@@ -120,7 +120,7 @@ def test_the_job_api_refuses_a_submission_without_the_token_and_answers_with_it(
 
 
 def doctor_auth_rows(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "orchestrator.doctor", "--ray-address", address, "--auth-only"]
+    command = [sys.executable, "-m", "orchestrator.cli.doctor", "--ray-address", address, "--auth-only"]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=PROJECT_ROOT)
 
 

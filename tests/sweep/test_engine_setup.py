@@ -1,4 +1,4 @@
-"""A cell's engine is decided in one place (``orchestrator.engine_setup``): the real replica's flags, the simulated engine
+"""A cell's engine is decided in one place (``orchestrator.policies.engine_setup``): the real replica's flags, the simulated engine
 and the sizing all read the same settings, with the device's defaults filled in once."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from orchestrator.cell_json import read_cell_json
+from orchestrator.sweep.planning.cell_json import read_cell_json
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import read_verdicts

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.sweep.cli import apply_flags, parser
+from orchestrator.cli.sweep import apply_flags, parser
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
 from orchestrator.validation import one_line

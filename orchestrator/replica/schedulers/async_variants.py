@@ -5,7 +5,7 @@ schedules step N+1 before step N's output is processed). Only an ``AsyncSchedule
 into step N+1 (its placeholders count the token step N has not returned yet); a synchronous subclass leaves
 every decode waiting for the previous step's output, which ``SchedulerConfig.get_scheduler_cls`` warns about
 as "async scheduling being disabled" and which would change the baseline being measured.
-``orchestrator.policies`` therefore picks these classes on GPU and the synchronous ones on CPU.
+``orchestrator.policies.catalog`` therefore picks these classes on GPU and the synchronous ones on CPU.
 
 Continuum's pins are safe with two steps in flight; the reasons, from vLLM's code, are in the "Async
 scheduling" section of ``continuum``'s docstring. In short: a turn can finish while the next step still

@@ -15,7 +15,7 @@ from dataclasses import asdict
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.engine_setup import EngineSetup, device_of, engine_setup
+from orchestrator.policies.engine_setup import EngineSetup, device_of, engine_setup
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.roofline.hardware import CpuProfile

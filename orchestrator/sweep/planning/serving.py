@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.models.served import ServedModel
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import EngineKind

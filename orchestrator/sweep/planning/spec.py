@@ -11,13 +11,13 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.engine_setup import EngineOptions
+from orchestrator.policies.engine_setup import EngineOptions
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.models.catalog import shipped_name
 from orchestrator.models.dummy import source_config
 from orchestrator.models.served import Weights
 from orchestrator.models.tiny import TINY_MODEL
-from orchestrator.policies import POLICIES, get_policy
+from orchestrator.policies.catalog import POLICIES, get_policy
 from orchestrator.roofline.hardware import CpuProfile, check_simulable
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.stacks import DEFAULT_STACK, get_stack

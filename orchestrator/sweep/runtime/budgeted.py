@@ -26,7 +26,7 @@ from orchestrator.budget.plan import plan_cells, plan_frame, plan_lines
 from orchestrator.budget.priority import rank_cells
 from orchestrator.budget.spend import Spending
 from orchestrator.gpus import CPU
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.cell_json import read_cell_json
+from orchestrator.sweep.planning.cell_json import read_cell_json
 from orchestrator.gpus import CPU
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles

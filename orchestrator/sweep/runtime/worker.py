@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.served import ModelUnavailable, ServedModel, served_model
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import (
     CellConfig,
     CellOutcome,

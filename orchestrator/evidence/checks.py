@@ -1,5 +1,5 @@
-"""The checks behind the doctor and ``run_cell``: what a node needs to serve a cell, and what a finished cell
-shows about its policy, its replica and its KV pool. No Ray, no tracking: ``run_cell`` uses them on a single
+"""The checks behind the doctor and ``kvsweep cell``: what a node needs to serve a cell, and what a finished cell
+shows about its policy, its replica and its KV pool. No Ray, no tracking: ``kvsweep cell`` uses them on a single
 GPU box, the doctor inside a Ray task on each node type.
 """
 
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
-from orchestrator.policies import get_policy
+from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
 from orchestrator.replica.priority import NORMAL_NICENESS, niced_workers_advice, niceness
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, size
 from orchestrator.sizing.models import load_model
-from orchestrator.stacks import lmcache_ops_module, stack_of, untested
+from orchestrator.replica.tested_stacks import lmcache_ops_module, stack_of, untested
 from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.validation import first_line
@@ -71,7 +71,7 @@ def node_checks(target: str, model: str, weights: Weights, needs_lmcache: bool) 
 
 def _priority_check(target: str) -> Check:
     """A replica's server and clients run at the niceness of the process that starts them: on a cluster a Ray worker
-    started as a cell's is (``at_normal_priority``), which this check runs in; under ``run_cell`` the driver itself."""
+    started as a cell's is (``at_normal_priority``), which this check runs in; under ``kvsweep cell`` the driver itself."""
     if (current := niceness()) > NORMAL_NICENESS:
         return Check(target, "CPU priority", False, niced_workers_advice(current))
     return Check(target, "CPU priority", True, f"servers and clients start at nice {current}")

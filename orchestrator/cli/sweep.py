@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.cli_help import command_parser
+from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
 from orchestrator.paths import sweeps_dir
@@ -113,7 +113,7 @@ def sweep_doc(name: str) -> str:
 def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, engines: Mapping[str, str] = ENGINES,
            hidden: Collection[str] = ()) -> argparse.ArgumentParser:
     """The flags every sweep takes, ``spec``'s grid their defaults: the parser of ``kvsweep COMMAND`` described by
-    ``doc`` (``cli_help.command_parser``), or without a command of the script running (one that builds on the sweeps'
+    ``doc`` (``cli.parser.command_parser``), or without a command of the script running (one that builds on the sweeps'
     flags). ``engines``: the ``--engine`` choices and what each runs; ``hidden``: flags (dests) the command refuses,
     left out of its help."""
     p = command_parser(command or "", doc)

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from orchestrator.cli import COMMANDS, sweep_names
-from orchestrator.cli_help import command_parser, description
+from orchestrator.cli.kvsweep import COMMANDS, sweep_names
+from orchestrator.cli.parser import command_parser, description
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ def command_parsers() -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser
     """Every parser of ``kvsweep`` by the words that lead to it: each sweep's, each subcommand's and theirs, from the
     ``parser()`` of each one's module (imported here); not ``kvsweep`` itself nor ``kvsweep sweep``, which
     ``cli.main`` reads by hand."""
-    from orchestrator.sweep.cli import parser as sweep_parser
-    from orchestrator.sweep.cli import sweep_doc
+    from orchestrator.cli.sweep import parser as sweep_parser
+    from orchestrator.cli.sweep import sweep_doc
 
     for name in sweep_names():
         spec = importlib.import_module(f"orchestrator.sweeps.{name}").SPEC
@@ -101,7 +101,7 @@ def node_of(path: tuple[str, ...], parser: argparse.ArgumentParser) -> Node:
 
 def command_tree() -> list[Node]:
     """Every node of ``kvsweep``: the command itself, ``kvsweep sweep``, and each of ``command_parsers``."""
-    from orchestrator.sweep.cli import sweep_doc
+    from orchestrator.cli.sweep import sweep_doc
 
     helps = (("-h", "list the commands"), ("--help", "list the commands"))
     commands = tuple((name, command.summary) for name, command in COMMANDS.items())

@@ -1,7 +1,7 @@
 """Command line: a GPU's evidence in one command, its stages planned against a time budget, no Ray, no tracking.
 
-    python -m orchestrator.gpu_evidence --gpu H200 --out $OUT --budget-s 450           # on a GPU node
-    python -m orchestrator.gpu_evidence --gpu cpu --out results/evidence --budget-s 900  # the rehearsal here
+    python -m orchestrator.cli.evidence --gpu H200 --out $OUT --budget-s 450           # on a GPU node
+    python -m orchestrator.cli.evidence --gpu cpu --out results/evidence --budget-s 900  # the rehearsal here
 
 Stages, in order, each timed:
 1. doctor: the node's checks (tested stack, driver against CUDA, torch sees the GPU, vLLM and LMCache's compiled
@@ -51,8 +51,8 @@ import pandas as pd
 from pydantic import ValidationError
 
 from orchestrator.capacity.plan import lowest_judgeable_jps
-from orchestrator.checks import Check, checked_cell, format_table, node_checks, stack_check
-from orchestrator.cli_help import command_parser
+from orchestrator.evidence.checks import Check, checked_cell, format_table, node_checks, stack_check
+from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
 from orchestrator.evidence.held_out import (
     Prediction,
@@ -81,14 +81,14 @@ from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights, served_model
-from orchestrator.policies import POLICIES, get_policy, policies_covering_every_mechanism
+from orchestrator.policies.catalog import POLICIES, get_policy, policies_covering_every_mechanism
 from orchestrator.records.cell import CellOutcome, FailureKind, ReplicaStart
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
 from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.roofline.hardware import Calibration, Device
-from orchestrator.run_cell import cell_from
+from orchestrator.cli.cell import cell_from
 from orchestrator.sim.calibrate import MeasuredCell, measured_cells, simulated_jct
 from orchestrator.sim.gpu_profile import measure_profile, step_error, trace_steps
 from orchestrator.sim.profile import CPU_STEP_BOUNDS, fit_step_costs
@@ -139,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--first-start-s", type=float, help="the first server start's estimate before one is measured "
                    "(default: the type's measured first start, orchestrator/data/starts.toml); a previous call's "
                    "measured start is a closer one")
-    p.add_argument("--kv-blocks", help="fix the KV pool in blocks, or auto (run_cell's default per device)")
+    p.add_argument("--kv-blocks", help="fix the KV pool in blocks, or auto (kvsweep cell's default per device)")
     p.add_argument("--pressure-policies", default=",".join(PRESSURE_POLICIES), help="the pressure stage's policies, "
                    "in the order they run (the first is the baseline every other is compared with)")
     p.add_argument("--capacity-cells", default="", help="the capacity stage's cells, comma-separated POLICY:JPS, on "
@@ -730,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ValidationError) as error:
         print(f"error: {one_line(error) if isinstance(error, ValidationError) else error}", file=sys.stderr)
         return 2
-    command = shlex.join(["python", "-m", "orchestrator.gpu_evidence", *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(["python", "-m", "orchestrator.cli.evidence", *(argv if argv is not None else sys.argv[1:])])
     if args.predict_only is not None:
         return _predict_only(plan, args.predict_only, command)
     try:

@@ -1,9 +1,9 @@
-"""``python -m orchestrator.bundle``: a wheelhouse of a tested stack for nodes with no package index.
+"""``python -m orchestrator.cli.bundle``: a wheelhouse of a tested stack for nodes with no package index.
 
-    python -m orchestrator.bundle --stack vllm-0.26 --device gpu --python 3.12 --platform manylinux_2_39_x86_64 \\
+    python -m orchestrator.cli.bundle --stack vllm-0.26 --device gpu --python 3.12 --platform manylinux_2_39_x86_64 \\
         --out /shared/kvsweep-wheels
 
-For a named stack (``orchestrator.stacks``), a device (``gpu``: vLLM and LMCache; ``cpu``: vLLM's CPU build)
+For a named stack (``orchestrator.replica.tested_stacks``), a device (``gpu``: vLLM and LMCache; ``cpu``: vLLM's CPU build)
 and a target (Python version, platform tag of the newest glibc it has), it resolves the serving path and the
 project's own dependencies for that target on this machine's index (or, with ``--find-links DIR``, on a local
 mirror alone), downloads them, checks each file against the index's sha256, builds the project's own wheel, and
@@ -42,9 +42,9 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.cli_help import command_parser
+from orchestrator.cli.parser import command_parser
 from orchestrator.paths import CHECKOUT_SUBPACKAGES, PROJECT_ROOT
-from orchestrator.stacks import STACKS, Stack, get_stack
+from orchestrator.replica.tested_stacks import STACKS, Stack, get_stack
 from orchestrator.validation import InputError
 
 FORMAT = "kvsweep-bundle/1"

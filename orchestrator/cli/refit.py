@@ -2,7 +2,7 @@
 error before and after shown. Nothing is written to the project's calibration: the refit rates live in this run only,
 and the table goes to the sweep's directory.
 
-    python -m orchestrator.refit DIR/<sweep> --gpu H100       (kvsweep refit DIR/<sweep> --gpu H100)
+    python -m orchestrator.cli.refit DIR/<sweep> --gpu H100       (kvsweep refit DIR/<sweep> --gpu H100)
 
 The measured cells' scheduler traces are fitted as ``python -m orchestrator.sim.gpu_profile`` fits them (the
 roofline the simulator steps by). Every predicted cell of the type is then simulated again, on its own schedule, with
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.cell_json import read_cell_json
-from orchestrator.cli_help import command_parser
+from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles

@@ -6,7 +6,7 @@ of its older form (``python sweeps/NAME.py``, ``python -m ...``), which keep wor
     kvsweep doctor --help
     kvsweep --version                            # kvsweep 0.1.0
 
-Every subcommand's parser starts from ``cli_help.command_parser``: its usage reads ``kvsweep NAME`` in either form.
+Every subcommand's parser starts from ``cli.parser.command_parser``: its usage reads ``kvsweep NAME`` in either form.
 A subcommand's module is imported only when it runs, so ``kvsweep --help`` starts in a moment and a program's own
 dependencies (Ray, MLflow, vLLM) load only for the programs that need them.
 """
@@ -17,7 +17,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from orchestrator.cli_help import version_line
+from orchestrator.cli.parser import version_line
 from orchestrator.paths import sweeps_dir
 
 
@@ -25,13 +25,14 @@ from orchestrator.paths import sweeps_dir
 class Command:
     module: str  # whose main(argv) runs it; "sweeps" for a sweep by name
     summary: str
+    older_module: str = ""  # the name its older form runs by, where that is not ``module``
 
     @property
     def older_form(self) -> str:
         """The command it is, as it was run before ``kvsweep``."""
         if self.module.startswith("sweeps"):
             return f"python sweeps/{self.module.partition('.')[2] or 'NAME'}.py"
-        return f"python -m {self.module.removesuffix('.__main__')}"
+        return f"python -m {self.older_module or self.module.removesuffix('.__main__')}"
 
 
 COMMANDS: dict[str, Command] = {
@@ -40,17 +41,17 @@ COMMANDS: dict[str, Command] = {
     "capacity": Command("orchestrator.sweeps.capacity",
                         "each policy's capacity under an SLO, the GPUs a traffic needs, their cost"),
     "report": Command("orchestrator.analysis.report", "the HTML report, tables and plots of a sweep's results"),
-    "doctor": Command("orchestrator.doctor", "check a Ray cluster's nodes before a sweep"),
+    "doctor": Command("orchestrator.cli.doctor", "check a Ray cluster's nodes before a sweep", "orchestrator.doctor"),
     "sizing": Command("orchestrator.sizing.__main__", "KV pool, CPU tier and regime of a model on a GPU type"),
-    "cell": Command("orchestrator.run_cell", "one real cell on this machine, no Ray, no tracking"),
-    "evidence": Command("orchestrator.gpu_evidence", "a GPU node's evidence in one command, within a time budget"),
-    "pressure": Command("orchestrator.pressure_plan", "the pressure plan's predictions, and a run beside them"),
+    "cell": Command("orchestrator.cli.cell", "one real cell on this machine, no Ray, no tracking"),
+    "evidence": Command("orchestrator.cli.evidence", "a GPU node's evidence in one command, within a time budget"),
+    "pressure": Command("orchestrator.cli.pressure", "the pressure plan's predictions, and a run beside them"),
     "convert": Command("orchestrator.workload.traces.convert", "an agent trace into the project's trace format"),
-    "bundle": Command("orchestrator.bundle", "an offline wheelhouse of a tested stack for air-gapped nodes"),
+    "bundle": Command("orchestrator.cli.bundle", "an offline wheelhouse of a tested stack for air-gapped nodes"),
     "calibrate": Command("orchestrator.sim.calibrate", "the simulator's calibration against the measured cells"),
     "profile": Command("orchestrator.sim.gpu_profile", "a GPU's step traces as the simulator's rates"),
-    "refit": Command("orchestrator.refit", "a budgeted sweep's cells re-predicted with rates refit from its measured ones"),
-    "completion": Command("orchestrator.completion", "a bash or zsh completion script for kvsweep, from its parsers"),
+    "refit": Command("orchestrator.cli.refit", "a budgeted sweep's cells re-predicted with rates refit from its measured ones"),
+    "completion": Command("orchestrator.cli.completion", "a bash or zsh completion script for kvsweep, from its parsers"),
 }
 
 
@@ -95,7 +96,7 @@ def _sweep(args: list[str]) -> int:
     if args[0] not in names:
         print(f"error: unknown sweep {args[0]!r}; valid: {', '.join(names)}", file=sys.stderr)
         return 2
-    from orchestrator.sweep.cli import sweep_main
+    from orchestrator.cli.sweep import sweep_main
 
     return sweep_main(importlib.import_module(f"orchestrator.sweeps.{args[0]}").SPEC, args[1:], args[0])
 
