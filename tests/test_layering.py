@@ -34,7 +34,11 @@ PURE_MODULES = (
     *modules_of("orchestrator.sim"),
     *modules_of("orchestrator.records"),
     *modules_of("orchestrator.routing"),
-    *modules_of("orchestrator.evidence"),
+    "orchestrator.evidence.budget",
+    "orchestrator.evidence.held_out",
+    "orchestrator.evidence.pack",
+    "orchestrator.evidence.pressure",
+    "orchestrator.evidence.tier",
     *modules_of("orchestrator.budget"),
     *modules_of("orchestrator.mechanisms"),
     *modules_of("orchestrator.mechanisms.continuum"),
@@ -216,10 +220,11 @@ LAYERS = (
     ("orchestrator.sim",),
     ("orchestrator.sweep.cluster",),
     ("orchestrator.sweep.planning",),  # the cells, their engines and the cell's JSON read back
-    ("orchestrator.budget", "orchestrator.evidence"),
+    ("orchestrator.budget",),
     ("analysis",),  # the report and the verdicts, which the runtime publishes
     ("orchestrator.sweep.runtime",),
     ("orchestrator.capacity", "orchestrator.crossover"),  # searches run as sweeps
+    ("orchestrator.evidence",),  # a node's checks, and the GPU evidence run that measures cells beside predictions
     # the commands (``orchestrator.doctor``: the older form of ``kvsweep doctor``; ``orchestrator.sweep``: its package)
     ("orchestrator.cli", "orchestrator.doctor", "orchestrator.sweep", "sweeps"),
 )  # fmt: skip

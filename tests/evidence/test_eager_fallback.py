@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from orchestrator.evidence.budget import Budget
-from orchestrator.cli.evidence import EvidenceRun, parser, plan_from
+from orchestrator.cli.evidence import parser, plan_from
+from orchestrator.evidence.run import EvidenceRun
 from orchestrator.records.cell import CellOutcome, FailureKind
 from orchestrator.replica.replica import ResetError
 
@@ -42,9 +43,9 @@ class FailingStarts:
 def test_after_a_failed_compiled_start_the_cell_and_every_later_one_run_eager_and_say_why(tmp_path):
     args = parser().parse_args(["--gpu", "H200", "--out", str(tmp_path / "out"), "--budget-s", "3600", "--stages",
                                 "cells", "--policies", "fcfs,continuum"])  # fmt: skip
-    run = EvidenceRun(plan_from(args), Budget(3600, "H200"), tmp_path / "work", tmp_path / "out", "the test")
-    run.worker.shutdown()
-    run.worker = worker = FailingStarts()
+    worker = FailingStarts()
+    run = EvidenceRun(plan_from(args), Budget(3600, "H200"), tmp_path / "work", tmp_path / "out", "the test",
+                      worker=worker)  # fmt: skip
     stages = run.run()
 
     assert worker.started == [("fcfs", None), ("fcfs", True), ("continuum", True)]

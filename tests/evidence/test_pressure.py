@@ -23,7 +23,7 @@ from orchestrator.evidence.pressure import (
     simulated,
     winner,
 )
-from orchestrator.cli.evidence import _verdict_stage
+from orchestrator.evidence.run import verdict_stage
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.paths import PROJECT_ROOT
@@ -143,7 +143,7 @@ def test_the_verdict_stage_holds_every_policy_against_fcfs_and_names_both_winner
     plan = _simulated_plan()
     measured = {policy: (cell_facts(cell, outcome), outcome) for policy, (cell, outcome) in plan.items()}
     predicted = {policy: facts for policy, (facts, _) in measured.items()}
-    verdict = _verdict_stage(measured, predicted)
+    verdict = verdict_stage(measured, predicted)
     assert verdict.name == "pressure verdict" and verdict.status == "done"
     assert set(verdict.facts) == set(PRESSURE_POLICIES) - {"fcfs"} | {"winner"}
     native = verdict.facts["native-offload"]
