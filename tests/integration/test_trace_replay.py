@@ -79,7 +79,7 @@ def test_every_request_is_sent_as_planned_with_its_exact_prompt(replayed):
 
 def test_the_cell_records_the_node_stack_a_child_of_its_launcher_read_as_a_fresh_interpreter_reads_it(worker, replayed):
     _, outcome = replayed
-    assert (worker._work_dir / "node-stack.out").exists()  # the worker's replicas fork from its launcher: so did this
+    assert (worker.keeper.work_dir / "node-stack.out").exists()  # the worker's replicas fork from its launcher: so did this
     assert outcome.config.stack == read_node_stack() and outcome.config.stack.vllm and outcome.config.stack.torch
 
 

@@ -15,7 +15,8 @@ from orchestrator.records.prediction import Prediction, read_predictions
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.runtime.budgeted import _costs_so_far, run_budgeted_sweep
-from orchestrator.sweep.runtime.driver import MeasuringOrder, run_sweep
+from orchestrator.sweep.runtime.driver import run_sweep
+from orchestrator.sweep.runtime.queue import MeasuringOrder
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 
 SPEC = fake_spec("budgeted", gpus=("H100",), policies=("fcfs", "continuum"), jps=(1, 2, 3), dram_gb=(1,))

@@ -11,6 +11,7 @@ import pytest
 from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineKind, RunLimits
+from orchestrator.replica import keeper as keeper_module
 from orchestrator.replica import replica as replica_module
 from orchestrator.sweep.runtime import worker as worker_module
 from orchestrator.sweep.runtime.worker import CellWorker
@@ -152,7 +153,7 @@ def test_an_lmcache_cell_refuses_to_start_when_lmcaches_compiled_ops_do_not_load
     try:
         started = time.monotonic()
         outcome = worker.run(cell, LIMITS)
-        assert worker._launcher is None  # not even the launcher its replicas would fork from: vLLM stays unimported
+        assert worker.keeper.launcher is None  # not even the launcher its replicas would fork from: vLLM stays unimported
     finally:
         worker.shutdown()
     assert outcome.status is CellStatus.FAILED and not outcome.retryable and outcome.failure_kind is FailureKind.REFUSED
@@ -183,10 +184,10 @@ def forked_fake_engine(monkeypatch):
     no vLLM to preload); ``proven=False`` treats its forked starts as a GPU's are."""
 
     def configure(preload: tuple[str, ...] = (), proven: bool = True):
-        for module in (worker_module, replica_module):
+        for module in (keeper_module, replica_module):
             monkeypatch.setattr(module, "forks_from_launcher", lambda engine: True)
-        monkeypatch.setattr(worker_module, "launcher_preload", lambda engine: preload)
-        monkeypatch.setattr(worker_module, "forking_proven", lambda engine: proven)
+        monkeypatch.setattr(keeper_module, "launcher_preload", lambda engine: preload)
+        monkeypatch.setattr(keeper_module, "forking_proven", lambda engine: proven)
         cell = expand(fake_spec("launcher", jps=(2,)))[0]
         return cell.model_copy(update={"workload": cell.workload.model_copy(update={"duration_s": 1})})
 
@@ -202,14 +203,14 @@ def test_a_launcher_that_cannot_be_reached_fails_the_start_for_a_retry_and_the_n
     worker = CellWorker(node_id="local")
     try:
         assert worker.run(cell, LIMITS).status is CellStatus.DONE
-        first, _ = worker._launcher
-        worker._drop_replica()  # the next cell needs a start
-        (worker._work_dir / "launcher.sock").unlink()
+        first, _ = worker.keeper.launcher
+        worker.keeper.drop()  # the next cell needs a start
+        (worker.keeper.work_dir / "launcher.sock").unlink()
         failed = worker.run(cell, LIMITS)
         assert failed.status is CellStatus.FAILED and failed.failure_kind is FailureKind.REPLICA_START
         assert failed.retryable and "launcher" in failed.reason and first.poll() is not None
         again = worker.run(cell, LIMITS)
-        assert again.status is CellStatus.DONE and worker._launcher[0] is not first
+        assert again.status is CellStatus.DONE and worker.keeper.launcher[0] is not first
         assert again.config.server_env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"  # forked from the new launcher
         assert again.config.replica_start.forked and again.config.replica_start.plain_because is None
     finally:
@@ -223,9 +224,9 @@ def test_a_launcher_that_refuses_to_preload_leaves_the_worker_starting_plainly_a
     worker = CellWorker(node_id="local")
     try:
         outcomes = [worker.run(cell, LIMITS)]
-        worker._drop_replica()  # the next cell needs a start
+        worker.keeper.drop()  # the next cell needs a start
         outcomes.append(worker.run(cell, LIMITS))
-        launcher = worker._launcher
+        launcher = worker.keeper.launcher
     finally:
         worker.shutdown()
     assert [outcome.status for outcome in outcomes] == [CellStatus.DONE] * 2
@@ -244,16 +245,16 @@ def test_where_forking_is_not_proven_a_forked_start_that_exits_is_started_again_
     worker = CellWorker(node_id="local")
     try:
         first = worker.run(cell, LIMITS)
-        worker._drop_replica()
+        worker.keeper.drop()
         second = worker.run(cell, LIMITS)
-        launcher = worker._launcher
+        launcher = worker.keeper.launcher
     finally:
         worker.shutdown()
     assert first.status is CellStatus.DONE and second.status is CellStatus.DONE
     for outcome in (first, second):
         start = outcome.config.replica_start
         assert not start.forked and start.plain_because == "a forked start failed: server exited with code 3"
-    assert worker._replicas_started == 3 and launcher is None  # the forked start, then two plain ones
+    assert worker.keeper.replicas_started == 3 and launcher is None  # the forked start, then two plain ones
 
 
 def test_where_forking_is_proven_a_forked_start_that_exits_fails_the_cell(forked_fake_engine):
@@ -265,4 +266,4 @@ def test_where_forking_is_proven_a_forked_start_that_exits_fails_the_cell(forked
     finally:
         worker.shutdown()
     assert outcome.status is CellStatus.FAILED and outcome.failure_kind is FailureKind.REPLICA_START
-    assert "server exited with code 3" in outcome.reason and worker._replicas_started == 1
+    assert "server exited with code 3" in outcome.reason and worker.keeper.replicas_started == 1

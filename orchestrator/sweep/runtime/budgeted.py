@@ -46,12 +46,12 @@ from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
 from orchestrator.sweep.runtime.driver import (
     EXIT_INTERRUPTED,
     EXIT_STOPPED,
-    MeasuringOrder,
     open_tracker,
     plan_sweep,
     run_sweep,
     slot_gib,
 )
+from orchestrator.sweep.runtime.queue import MeasuringOrder
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile, profile_spec, read_cpu_profile
 
 

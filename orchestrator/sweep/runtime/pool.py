@@ -106,7 +106,7 @@ class WorkerPool:
     def __init__(self, inventory: Inventory, scale_up_timeout_s: float):
         self.inventory = inventory
         self.workers: list[Worker] = []
-        self._scale_up_timeout_s = scale_up_timeout_s
+        self.scale_up_timeout_s = scale_up_timeout_s
         self._scale = ScaleUp(scale_up_timeout_s, self._ask)
         # (placement, node id) pairs that have had workers, each with the replica size its workers were made for
         self._slotted_nodes: dict[tuple[str, str], float] = {}
@@ -174,7 +174,7 @@ class WorkerPool:
                 give_up[gpu] = (f"the {gpu} nodes that came up have {largest:.0f} GiB of Ray memory, a replica "
                                 f"needs {replica_gib[gpu]:g} GiB")  # fmt: skip
         for gpu in self._scale.update(demand, self.inventory.gpu_types(), now):
-            give_up[gpu] = (f"the autoscaler brought up no {gpu} node within {self._scale_up_timeout_s:g} s "
+            give_up[gpu] = (f"the autoscaler brought up no {gpu} node within {self.scale_up_timeout_s:g} s "
                             "(--scale-up-timeout-s)")  # fmt: skip
         return give_up
 
@@ -187,9 +187,9 @@ class WorkerPool:
             if not count or not lost or self.inventory.node_types_of(gpu) or self.num_slots(gpu):
                 self._without_nodes_since.pop(gpu, None)
                 continue
-            if now - self._without_nodes_since.setdefault(gpu, now) > self._scale_up_timeout_s:
+            if now - self._without_nodes_since.setdefault(gpu, now) > self.scale_up_timeout_s:
                 give_up[gpu] = (f"every {gpu} node was lost ({', '.join(lost)}) and none joined within "
-                                f"{self._scale_up_timeout_s:g} s (--scale-up-timeout-s)")  # fmt: skip
+                                f"{self.scale_up_timeout_s:g} s (--scale-up-timeout-s)")  # fmt: skip
         return give_up
 
     def node_lost(self, worker: Worker) -> NodeInfo | None:

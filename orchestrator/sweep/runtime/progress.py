@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from orchestrator.records.cell import CellStatus
+from orchestrator.sweep.runtime.pool import WorkerPool
+from orchestrator.sweep.runtime.worker import WorkerPhase, WorkerStatus
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,33 @@ class ProgressSnapshot:
     pending_by_gpu: dict[str, int] = field(default_factory=dict)
     running: tuple[RunningCell, ...] = ()
     eta_s: float | None = None
+
+    @classmethod
+    def of(cls, sweep: str, statuses: Sequence[CellStatus | None], running: tuple[RunningCell, ...], queued: int,
+           pending: Sequence[str], wall_times: Sequence[float], workers: int) -> ProgressSnapshot:  # fmt: skip
+        """The snapshot of a sweep whose cells' last statuses are ``statuses``, ``pending`` the GPU type of each cell
+        that pends; its ETA is the done cells' mean wall time over what is queued and what the running cells have
+        left, spread over ``workers``."""
+        eta = None
+        if wall_times and workers:
+            per_cell = sum(wall_times) / len(wall_times)
+            left_in_running = sum(max(per_cell - cell.elapsed_s, 0.0) for cell in running)
+            eta = (queued * per_cell + left_in_running) / workers
+        return cls(sweep, len(statuses), statuses.count(CellStatus.DONE), statuses.count(CellStatus.FAILED),
+                   statuses.count(CellStatus.HUNG), queued, dict(Counter(pending)), running, eta)  # fmt: skip
+
+
+def running_cells(pool: WorkerPool) -> tuple[RunningCell, ...]:
+    """What each of ``pool``'s attempts in flight is doing, as its worker last said (waiting where it has not said
+    yet)."""
+    in_flight, running = pool.in_flight(), []
+    for worker, status in zip(in_flight, pool.statuses(in_flight)):
+        attempt = worker.attempt
+        if status is None or status.cell_key != attempt.cell.key:
+            status = WorkerStatus(attempt.cell.key, WorkerPhase.WAITING)
+        running.append(RunningCell(attempt.cell.label, attempt.started.number, status.phase.value, status.jobs_finished,
+                                   status.jobs_total, time.monotonic() - attempt.started_at))  # fmt: skip
+    return tuple(running)
 
 
 def progress_lines(snapshot: ProgressSnapshot) -> list[str]:

@@ -19,7 +19,7 @@ import pandas as pd
 from orchestrator.records.cell import CellOutcome
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.row import SummaryRow
-from orchestrator.records.store import atomic_write_json, atomic_write_parquet, write_cell_records
+from orchestrator.records.store import atomic_write_csv, atomic_write_json, atomic_write_parquet, write_cell_records
 from orchestrator.records.summary import CellSummary
 
 
@@ -92,6 +92,11 @@ class SweepResults:
         """A done cell's summary as its ``summary.json`` holds it (its row's scalars and its turns)."""
         payload = json.loads(self.files.cell(cell_key).summary.read_text())
         return CellSummary.of_parts(payload["row"], payload["turns"])
+
+    def write_preflight(self, frame: pd.DataFrame) -> Path:
+        """The preflight of the cells a run is about to run (``planning.preflight.preflight_frame``); its file."""
+        atomic_write_csv(frame, self.files.preflight)
+        return self.files.preflight
 
     def write_summary(self, rows: list[SummaryRow]) -> pd.DataFrame:
         frame = pd.DataFrame([row.to_json() for row in rows], columns=SummaryRow.columns())

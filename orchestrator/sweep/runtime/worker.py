@@ -1,8 +1,7 @@
 """The cell worker: runs cells one after another on one GPU (or the CPU engine), as a Ray actor.
 
-It owns one replica and keeps it across cells with the same server configuration when a reset is
-proven to have emptied every cache tier (``Replica.reset``); otherwise it starts a fresh one and the cell
-records why. While a cell's load runs it watches for
+Its replica is kept across cells with the same server configuration when a reset is proven to have emptied
+every cache tier, else started afresh, and the cell records why (``replica.keeper``). While a cell's load runs it watches for
 three faults: the replica exiting (``failed``, retryable), the engine making no progress with requests in
 flight (``hung``), and the cell's time limit (``failed``). It writes nothing durable: the records, server
 log and scheduler trace go back to the driver, the only writer of results and tracking.
@@ -11,15 +10,11 @@ log and scheduler trace go back to the driver, the only writer of results and tr
 from __future__ import annotations
 
 import enum
-import os
 import platform
-import shutil
-import subprocess
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from functools import partial
 
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.served import ModelUnavailable, ServedModel, served_model
@@ -32,7 +27,6 @@ from orchestrator.records.cell import (
     FailureKind,
     NodeStack,
     RequestOptions,
-    ReplicaStart,
     ResetProof,
     TierCounters,
 )
@@ -42,20 +36,11 @@ from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.disk import disk_refusal
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
 from orchestrator.replica.probe import PREEMPTIONS
-from orchestrator.replica.launcher import LauncherClient, LauncherError, LauncherRefused, start_launcher
 from orchestrator.replica.priority import at_normal_priority
-from orchestrator.replica.replica import (
-    Replica,
-    ReplicaInfo,
-    ResetError,
-    forking_proven,
-    forks_from_launcher,
-    launcher_preload,
-)
+from orchestrator.replica.keeper import ReplicaKeeper, ReplicaReuse, StartFailed
+from orchestrator.replica.replica import ReplicaInfo
 from orchestrator.replica.server import ServerStartError, StartLimits
-from orchestrator.replica.start_phases import start_split
-from orchestrator.replica.stack import lmcache_refusal, read_node_stack
-from orchestrator.replica.vllm_server import shared_environment
+from orchestrator.replica.stack import lmcache_refusal
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sim.stacks import stack_calibration
@@ -70,18 +55,6 @@ from orchestrator.workload.loadgen import ShardResult
 from orchestrator.workload.plan import WorkloadPlan, build_plan
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.tokenizer import token_counter_for
-
-
-@dataclass(frozen=True)
-class ReplicaReuse:
-    """How a cell got its replica: reused after a proven reset, or started (in ``start_s``), and why the
-    previous replica was not reused when it could have been."""
-
-    reused: bool
-    proof: ResetProof | None = None
-    start_s: float | None = None
-    replaced_because: str | None = None
-    start: ReplicaStart | None = None  # a real vLLM start's record
 
 
 class WorkerPhase(str, enum.Enum):
@@ -134,15 +107,9 @@ class CellWorker:
 
     def __init__(self, node_id: str = ""):
         self._node_id = node_id or _current_node_id()
-        self._work_dir = Path(tempfile.mkdtemp(prefix="kvsweep-worker-"))
-        self._replica: Replica | None = None
-        self._replicas_started = 0
-        self._launcher: tuple[subprocess.Popen, LauncherClient] | None = None  # started by the first replica forked
-        self._plain_because: str | None = None  # why this worker starts vLLM without its launcher, once it must
-        self._fork_retried = False  # a failed forked start was tried again plainly (once per worker)
+        self.keeper = ReplicaKeeper(resetting=self._resetting)
         self._clients: ClientActors | None = None  # the load's actors, made by the first cell that drives from actors
         self._status = WorkerStatus()
-        self._stack: NodeStack | None = None  # read once, when the first real vLLM cell comes
 
     def status(self) -> WorkerStatus:
         return self._status
@@ -164,7 +131,7 @@ class CellWorker:
             plan = build_plan(cell.workload, token_counter_for(model.directory), schedule)
             if cell.router is None:
                 reuse = self._replica_for(served.engine, _start_limits(limits))
-                ran = self._measure(cell, served, plan, limits, OneReplica(self._replica))
+                ran = self._measure(cell, served, plan, limits, OneReplica(self.keeper.replica))
             else:
                 reuse, ran = self._measure_routed(cell, served, plan, limits)
         except _Refused as refusal:
@@ -172,8 +139,8 @@ class CellWorker:
                                        refusal.server_log)  # fmt: skip
         finally:
             self._status = WorkerStatus()
-        return self._outcome(
-            cell, schedule, started, ran.status, ran.reason, ran.failure_kind, retryable=ran.crashed, load=ran.load,
+        return _outcome(
+            self._node_id, cell, schedule, started, ran.status, ran.reason, ran.failure_kind, retryable=ran.crashed, load=ran.load,
             server_log=ran.server_log, trace=parquet_of_lines(ran.trace), engine=served.engine,
             engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, num_preemptions=ran.num_preemptions,
             num_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
@@ -191,7 +158,7 @@ class CellWorker:
         needs_ops = NodeNeed.LMCACHE in policy.needs
         # A routed cell's replicas are Serve's, and one refused on its stack starts nothing: no launcher for either.
         via_launcher = cell.router is None and not needs_ops
-        stack = self._node_stack(engine, via_launcher) if cell.engine is EngineKind.VLLM else None
+        stack = self.keeper.node_stack(engine, via_launcher) if cell.engine is EngineKind.VLLM else None
         if stack is not None and needs_ops and (refusal := lmcache_refusal(stack)):
             raise _Refused(refusal)
         disk = policy.tier.disk_need(cell.dram_gb)
@@ -208,14 +175,16 @@ class CellWorker:
 
     def _replica_for(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
         try:
-            return self._ensure_replica(engine, start_limits)
-        except (ServerStartError, LauncherError) as error:
-            log = self._replica.log_tail(200) if self._replica else ""
-            self._drop_replica()
-            if isinstance(error, LauncherError):  # the next start begins with a launcher of its own
-                self._stop_launcher()
-            raise _Refused(f"replica did not start: {first_line(error)}", retryable=True, server_log=log,
+            return self.keeper.ensure(engine, start_limits)
+        except StartFailed as failed:
+            raise _Refused(f"replica did not start: {failed}", retryable=True, server_log=failed.log,
                            kind=FailureKind.REPLICA_START) from None
+
+    def _running(self, cell_key: str, finished: int, total: int) -> None:
+        self._status = WorkerStatus(cell_key, WorkerPhase.RUNNING, finished, total)
+
+    def _resetting(self) -> None:
+        self._status = WorkerStatus(self._status.cell_key, WorkerPhase.RESETTING)
 
     def _measure_routed(self, cell: CellSpec, served: ServedCell, plan: WorkloadPlan,
                         limits: RunLimits) -> tuple[ReplicaReuse, _Measured]:  # fmt: skip
@@ -224,7 +193,7 @@ class CellWorker:
         Serve is how Serve's own cost is measured against the direct path."""
         from orchestrator.replica.replica_set import ReplicaSet
 
-        self._drop_replica()  # its server would hold the memory (and, on a GPU, the device) a replica set needs
+        self.keeper.drop()  # its server would hold the memory (and, on a GPU, the device) a replica set needs
         replicas = ReplicaSet(served.engine, cell.replicas, cell.router, cell_key=cell.key, seed=cell.seed,
                               replica_options=_replica_options(cell),
                               start_limits=_start_limits(limits))  # fmt: skip
@@ -247,11 +216,12 @@ class CellWorker:
         mark = engines.mark()
         before = engines.poll()
         options = RequestOptions(served.served_model_name, served.send_priority, served.answer_token_ids)
-        self._status = WorkerStatus(cell.key, WorkerPhase.RUNNING, 0, len(plan.jobs))
+        self._running(cell.key, 0, len(plan.jobs))
         load_started_unix = time.time()
         load = self._start_load(plan, engines.base_url, options, limits)
         limit_s = limits.cell_limit_s(cell.workload)
-        status, reason, kind = self._watch(load, engines, before, limits, (time.monotonic() + limit_s, limit_s), cell.key)
+        status, reason, kind = _watch(load, engines, before, limits, (time.monotonic() + limit_s, limit_s),
+                                      partial(self._running, cell.key))  # fmt: skip
         shard = load.result() if status is CellStatus.DONE else None
         after = engines.poll()
         crashed = after.failure is not None  # a crash is worth another attempt; a hang or a time limit is not
@@ -259,34 +229,13 @@ class CellWorker:
             status, shard, reason, kind = CellStatus.FAILED, None, after.failure, FailureKind.ENGINE_CRASH
         log, trace = engines.output_since(mark, shard.requests if shard else ())
         if shard is None:
-            self._drop_replica()
+            self.keeper.drop()
             load.cancel()
         tier_counters = TierCounters.summed([TierCounters.between(starts, ends)
                                              for starts, ends in zip(before.counters, after.counters)])
         num_preemptions = _counted(PREEMPTIONS, before.counters, after.counters)
         return _Measured(status, reason, kind, crashed, shard, log, trace, tier_counters, num_preemptions, options,
                          plan.fingerprint(), engines.infos[0], load_started_unix)  # fmt: skip
-
-    def _outcome(self, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None,
-                 failure_kind: FailureKind | None, *, retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
-                 **config: object) -> CellOutcome:  # fmt: skip
-        """A cell that ran, on any engine: its records, each request with its best possible prefix hit, and
-        its configuration with what every engine records (``config`` adds the engine's own)."""
-        return CellOutcome(
-            cell_key=cell.key,
-            status=status,
-            reason=reason,
-            retryable=retryable,
-            requests=schedule.with_best_cached(load.requests) if load else (),
-            jobs=load.jobs if load else (),
-            config=CellConfig(cell_key=cell.key, cell=cell, node_id=self._node_id, host=platform.node(),
-                              gpu_ids=_gpu_ids(), **_schedule_facts(schedule), **config),  # fmt: skip
-            server_log=server_log,
-            scheduler_trace=trace,
-            started_unix=started,
-            finished_unix=time.time(),
-            failure_kind=failure_kind,
-        )
 
     def _simulate(self, cell: CellSpec, schedule: Schedule, started: float) -> CellOutcome:
         """The cell in the simulator: no replica, no clock; the same records, trace and configuration."""
@@ -297,8 +246,8 @@ class CellWorker:
         scheduler = engine.scheduler
         counts = asdict(result.stats).items()
         summary = " ".join(f"{name}={value:.6g}" for name, value in counts if isinstance(value, (int, float)))
-        return self._outcome(
-            cell, schedule, started, CellStatus.DONE, None, None, retryable=False,
+        return _outcome(
+            self._node_id, cell, schedule, started, CellStatus.DONE, None, None, retryable=False,
             load=ShardResult(tuple(result.requests), tuple(result.jobs)),
             server_log=f"simulated {cell.label}: {summary}\n", trace=parquet_of_entries(result.replica_traces),
             engine=engine.config,
@@ -312,121 +261,25 @@ class CellWorker:
     def prove_reset(self) -> ResetProof:
         """Reset the current replica and prove it clean, as the next cell would (the doctor's check).
         Raises ``ResetError`` when the proof fails."""
-        if self._replica is None or not self._replica.is_alive():
-            raise ResetError("no replica is running to reset")
-        return self._replica.reset()
+        return self.keeper.prove_reset()
 
     def keeps_replica_for(self, cell: CellSpec) -> bool:
         """Whether ``cell`` would run on the replica now running (after a proven reset) rather than a new one."""
-        if self._replica is None or not self._replica.is_alive() or cell.engine is EngineKind.SIM:
+        if self.keeper.replica is None or cell.engine is EngineKind.SIM:
             return False
         try:
-            return served_cell(cell, self._model(cell)).engine == self._replica.engine
+            return self.keeper.keeps(served_cell(cell, self._model(cell)).engine)
         except _Refused:  # its model cannot be served here: no replica would run it
             return False
 
     def replica_log(self) -> str:
         """The whole server log of the replica now running, its start at the top ('' when none runs)."""
-        info = self._replica.info if self._replica is not None else None
-        return Path(info.log_path).read_text(errors="replace") if info is not None else ""
-
-    def _node_stack(self, engine: EngineConfig, via_launcher: bool) -> NodeStack:
-        """Read once: ``via_launcher``, by a child of the launcher this worker's replicas fork from (started here if
-        it is not yet), else by a fresh interpreter; also where the launcher did not answer, which the replica's
-        start then meets and says."""
-        if self._stack is None:
-            try:
-                launcher = self._launcher_for(engine) if via_launcher else None
-                self._stack = read_node_stack(launcher=launcher, work_dir=self._work_dir)
-            except LauncherError:
-                self._stack = read_node_stack()
-        return self._stack
+        return self.keeper.log()
 
     def shutdown(self) -> None:
         if self._clients is not None:
             self._clients.shutdown()
-        self._drop_replica()
-        self._stop_launcher()
-        shutil.rmtree(self._work_dir, ignore_errors=True)
-
-    def _stop_launcher(self, grace_s: float = 10.0) -> None:
-        """The launcher exits when its stdin closes; one that does not within ``grace_s`` is killed."""
-        if self._launcher is None:
-            return
-        process, _ = self._launcher
-        self._launcher = None
-        process.stdin.close()
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def _launcher_for(self, engine: EngineConfig) -> LauncherClient | None:
-        """The node's launcher for a replica of ``engine`` that forks from one (``replica.forks_from_launcher``):
-        started at the first such replica, with the environment every server shares, and again if it died. None
-        where the replica does not fork, or this worker found it cannot (``_plain_because``)."""
-        if not forks_from_launcher(engine) or self._plain_because is not None:
-            return None
-        if self._launcher is None or self._launcher[0].poll() is not None:
-            try:
-                self._launcher = start_launcher(self._work_dir / "launcher.sock", launcher_preload(engine),
-                                                {**os.environ, **shared_environment()})  # fmt: skip
-            except LauncherRefused as refusal:  # it would refuse again: this worker's starts are plain from now
-                self._plain_because = f"the launcher refused: {first_line(refusal)}"
-                return None
-        return self._launcher[1]
-
-    def _ensure_replica(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
-        """A running replica of ``engine`` whose caches are empty: the previous one after a proven reset, else
-        a fresh one (with the reason the previous one was not kept, when there was one to keep)."""
-        current = self._replica
-        replaced_because = None
-        if current is not None and current.engine == engine and current.is_alive():
-            self._status = WorkerStatus(self._status.cell_key, WorkerPhase.RESETTING)
-            try:
-                return ReplicaReuse(reused=True, proof=current.reset())
-            except (ResetError, OSError) as error:  # a cache not proven empty would leak hits into this cell
-                replaced_because = f"reset not proven clean: {first_line(error)}"
-        self._drop_replica()
-        started = time.monotonic()  # a launcher's own start, the first time, is part of this start
-        launcher = self._launcher_for(engine)
-        serving_since = started
-        try:
-            self._start_replica(engine, start_limits, launcher)
-        except ServerStartError as failed:
-            if launcher is None or forking_proven(engine) or self._fork_retried:
-                raise
-            # Where forked starts are not proven (a GPU), the first that fails is tried again as a process of its
-            # own: where that serves, this worker forks no more; where it fails too, the fork was not to blame.
-            self._fork_retried = True
-            serving_since = time.monotonic()
-            self._start_replica(engine, start_limits, None)
-            self._plain_because = f"a forked start failed: {_start_failure(failed)}"
-            self._stop_launcher()  # it would hold its imports' host memory for nothing
-        now = time.monotonic()
-        return ReplicaReuse(reused=False, start_s=now - started, replaced_because=replaced_because,
-                            start=self._start_record(engine, now - serving_since))  # fmt: skip
-
-    def _start_replica(self, engine: EngineConfig, start_limits: StartLimits, launcher: LauncherClient | None) -> None:
-        self._replicas_started += 1
-        self._replica = Replica(engine, self._work_dir / f"replica-{self._replicas_started}", start_limits, launcher)
-        self._replica.start()
-
-    def _start_record(self, engine: EngineConfig, start_s: float) -> ReplicaStart | None:
-        """What the start of the replica now running found and spent in ``start_s`` (real vLLM; the fake engine
-        logs nothing of it); a failed forked start before it is in the cell's ``replica_start_s`` only."""
-        if not forks_from_launcher(engine):
-            return None
-        split = start_split(self.replica_log(), start_s)
-        forked = self._replica.forked
-        return ReplicaStart(forked=forked, plain_because=None if forked else self._plain_because,
-                            compile_cache=split.compile_cache, phases=split.phases())  # fmt: skip
-
-    def _drop_replica(self) -> None:
-        if self._replica is not None:
-            self._replica.stop()
-            self._replica = None
+        self.keeper.shutdown()
 
     def _start_load(self, plan, base_url: str, options: RequestOptions, limits: RunLimits) -> LoadRun:
         if limits.client_actors == 0:
@@ -438,33 +291,6 @@ class CellWorker:
             self._clients = ClientActors(at_normal_priority(
                 {"scheduling_strategy": NodeAffinitySchedulingStrategy(self._node_id, soft=False)}))  # fmt: skip
         return self._clients.start(plan, base_url, options, limits.client_actors)
-
-    def _watch(self, load: LoadRun, engines: CellEngines, before: EnginesPoll, limits: RunLimits,
-               time_limit: tuple[float, float], cell_key: str):  # fmt: skip
-        """Wait for the load to finish; the status, reason and kind of failure of the cell if a fault ends it first.
-
-        ``before`` is the replicas' poll from just before the load started; ``time_limit`` is the cell's
-        (monotonic deadline, limit in seconds)."""
-        deadline, limit_s = time_limit
-        last_work = before.work_done()
-        last_progress = time.monotonic()
-        while not load.wait(limits.poll_s):
-            now = time.monotonic()
-            poll = engines.poll()
-            if poll.failure is not None:
-                return CellStatus.FAILED, poll.failure, FailureKind.ENGINE_CRASH
-            progress = load.progress()
-            self._status = WorkerStatus(cell_key, WorkerPhase.RUNNING, progress.jobs_finished, progress.jobs_total)
-            work = poll.work_done()
-            if progress.requests_in_flight == 0 or (work is not None and work != last_work):
-                last_work, last_progress = work, now
-            elif now - last_progress > limits.hang_timeout_s:
-                return CellStatus.HUNG, (
-                    f"no engine progress for {limits.hang_timeout_s:g} s with {progress.requests_in_flight} requests in flight"
-                ), FailureKind.NO_PROGRESS
-            if now > deadline:
-                return CellStatus.FAILED, f"cell time limit of {limit_s:g} s exceeded", FailureKind.TIME_LIMIT
-        return CellStatus.DONE, None, None
 
 
 def start_worker(slot: Slot):
@@ -481,10 +307,54 @@ def start_worker(slot: Slot):
     return ray.remote(CellWorker).options(**options).remote(slot.node_id)
 
 
-def _start_failure(error: ServerStartError) -> str:
-    """A failed start in one line: what happened, and the last line its server logged."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if len(lines) < 2 else f"{lines[0]}; its log ends: {lines[-1]}"
+def _outcome(node_id: str, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None,
+             failure_kind: FailureKind | None, *, retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
+             **config: object) -> CellOutcome:  # fmt: skip
+    """A cell that ran, on any engine: its records, each request with its best possible prefix hit, and
+    its configuration with what every engine records (``config`` adds the engine's own)."""
+    return CellOutcome(
+        cell_key=cell.key,
+        status=status,
+        reason=reason,
+        retryable=retryable,
+        requests=schedule.with_best_cached(load.requests) if load else (),
+        jobs=load.jobs if load else (),
+        config=CellConfig(cell_key=cell.key, cell=cell, node_id=node_id, host=platform.node(),
+                          gpu_ids=_gpu_ids(), **_schedule_facts(schedule), **config),  # fmt: skip
+        server_log=server_log,
+        scheduler_trace=trace,
+        started_unix=started,
+        finished_unix=time.time(),
+        failure_kind=failure_kind,
+    )
+
+
+def _watch(load: LoadRun, engines: CellEngines, before: EnginesPoll, limits: RunLimits, time_limit: tuple[float, float],
+           progressed: Callable[[int, int], None]) -> tuple[CellStatus, str | None, FailureKind | None]:  # fmt: skip
+    """Wait for the load to finish; the status, reason and kind of failure of the cell if a fault ends it first.
+
+    ``before`` is the replicas' poll from just before the load started; ``time_limit`` is the cell's (monotonic
+    deadline, limit in seconds); ``progressed`` hears the jobs finished of the jobs in all as the load goes."""
+    deadline, limit_s = time_limit
+    last_work = before.work_done()
+    last_progress = time.monotonic()
+    while not load.wait(limits.poll_s):
+        now = time.monotonic()
+        poll = engines.poll()
+        if poll.failure is not None:
+            return CellStatus.FAILED, poll.failure, FailureKind.ENGINE_CRASH
+        progress = load.progress()
+        progressed(progress.jobs_finished, progress.jobs_total)
+        work = poll.work_done()
+        if progress.requests_in_flight == 0 or (work is not None and work != last_work):
+            last_work, last_progress = work, now
+        elif now - last_progress > limits.hang_timeout_s:
+            return CellStatus.HUNG, (
+                f"no engine progress for {limits.hang_timeout_s:g} s with {progress.requests_in_flight} requests in flight"
+            ), FailureKind.NO_PROGRESS
+        if now > deadline:
+            return CellStatus.FAILED, f"cell time limit of {limit_s:g} s exceeded", FailureKind.TIME_LIMIT
+    return CellStatus.DONE, None, None
 
 
 def _start_limits(limits: RunLimits) -> StartLimits:
