@@ -340,3 +340,39 @@ def test_a_lazy_import_in_a_function_or_for_type_checking_is_not_an_import_at_im
     assert "orchestrator.mechanisms.request" not in direct_imports("orchestrator.mechanisms.ordering")
     assert "orchestrator.mechanisms.request" in every_import("orchestrator.mechanisms.ordering")
     assert "ray" not in imported_by("orchestrator.sweep.cluster.connect")  # it imports Ray when it connects
+
+
+# A class longer than this does several things; a function longer than this, several steps a name should say.
+MAX_CLASS_LINES, MAX_FUNCTION_LINES = 200, 60
+# The values every layer reads (units, paths, input errors, the GPU catalogue) and the doctor's older name.
+MAX_LOOSE_MODULES = 5
+
+
+def oversized(tree: ast.Module) -> list[str]:
+    """The classes and functions of ``tree`` longer than the house allows, each as ``kind name lines``."""
+    found = []
+    for node in ast.walk(tree):
+        limit = {ast.ClassDef: MAX_CLASS_LINES, ast.FunctionDef: MAX_FUNCTION_LINES,
+                 ast.AsyncFunctionDef: MAX_FUNCTION_LINES}.get(type(node))  # fmt: skip
+        if limit is not None and (lines := node.end_lineno - node.lineno + 1) > limit:
+            found.append(f"{type(node).__name__} {node.name} {lines}")
+    return found
+
+
+def test_no_class_is_over_200_lines_and_no_function_over_60():
+    found = {module: sizes for module in project_modules()
+             if (sizes := oversized(ast.parse(source_of(module).read_text())))}  # fmt: skip
+    assert found == {}
+
+
+def test_the_size_check_sees_a_long_class_and_a_long_function():
+    body = "\n".join(f"    x{index} = {index}" for index in range(MAX_FUNCTION_LINES))
+    assert oversized(ast.parse(f"def f():\n{body}\n")) == [f"FunctionDef f {MAX_FUNCTION_LINES + 1}"]
+    methods = "\n".join(f"    def m{index}(self):\n        return {index}" for index in range(MAX_CLASS_LINES // 2))
+    assert oversized(ast.parse(f"class C:\n{methods}\n")) == [f"ClassDef C {MAX_CLASS_LINES + 1}"]
+
+
+def test_at_most_five_loose_modules_stand_at_the_top_of_the_package():
+    """Commands live in ``orchestrator/cli``, everything else in the package of its layer."""
+    loose = sorted(path.name for path in (PROJECT_ROOT / "orchestrator").glob("*.py") if path.name != "__init__.py")
+    assert len(loose) <= MAX_LOOSE_MODULES, loose

@@ -53,9 +53,9 @@ def plan_decode_run(scheduler: SimScheduler, cost: StepCost, now: float) -> Deco
         return None
     for request in batch:
         if (request.num_tokens - request.num_computed != 1 or request.ready_at > now or request.num_output < 1
-                or request.num_blocks != scheduler.blocks_for(request, request.num_computed)):  # fmt: skip
+                or request.num_blocks != scheduler.kv.blocks_for(request, request.num_computed)):  # fmt: skip
             return None
-        if scheduler.tier.has_unsaved(request.saved_tokens, request.prompt_tokens):
+        if scheduler.connector.store.has_unsaved(request.saved_tokens, request.prompt_tokens):
             return None
     num_steps = min(MAX_RUN_STEPS, min(request.output_tokens - request.num_output for request in batch) - 1)
     if num_steps < MIN_RUN_STEPS:

@@ -28,7 +28,8 @@ from orchestrator.records.scheduler_trace import (
 )
 from orchestrator.roofline.hardware import Calibration, StepCost
 from orchestrator.sim.decode_run import DecodeRun, plan_decode_run
-from orchestrator.sim.scheduler import Release, SchedulerConfig, SimScheduler, StepPlan
+from orchestrator.sim.kv_cache import Release
+from orchestrator.sim.scheduler import SchedulerConfig, SimScheduler, StepPlan
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class EngineCore:
             num_tokens += num_new
             pairs += attention_pairs(num_new, before)
             context += before + num_new
-            saves.append(self.scheduler.save_prompt(request, num_new, before))
+            saves.append(self.scheduler.connector.save_prompt(request, num_new, before))
         forward_s = self.cost.forward_s(num_tokens, pairs, context, len(plan.scheduled)) if plan.scheduled else 0.0
         end = self._wait_for_copies(plan, start, start + forward_s, saves)
         self.stats.steps += 1
@@ -163,7 +164,7 @@ class EngineCore:
         """The step's end: its forward pass, the tier's own work in the step (its copies are part of that work, so they
         are laid beside the forward pass after it), and whatever of its CPU-tier loads and saves the tier makes it wait
         for."""
-        cost, stats, tier = self.cost, self.stats, self.scheduler.tier_mechanism
+        cost, stats, tier = self.cost, self.stats, self.scheduler.connector.tier
         computes_prompt = any(before < request.prompt_tokens for request, _, before in plan.scheduled)
         work = tier.step_work_s(cost.calibration, computes_prompt, saves, [load.num_tokens for load in plan.loads])
         stats.save_stall_s += work
@@ -236,6 +237,6 @@ class EngineCore:
         stats = self.stats
         stats.num_preemptions = self.scheduler.num_preemptions
         stats.evicted_blocks = self.scheduler.pool.evicted_blocks
-        stats.tier_counters = self.scheduler.tier_mechanism.sim_counters(
-            stats.tier_store_bytes, stats.tier_load_bytes, self.scheduler.tier_queried_tokens, stats.tier_hit_tokens)
+        stats.tier_counters = self.scheduler.connector.tier.sim_counters(
+            stats.tier_store_bytes, stats.tier_load_bytes, self.scheduler.connector.queried_tokens, stats.tier_hit_tokens)
         return stats

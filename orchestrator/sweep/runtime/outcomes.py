@@ -82,7 +82,7 @@ class Outcomes:
         retryable = self.queue.node_lost(attempt.cell)
         left = self.pool.num_slots(gpu)
         where = (f"{left} {gpu} slot(s) left" if left
-                 else f"no {gpu} node left: waiting up to {self.pool.scale_up_timeout_s:g} s for one")  # fmt: skip
+                 else f"no {gpu} node left: waiting up to {self.pool.cluster.timeout_s:g} s for one")  # fmt: skip
         self.event(f"{node.label} left the cluster ({where})")
         reason = f"{node.label} lost mid-cell: {first_line(error)}"
         self._record(attempt, _lost_outcome(attempt, worker, FailureKind.NODE_LOST, reason, retryable))

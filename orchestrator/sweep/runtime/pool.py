@@ -30,17 +30,14 @@ from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 
-from orchestrator.sweep.cluster.autoscaler import request_gpus
-from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot, raylet_answers, read_inventory
+from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot
 from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.scaling import ScaleUp, gpus_to_ask
 from orchestrator.sweep.planning.spec import RunLimits
+from orchestrator.sweep.runtime.cluster_watch import ClusterWatch
 from orchestrator.sweep.runtime.ledger import StartedAttempt
 from orchestrator.sweep.runtime.worker import WorkerStatus, start_worker
 from orchestrator.validation import first_line
 
-# How often the pool looks for nodes the autoscaler brought up and updates its request.
-SCALE_REFRESH_S = 2.0
 # A worker whose actor cannot be created this many times in a row gives up its slot.
 MAX_WORKER_CREATIONS = 20
 # How long the pool waits for a worker to stop its replica before it ends the actor (and the replica with it).
@@ -104,22 +101,25 @@ class Worker:
 
 class WorkerPool:
     def __init__(self, inventory: Inventory, scale_up_timeout_s: float):
-        self.inventory = inventory
+        self.cluster = ClusterWatch(inventory, scale_up_timeout_s)
         self.workers: list[Worker] = []
-        self.scale_up_timeout_s = scale_up_timeout_s
-        self._scale = ScaleUp(scale_up_timeout_s, self._ask)
         # (placement, node id) pairs that have had workers, each with the replica size its workers were made for
         self._slotted_nodes: dict[tuple[str, str], float] = {}
-        self.lost_nodes: dict[str, NodeInfo] = {}  # by node id: nodes that left the cluster during the sweep
-        self._seen = {node.node_id: node for node in inventory.nodes}  # every node the sweep has seen up
-        self._without_nodes_since: dict[str, float] = {}  # types not launchable, with cells waiting and no worker
-        self._last_refresh = 0.0
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.cluster.inventory
+
+    @property
+    def lost_nodes(self) -> dict[str, NodeInfo]:
+        """By node id: the nodes that left the cluster during the sweep."""
+        return self.cluster.lost_nodes
 
     def carry_into(self, inventory: Inventory) -> None:
         """Carry the pool, idle, into another run of its sweep in this process (a search's next round), on that
         run's reading of the cluster: its workers stay, with the replicas they keep (``add_workers`` ends those made
         for another replica size)."""
-        self.inventory = inventory
+        self.cluster.inventory = inventory
 
     def in_flight(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.attempt is not None]
@@ -150,56 +150,19 @@ class WorkerPool:
 
     def scale(self, waiting: Mapping[str, int], replica_gib: Mapping[str, float]) -> dict[str, str]:
         """For the placements in ``waiting`` (slots the cells queued or running take): read the cluster again,
-        drop the workers of nodes that left it, start workers on nodes that joined, ask the autoscaler for as many
-        GPUs as the launchable types' cells can use, and return the placements to give up on, with the reason
-        (nodes too small for a replica, none up in time, every node of a type lost and none joined in time)."""
-        now = time.monotonic()
-        if not waiting or now - self._last_refresh < SCALE_REFRESH_S:
+        drop the workers of nodes that left it, start workers on nodes that joined, ask the autoscaler for GPUs, and
+        return the placements to give up on, with the reason (``ClusterWatch.give_ups``)."""
+        if not waiting or not self.cluster.refresh():
             return {}
-        self._last_refresh = now
-        self.inventory = read_inventory(self.inventory.launchable)
-        self._seen |= {node.node_id: node for node in self.inventory.nodes}
-        alive = {node.node_id for node in self.inventory.nodes}
         for worker in list(self.workers):
-            if worker.slot.node_id not in alive and (lost := self.node_lost(worker)):
+            if not self.cluster.is_alive(worker.slot.node_id) and (lost := self.node_lost(worker)):
                 self.drop_node(lost)
         self.add_workers({gpu: replica_gib[gpu] for gpu, count in waiting.items() if count})
-        launchable = [gpu for gpu in waiting if self.inventory.node_types_of(gpu)]
-        demand, give_up = {}, self._without_nodes(waiting, now)
-        for gpu in launchable:
-            if waiting[gpu]:
-                demand[gpu] = gpus_to_ask(self.inventory.node_types_of(gpu)[0], waiting[gpu], replica_gib[gpu])
-            if waiting[gpu] and self.inventory.is_up(gpu) and not any(w.slot.gpu == gpu for w in self.workers):
-                largest = max(node.memory_gib for node in self.inventory.nodes_of(gpu))
-                give_up[gpu] = (f"the {gpu} nodes that came up have {largest:.0f} GiB of Ray memory, a replica "
-                                f"needs {replica_gib[gpu]:g} GiB")  # fmt: skip
-        for gpu in self._scale.update(demand, self.inventory.gpu_types(), now):
-            give_up[gpu] = (f"the autoscaler brought up no {gpu} node within {self.scale_up_timeout_s:g} s "
-                            "(--scale-up-timeout-s)")  # fmt: skip
-        return give_up
-
-    def _without_nodes(self, waiting: Mapping[str, int], now: float) -> dict[str, str]:
-        """The types the autoscaler cannot launch whose every node was lost with cells still waiting, once none
-        has joined for ``--scale-up-timeout-s`` (a KubeRay or Slurm cluster may bring a replacement back)."""
-        give_up = {}
-        for gpu, count in waiting.items():
-            lost = [node.label for node in self.lost_nodes.values() if node.accelerator_type == gpu]
-            if not count or not lost or self.inventory.node_types_of(gpu) or self.num_slots(gpu):
-                self._without_nodes_since.pop(gpu, None)
-                continue
-            if now - self._without_nodes_since.setdefault(gpu, now) > self.scale_up_timeout_s:
-                give_up[gpu] = (f"every {gpu} node was lost ({', '.join(lost)}) and none joined within "
-                                f"{self.scale_up_timeout_s:g} s (--scale-up-timeout-s)")  # fmt: skip
-        return give_up
+        return self.cluster.give_ups(waiting, replica_gib, self.num_slots)
 
     def node_lost(self, worker: Worker) -> NodeInfo | None:
-        """The worker's node if it has left the cluster: its raylet does not answer (Ray itself lists a node dead
-        only some seconds after it went)."""
-        node_id = worker.slot.node_id
-        if node_id in self.lost_nodes:
-            return self.lost_nodes[node_id]
-        node = self._seen.get(node_id)
-        return None if node is None or raylet_answers(node) else node
+        """The worker's node if it has left the cluster."""
+        return self.cluster.lost(worker.slot.node_id)
 
     def drop_node(self, node: NodeInfo) -> None:
         """A node that left: its idle workers leave the pool (those with a cell in flight leave as their cells end),
@@ -209,13 +172,9 @@ class WorkerPool:
             _kill_quietly(worker)
             self.workers.remove(worker)
 
-    def _ask(self, demand: Mapping[str, int]) -> None:
-        """Ask the autoscaler for ``demand`` GPUs per type as whole nodes of the type it launches."""
-        request_gpus(demand, {gpu: self.inventory.node_types_of(gpu)[0].num_gpus for gpu in demand})
-
     def withdraw(self) -> None:
         """Drop the request to the autoscaler, so that nodes the sweep no longer needs can go."""
-        self._scale.withdraw()
+        self.cluster.withdraw()
 
     def readiness(self, worker: Worker) -> Readiness:
         """Up once the worker's actor answered, starting while it starts, asleep while it has none (``wake`` makes
