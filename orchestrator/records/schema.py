@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 SCHEMA_VERSION = 1
 # The response header that names the replica which served a request, in a cell of several behind a router.
@@ -36,6 +37,14 @@ class JobStatus(str, enum.Enum):
         return self is JobStatus.COMPLETED
 
 
+class TokenCounts(NamedTuple):
+    """What a server counted of an answered request: its prompt, the prefix-cache hit of it, its completion."""
+
+    prompt: int | None
+    cached: int | None
+    completion: int | None
+
+
 @dataclass(frozen=True)
 class RequestRecord:
     job_id: str
@@ -55,6 +64,20 @@ class RequestRecord:
     error: str | None  # what went wrong, for a request that did not end ok
     replica: int = 0  # which of the cell's replicas served it (0 in a cell of one)
     schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def of_turn(cls, job_id: str, job_index: int, turn: int, is_last: bool, target_prompt_tokens: int,
+                previous: RequestRecord | None, *, status: RequestStatus, scheduled_at: float, sent_at: float,
+                first_token_at: float | None, finished_at: float | None, counts: TokenCounts | None,
+                error: str | None, replica: int) -> RequestRecord:  # fmt: skip
+        """A turn's record, as every client builds it: the server's token counts where its answer ended ok
+        (``counts``), and the turn's best possible prefix hit after its job's ``previous`` turn."""
+        ok = status is RequestStatus.OK and counts is not None
+        return cls(job_id=job_id, job_index=job_index, turn=turn, is_last=is_last, status=status,
+                   scheduled_at=scheduled_at, sent_at=sent_at, first_token_at=first_token_at, finished_at=finished_at,
+                   target_prompt_tokens=target_prompt_tokens, prompt_tokens=counts.prompt if ok else None,
+                   cached_tokens=counts.cached if ok else None, best_cached_tokens=best_cached_after(previous),
+                   completion_tokens=counts.completion if ok else None, error=error, replica=replica)  # fmt: skip
 
     @property
     def dispatch_lag_s(self) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.mechanisms.request import SimRequest
-from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, best_cached_after
+from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, TokenCounts
 from orchestrator.sim.events import SendTurn
 from orchestrator.workload.schedule import JobShape, Schedule, TurnShape
 from orchestrator.workload.spec import WorkloadSpec
@@ -114,25 +114,13 @@ class Clients:
 
     def _record(self, job: Job, request: SimRequest, status: RequestStatus, finished_at: float, error: str | None):
         previous = job.records[-1] if job.records else None
-        ok = status is RequestStatus.OK
-        record = RequestRecord(
-            job_id=job.job_id,
-            job_index=job.index,
-            turn=request.turn,
-            is_last=request.is_last,
-            status=status,
-            scheduled_at=request.due_at,
-            sent_at=request.due_at,  # a simulated client is never late
-            first_token_at=request.first_token_at,
-            finished_at=finished_at,
-            target_prompt_tokens=request.prompt_tokens,
-            prompt_tokens=request.prompt_tokens if ok else None,
-            cached_tokens=request.cached_tokens if ok else None,
-            best_cached_tokens=best_cached_after(previous),
-            completion_tokens=request.num_output if ok else None,
-            error=error,
+        counts = TokenCounts(request.prompt_tokens, request.cached_tokens, request.num_output)
+        record = RequestRecord.of_turn(
+            job.job_id, job.index, request.turn, request.is_last, request.prompt_tokens, previous, status=status,
+            scheduled_at=request.due_at, sent_at=request.due_at,  # a simulated client is never late
+            first_token_at=request.first_token_at, finished_at=finished_at, counts=counts, error=error,
             replica=request.replica,
-        )
+        )  # fmt: skip
         job.records.append(record)
         self.requests.append(record)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from orchestrator.records.cell import RequestOptions
-from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, best_cached_after
+from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, TokenCounts
 from orchestrator.workload.client import Completion, CompletionClient, EpochClock, open_session
 from orchestrator.workload.plan import JobPlan, TurnPlan, WorkloadPlan
 from orchestrator.workload.text import TOOL_SEPARATOR
@@ -148,23 +148,13 @@ class _JobRunner:
             replica = getattr(failure, "replica", 0)
         finally:
             self._progress.requests_in_flight -= 1
-        record = RequestRecord(
-            job_id=job.job_id,
-            job_index=job.index,
-            turn=turn.turn,
-            is_last=turn.is_last,
-            status=status,
-            scheduled_at=due,
-            sent_at=sent_at,
-            first_token_at=completion.first_token_at if completion else None,
-            finished_at=completion.finished_at if completion else self._clock.now(),
-            target_prompt_tokens=turn.target_prompt_tokens,
-            prompt_tokens=completion.prompt_tokens if completion else None,
-            cached_tokens=completion.cached_tokens if completion else None,
-            best_cached_tokens=best_cached_after(previous),
-            completion_tokens=completion.completion_tokens if completion else None,
-            error=error,
+        counts = (TokenCounts(completion.prompt_tokens, completion.cached_tokens, completion.completion_tokens)
+                  if completion else None)  # fmt: skip
+        record = RequestRecord.of_turn(
+            job.job_id, job.index, turn.turn, turn.is_last, turn.target_prompt_tokens, previous, status=status,
+            scheduled_at=due, sent_at=sent_at, first_token_at=completion.first_token_at if completion else None,
+            finished_at=completion.finished_at if completion else self._clock.now(), counts=counts, error=error,
             replica=completion.replica if completion else replica,
-        )
+        )  # fmt: skip
         return record, completion
 
