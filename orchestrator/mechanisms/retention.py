@@ -77,6 +77,10 @@ class Retention:
         """The pin rules the simulator's configuration records (None: it pins nothing)."""
         return None
 
+    def sim_hooks(self) -> SimRetention:
+        """What the simulator's scheduler asks of it at every point a pin can be taken, released or waited for."""
+        return SimRetention()
+
     def scheduler_cls(self, on_gpu: bool) -> str:
         return ASYNC_TRACING if on_gpu else TRACING
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from orchestrator.policies.catalog import get_policy
 from orchestrator.roofline.hardware import Calibration, Device, Precision, StepCost, gpu_kv_blocks
 from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.scheduler import SchedulerConfig
+from orchestrator.sim.scheduler import SchedulerConfig, SimMechanisms
 from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.units import GIB
@@ -51,4 +51,5 @@ def sim_engine(
         # ranks' shares of every token together.
         tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, precision.kv_dtype_bytes, tp)),
     )
-    return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load(), precision, tp))
+    mechanisms = SimMechanisms(chosen.ordering, chosen.retention, chosen.tier)
+    return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load(), precision, tp), mechanisms)

@@ -29,7 +29,7 @@ from orchestrator.records.scheduler_trace import (
 from orchestrator.roofline.hardware import Calibration, StepCost
 from orchestrator.sim.decode_run import DecodeRun, plan_decode_run
 from orchestrator.sim.kv_cache import Release
-from orchestrator.sim.scheduler import SchedulerConfig, SimScheduler, StepPlan
+from orchestrator.sim.scheduler import SchedulerConfig, SimMechanisms, SimScheduler, StepPlan
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class SimEngine:
 
     scheduler: SchedulerConfig
     cost: StepCost
+    mechanisms: SimMechanisms
 
     @property
     def config(self) -> SimEngineConfig:
@@ -71,7 +72,7 @@ class EngineCore:
     writes (the scheduler trace, the counters)."""
 
     def __init__(self, engine: SimEngine):
-        self.scheduler = SimScheduler(engine.scheduler)
+        self.scheduler = SimScheduler(engine.scheduler, engine.mechanisms)
         self.cost = engine.cost
         self._h2d, self._d2h = _Link(), _Link()
         self.stats = SimStats()

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from orchestrator.mechanisms.continuum.config import ContinuumConfig
-from orchestrator.mechanisms.registry import recorded_ordering, recorded_tier, sim_retention
+from orchestrator.mechanisms.ordering import Ordering
 from orchestrator.mechanisms.request import SimRequest
+from orchestrator.mechanisms.retention import Retention, SimRetention
+from orchestrator.mechanisms.tier import Tier
 from orchestrator.records.scheduler_trace import UnpinReason
 from orchestrator.sim.blocks import BlockPool
 from orchestrator.sim.connector import Load, SimConnector
@@ -39,8 +41,8 @@ class SchedulerConfig:
     max_num_batched_tokens: int
     max_num_seqs: int
     block_size: int = 16
-    # The policy's mechanisms as the record names them (``mechanisms.registry`` finds them again): its ordering
-    # (vLLM priority scheduling by job arrival index), its pin rules and its tier's simulated model.
+    # The policy's mechanisms as the record names them (the scheduler is handed the mechanisms themselves): its
+    # ordering (vLLM priority scheduling by job arrival index), its pin rules and its tier's simulated model.
     job_priority: bool = False
     pins: ContinuumConfig | None = None
     tier: str | None = None
@@ -71,6 +73,16 @@ class StepPlan:
     unpins: list[Release] = field(default_factory=list)
 
 
+class SimMechanisms(NamedTuple):
+    """A policy's mechanisms, handed to each simulated scheduler as vLLM's scheduler is handed its connector's
+    configuration: the ordering, the retention (each scheduler makes its own hooks of it, ``Retention.sim_hooks``,
+    since its pins are that replica's) and the tier (each makes its own store of it)."""
+
+    ordering: Ordering
+    retention: Retention
+    tier: Tier
+
+
 class SimScheduler:
     """vLLM v1's scheduler over a ``SimKVCache``, stepped by ``sim.engine``: ``add`` turns, ``schedule`` a step,
     then ``finish`` or ``abort`` requests.
@@ -80,12 +92,11 @@ class SimScheduler:
     Continuum's decisions are ``mechanisms.continuum.rules``'s, never made here.
     """
 
-    def __init__(self, config: SchedulerConfig):
-        self.config = config
-        self.ordering = recorded_ordering(config.job_priority)
+    def __init__(self, config: SchedulerConfig, mechanisms: SimMechanisms):
+        self.config, self.ordering = config, mechanisms.ordering
         self.kv = SimKVCache(config.num_blocks, config.num_shared_blocks, config.block_size,
-                             sim_retention(config.pins))  # fmt: skip
-        self.connector = SimConnector(recorded_tier(config.tier), config.tier_tokens, config.block_size)
+                             mechanisms.retention.sim_hooks())  # fmt: skip
+        self.connector = SimConnector(mechanisms.tier, config.tier_tokens, config.block_size)
         self.running: list[SimRequest] = []
         self.waiting = self.ordering.waiting_queue()
         self.num_preemptions = 0
@@ -95,7 +106,7 @@ class SimScheduler:
         return self.kv.pool
 
     @property
-    def retention(self):
+    def retention(self) -> SimRetention:
         return self.kv.retention
 
     # Requests in and out.

@@ -4,19 +4,24 @@ and Continuum's pins, release rules, ordering and reserve as the simulator appli
 from __future__ import annotations
 
 from orchestrator.mechanisms.continuum.config import AdmissionRelease, ContinuumConfig
+from orchestrator.mechanisms.continuum.retention import ContinuumPins
+from orchestrator.mechanisms.ordering import JobOrder, Ordering
 from orchestrator.mechanisms.request import SimRequest
-from orchestrator.sim.scheduler import SchedulerConfig, SimScheduler, StepPlan
+from orchestrator.mechanisms.retention import Retention
+from orchestrator.mechanisms.tier import NoTier
+from orchestrator.sim.scheduler import SchedulerConfig, SimMechanisms, SimScheduler, StepPlan
 
 BLOCK = 16
 
 
-def _scheduler(num_blocks: int, *, budget: int = 1000, max_seqs: int = 8, **options):
-    return SimScheduler(
-        SchedulerConfig(
-            num_blocks=num_blocks, num_shared_blocks=0, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
-            block_size=BLOCK, **options,
-        )
-    )  # fmt: skip
+def _scheduler(num_blocks: int, *, budget: int = 1000, max_seqs: int = 8, job_priority: bool = False,
+               pins: ContinuumConfig | None = None, **options):  # fmt: skip
+    config = SchedulerConfig(num_blocks=num_blocks, num_shared_blocks=0, max_num_batched_tokens=budget,
+                             max_num_seqs=max_seqs, block_size=BLOCK, job_priority=job_priority, pins=pins,
+                             **options)  # fmt: skip
+    retention = ContinuumPins(pins) if pins is not None else Retention()
+    mechanisms = SimMechanisms(JobOrder() if job_priority else Ordering(), retention, NoTier())
+    return SimScheduler(config, mechanisms)
 
 
 def _turn(job: str, index: int, turn: int, prompt_tokens: int, last: bool = False, at: float = 0.0,

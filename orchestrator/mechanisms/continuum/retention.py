@@ -37,6 +37,9 @@ class ContinuumPins(Retention):
     def pins(self) -> ContinuumConfig:
         return self.config
 
+    def sim_hooks(self) -> PinRetention:
+        return PinRetention(self.config)
+
     def scheduler_cls(self, on_gpu: bool) -> str:
         return ASYNC_CONTINUUM if on_gpu else CONTINUUM
 
