@@ -38,7 +38,7 @@ def test_a_refit_from_a_slower_gpus_steps_brings_every_prediction_closer_and_wri
     steps = []
     for number, result in enumerate(measured.values()):
         path = tmp_path / f"trace-{number}.parquet"
-        path.write_bytes(parquet_of_entries(result.replica_traces))
+        path.write_bytes(parquet_of_entries(result.replica_scheduler_traces))
         steps.append(step_samples(trace_file_frame(path)))
     jct = {key: summarize(r.requests, r.jobs).jct_censored_mean_s for key, r in measured.items()}
     before = {cell.key: run(cell, nominal) for cell in twins}

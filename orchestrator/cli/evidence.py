@@ -10,7 +10,7 @@ Stages, in order, each timed:
    mechanism: continuum, lmcache, native-offload, simple-offload, lmcache-disk) with the Llama-3.1-8B-shaped dummy model,
    each with its evidence (what the policy did, vLLM's KV pool against the sizing library, a proven-clean reset),
    the server's start split into its phases, and whether it ran eager or with CUDA graphs;
-3. profile: the fcfs cell's step trace as the GPU's rates (``orchestrator.sim.gpu_profile``), with the
+3. profile: the fcfs cell's scheduler trace as the GPU's rates (``orchestrator.sim.gpu_profile``), with the
    simulator's step-time error before and after;
 4. source study: its low-load cells (1 and 3 JPS, fcfs and continuum) beside its published and simulated JCTs;
 5. pressure: the pressure plan (``evidence.pressure``): fcfs, lmcache, native-offload and continuum where the GPU's

@@ -49,7 +49,7 @@ COMMANDS: dict[str, Command] = {
     "convert": Command("orchestrator.workload.traces.convert", "an agent trace into the project's trace format"),
     "bundle": Command("orchestrator.cli.bundle", "an offline wheelhouse of a tested stack for air-gapped nodes"),
     "calibrate": Command("orchestrator.sim.calibrate", "the simulator's calibration against the measured cells"),
-    "profile": Command("orchestrator.sim.gpu_profile", "a GPU's step traces as the simulator's rates"),
+    "profile": Command("orchestrator.sim.gpu_profile", "a GPU's scheduler traces as the simulator's rates"),
     "refit": Command("orchestrator.cli.refit", "a budgeted sweep's cells re-predicted with rates refit from its measured ones"),
     "completion": Command("orchestrator.cli.completion", "a bash or zsh completion script for kvsweep, from its parsers"),
 }

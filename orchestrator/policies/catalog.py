@@ -4,7 +4,7 @@ node's needs); what each means lives in its mechanism's module.
 
 Ordering and pinning are separate axes so their effects can be told apart: ``job-fcfs`` is ordering only
 (vLLM priority scheduling by job arrival), ``continuum-pin-only`` is pinning only, ``continuum`` is both.
-Every policy runs under the tracing scheduler (or a subclass), so every cell has the same step trace.
+Every policy runs under the tracing scheduler (or a subclass), so every cell has the same scheduler trace.
 """
 
 from __future__ import annotations

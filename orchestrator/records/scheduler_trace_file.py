@@ -68,11 +68,11 @@ def parquet_of_lines(data: bytes) -> bytes:
     return _written(_row_groups(json.loads(line) for line in lines))
 
 
-def parquet_of_entries(replica_traces: Sequence[Sequence[TraceEntry]]) -> bytes:
+def parquet_of_entries(per_replica: Sequence[Sequence[TraceEntry]]) -> bytes:
     """The simulator's trace as the table: each replica's entries, merged in time order as ``sim.loop.SimResult``
     merges them (a replica's events keep their order among equal times, replica 0's first)."""
-    several = len(replica_traces) > 1
-    parts = [_entries_table(entries, replica if several else None) for replica, entries in enumerate(replica_traces)]
+    several = len(per_replica) > 1
+    parts = [_entries_table(entries, replica if several else None) for replica, entries in enumerate(per_replica)]
     parts = [part for part in parts if part is not None]
     if not parts:
         return _written([SCHEMA.empty_table()])

@@ -104,7 +104,7 @@ class CellSummary:
         return cls(**known, turns=tuple(TurnSummary(**turn) for turn in turns))
 
 
-def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trace: bytes = b"",
+def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], scheduler_trace: bytes = b"",
               slo: Slo | None = None, offered_jps: float = 0.0, prediction: Prediction | None = None) -> CellSummary:  # fmt: skip
     """The cell's statistics from its records and, for its pins, its scheduler trace's contents; with ``slo``,
     whether it meets it and its goodput at the ``offered_jps`` its schedule arrived at; with ``prediction``, the
@@ -135,7 +135,7 @@ def summarize(requests: Sequence[RequestRecord], jobs: Sequence[JobRecord], trac
         t1_mean_s=t1,
         t_last_mean_s=t_last,
         t_last_over_t1=t_last / t1 if t1 and t_last else None,
-        **asdict(summarize_pins(pin_outcomes(trace_events(trace, TRACE_KINDS), requests))),
+        **asdict(summarize_pins(pin_outcomes(trace_events(scheduler_trace, TRACE_KINDS), requests))),
         prefix_kept_pct=_prefix_kept_pct(requests),
         turns_moved_pct=_turns_moved_pct(requests),
         turns=turns,

@@ -76,7 +76,7 @@ class EngineCore:
         self.cost = engine.cost
         self._h2d, self._d2h = _Link(), _Link()
         self.stats = SimStats()
-        self.trace: list[TraceEntry] = []  # decode runs kept whole (``records.scheduler_trace.DecodeSteps``)
+        self.scheduler_trace: list[TraceEntry] = []  # decode runs kept whole (``records.scheduler_trace.DecodeSteps``)
         self._decode_run: DecodeRun | None = None
 
     @property
@@ -117,12 +117,12 @@ class EngineCore:
         self.stats.steps += 1
         self.stats.busy_s += end - start
         self._trace_admissions(plan.admitted, start)
-        at_schedule = len(self.trace)
+        at_schedule = len(self.scheduler_trace)
         finished, num_prefill = self._emit_tokens(plan, end)
         scheduler = self.scheduler
         # Stamped and placed where the plugin writes a real step, when it is scheduled (before the finishes it
         # causes): the time to the next step is then its cost on both engines.
-        self.trace.insert(at_schedule, Step(
+        self.scheduler_trace.insert(at_schedule, Step(
             t=start, step=self.stats.steps, running=len(scheduler.running), waiting=len(scheduler.waiting),
             scheduled=len(plan.scheduled), prefill_tokens=num_prefill, decode_tokens=num_tokens - num_prefill,
             context_tokens=context, attention_pairs=pairs, free_blocks=scheduler.pool.num_free,
@@ -151,7 +151,7 @@ class EngineCore:
         for request in run.batch:
             request.num_output += num_applied
         stats = self.stats
-        self.trace.append(DecodeSteps(
+        self.scheduler_trace.append(DecodeSteps(
             first_step=stats.steps + 1, running=len(run.batch), context_tokens=run.context_tokens,
             pinned_blocks=scheduler.num_pinned_blocks, starts=tuple(run.starts[:num_applied]),
             free_blocks=tuple(run.free_blocks[:num_applied]),
@@ -209,7 +209,7 @@ class EngineCore:
     def _finish(self, request: SimRequest, now: float) -> None:
         unpins = self.scheduler.finish(request, now)
         kept = self.scheduler.retention.holds(request.job_id)
-        self.trace.append(Finish(
+        self.scheduler_trace.append(Finish(
             t=now, request_id=request.request_id, job_id=request.job_id, turn=request.turn, is_last=request.is_last,
             action=FinishAction.PIN if kept else FinishAction.FREE, free_blocks=self.scheduler.pool.num_free,
         ))  # fmt: skip
@@ -217,7 +217,7 @@ class EngineCore:
 
     def _trace_admissions(self, admitted: list[SimRequest], at: float) -> None:
         for request in admitted:
-            self.trace.append(Admit(
+            self.scheduler_trace.append(Admit(
                 t=at, request_id=request.request_id, job_id=request.job_id, turn=request.turn,
                 prompt_tokens=request.prompt_tokens, cached_tokens=request.cached_tokens,
                 free_blocks=self.scheduler.pool.num_free,
@@ -225,7 +225,7 @@ class EngineCore:
 
     def _trace_unpins(self, unpins: list[Release], now: float) -> None:
         for pin, reason in unpins:
-            self.trace.append(Unpin(
+            self.scheduler_trace.append(Unpin(
                 t=now, job_id=pin.job_id, reason=reason, num_blocks=len(pin.blocks), held_s=now - pin.pinned_at,
                 free_blocks=self.scheduler.pool.num_free,
             ))  # fmt: skip

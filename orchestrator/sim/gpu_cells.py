@@ -78,7 +78,7 @@ class GpuCell:
     schedule_fingerprint: str | None  # cells compare job by job only on one schedule
     jobs: pd.DataFrame
     requests: pd.DataFrame
-    trace: pd.DataFrame | None
+    scheduler_trace: pd.DataFrame | None
     server_log: str
     server_argv: tuple[str, ...]
     tier_counters: TierCounters
@@ -160,7 +160,7 @@ def gpu_cell(run: RunId, name: str, files: Mapping[str, bytes]) -> GpuCell | Non
         run=run, name=name, setup=setup, workload=WorkloadSpec.model_validate(cell["workload"]),
         schedule_fingerprint=payload.get("schedule_fingerprint"),
         jobs=pd.read_parquet(io.BytesIO(files[JOBS_FILE])), requests=pd.read_parquet(io.BytesIO(files[REQUESTS_FILE])),
-        trace=trace_frame(trace) if trace else None,
+        scheduler_trace=trace_frame(trace) if trace else None,
         server_log=files.get(SERVER_LOG_FILE, b"").decode(errors="replace"),
         server_argv=tuple(payload.get("server_argv") or ()),
         tier_counters=TierCounters(**(payload.get("tier_counters") or {})),

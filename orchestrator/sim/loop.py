@@ -28,33 +28,33 @@ from orchestrator.workload.spec import WorkloadSpec
 @dataclass
 class SimResult:
     """What a real cell gives: the records in the order they were written, and the scheduler trace (each replica's,
-    its decode runs kept whole; ``trace`` merges and expands them)."""
+    its decode runs kept whole; ``scheduler_trace`` merges and expands them)."""
 
     requests: list[RequestRecord]
     jobs: list[JobRecord]
     stats: SimStats
-    replica_traces: list[list[TraceEntry]]
+    replica_scheduler_traces: list[list[TraceEntry]]
 
     @cached_property
     def _merged(self) -> tuple[list[TraceEvent], list[int] | None]:
         """The cell's trace in time order, and each event's replica in a cell of several (a replica's events keep
         their order among equal times, and replica 0's come first)."""
-        if len(self.replica_traces) == 1:
-            return list(expanded(self.replica_traces[0])), None
-        tagged = sorted(((event, replica) for replica, entries in enumerate(self.replica_traces)
+        if len(self.replica_scheduler_traces) == 1:
+            return list(expanded(self.replica_scheduler_traces[0])), None
+        tagged = sorted(((event, replica) for replica, entries in enumerate(self.replica_scheduler_traces)
                          for event in expanded(entries)), key=lambda pair: pair[0].t)  # fmt: skip
         return [event for event, _ in tagged], [replica for _, replica in tagged]
 
     @property
-    def trace(self) -> list[TraceEvent]:
+    def scheduler_trace(self) -> list[TraceEvent]:
         return self._merged[0]
 
     @property
-    def trace_replicas(self) -> list[int] | None:
+    def scheduler_trace_replicas(self) -> list[int] | None:
         return self._merged[1]
 
-    def trace_bytes(self) -> bytes:
-        return trace_bytes(self.trace, self.trace_replicas)
+    def scheduler_trace_bytes(self) -> bytes:
+        return trace_bytes(self.scheduler_trace, self.scheduler_trace_replicas)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Simulation:
                 self._queue.push(caused)
         stats = [engine.finish_stats() for engine in self.engines]
         return SimResult(self.clients.requests, self.clients.jobs, stats[0] if len(stats) == 1 else SimStats.summed(stats),
-                         [engine.trace for engine in self.engines])  # fmt: skip
+                         [engine.scheduler_trace for engine in self.engines])  # fmt: skip
 
     def advance(self, replica: int, at: float) -> float:
         """Replica ``replica``'s clock at an event due ``at``: what fell due during a step waits for the step's end,

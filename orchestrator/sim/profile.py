@@ -179,7 +179,7 @@ def simulate_cell(profile: CpuProfile, arch: ModelArch, policy: str, workload: W
 class ProfilingCell:
     """What one profiling cell left: its scheduler trace, its request rows and the workload it ran."""
 
-    trace: pd.DataFrame
+    scheduler_trace: pd.DataFrame
     requests: pd.DataFrame
     workload: WorkloadSpec
 
@@ -197,7 +197,7 @@ def profile_from_cells(cells: Sequence[ProfilingCell], num_kv_blocks: int, block
     """The profile of the engine that ran the profiling cells (``num_kv_blocks``: the pool vLLM reported): the
     roofline from all their step times together, within ``CPU_STEP_BOUNDS``, then the API server's time per request
     from their request latencies. Several cells average over how fast the machine happened to be while each ran."""
-    steps = pd.concat([step_samples(cell.trace) for cell in cells], ignore_index=True)
+    steps = pd.concat([step_samples(cell.scheduler_trace) for cell in cells], ignore_index=True)
     costs = fit_step_costs(steps, arch, CPU_STEP_BOUNDS)
     budget = int((steps.prefill_tokens + steps.decode_tokens).max())
     profile = CpuProfile(*costs, 0.0, budget, num_kv_blocks - NULL_BLOCKS, block_size)

@@ -115,8 +115,8 @@ def log_error(cells: Sequence[GpuCell], calibration: Calibration) -> float:
 def roofline_steps(cells: Sequence[GpuCell]) -> pd.DataFrame:
     """The busy steps (``profile.step_samples``) of the cells without a KV connector that kept a trace, each with its
     GPU type and model."""
-    frames = [step_samples(cell.trace, cell.steps_in_flight).assign(gpu=cell.gpu, model=cell.setup.model)
-              for cell in cells if cell.trace is not None and connector_of(cell) == "none"]  # fmt: skip
+    frames = [step_samples(cell.scheduler_trace, cell.steps_in_flight).assign(gpu=cell.gpu, model=cell.setup.model)
+              for cell in cells if cell.scheduler_trace is not None and connector_of(cell) == "none"]  # fmt: skip
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -183,9 +183,9 @@ def fit_lmcache(cells: Sequence[GpuCell], calibration: Calibration) -> Calibrati
     retrieve_s, retrieve_chunk_s = per_chunk_cost(np.concatenate([loads for _, loads in logged] or [np.empty((0, 2))]))
     beyond, num_steps = 0.0, 0
     for cell, (stores, retrieves) in zip(lmcache, logged):
-        if cell.trace is None:
+        if cell.scheduler_trace is None:
             continue
-        steps = step_samples(cell.trace, LMCACHE_STEPS_IN_FLIGHT).assign(gpu=cell.gpu, model=cell.setup.model)
+        steps = step_samples(cell.scheduler_trace, LMCACHE_STEPS_IN_FLIGHT).assign(gpu=cell.gpu, model=cell.setup.model)
         prompt = (steps.prefill_tokens > 0).to_numpy()
         extra = (steps.duration_s.to_numpy(float) - predicted_steps(steps, calibration))[prompt].sum()
         beyond += extra - stores[:, 1].sum() - retrieves[:, 1].sum()

@@ -21,12 +21,13 @@ def test_each_replicas_steps_fall_in_a_bounded_number_of_bins_that_summarise_the
     result = simulate(workload, engine, replicas=Replicas(2, RouterKind.ROUND_ROBIN))
     monkeypatch.setattr(scheduler_trace_file, "ROW_GROUP_ROWS", 100)  # partial aggregates from many row groups combine
     path = tmp_path / "scheduler_trace.parquet"
-    path.write_bytes(parquet_of_entries(result.replica_traces))
+    path.write_bytes(parquet_of_entries(result.replica_scheduler_traces))
     bins = step_bins(path, num_bins=12)
-    steps = [(event, replica) for event, replica in zip(result.trace, result.trace_replicas) if event.kind == "step"]
+    tagged = zip(result.scheduler_trace, result.scheduler_trace_replicas)
+    steps = [(event, replica) for event, replica in tagged if event.kind == "step"]
     assert len(steps) > 500 and set(bins.replica) == {0, 1}
     assert bins.groupby("replica").size().max() <= 12 and bins.steps.sum() == len(steps)
-    first, width = result.trace[0].t, (result.trace[-1].t - result.trace[0].t) / 12
+    first, width = result.scheduler_trace[0].t, (result.scheduler_trace[-1].t - result.scheduler_trace[0].t) / 12
     for row in bins.itertuples():
         inside = [step for step, replica in steps if replica == row.replica
                   and min(int((step.t - first) / width), 11) == round(row.seconds / width)]  # fmt: skip

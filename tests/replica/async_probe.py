@@ -57,7 +57,7 @@ def write_sitecustomize(directory: Path) -> Path:
 class ProbeAsyncContinuumScheduler(AsyncContinuumScheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.trace.write(
+        self.scheduler_trace.write(
             {
                 "kind": "probe_config",
                 "async_scheduling": bool(self.vllm_config.scheduler_config.async_scheduling),
@@ -72,18 +72,18 @@ class ProbeAsyncContinuumScheduler(AsyncContinuumScheduler):
         # Two placeholders: this step and the one before it are both in flight for the request.
         overlapped = [r.request_id for r in self.running if r.num_output_placeholders >= 2]
         if overlapped:
-            self.trace.write({"kind": "probe_overlap", "t": time.time(), "requests": len(overlapped)})
+            self.scheduler_trace.write({"kind": "probe_overlap", "t": time.time(), "requests": len(overlapped)})
         return output
 
     def update_from_output(self, scheduler_output, model_runner_output):
         discarded = [req_id for req_id in scheduler_output.num_scheduled_tokens if req_id not in self.requests]
         if discarded:
-            self.trace.write({"kind": "probe_discarded", "t": time.time(), "request_ids": discarded})
+            self.scheduler_trace.write({"kind": "probe_discarded", "t": time.time(), "request_ids": discarded})
         return super().update_from_output(scheduler_output, model_runner_output)
 
     def retain_finished_blocks(self, request: Any, tag: JobTag) -> bool:
         # Placeholders left at finish: a scheduled step that will still write this request's last slot.
-        self.trace.write(
+        self.scheduler_trace.write(
             {
                 "kind": "probe_finish",
                 "t": time.time(),
@@ -98,7 +98,7 @@ class ProbeAsyncContinuumScheduler(AsyncContinuumScheduler):
     def _flush_when_idle(self) -> None:
         if not self.has_unfinished_requests():
             blocks = [b for b in self.kv_cache_manager.block_pool.blocks if not b.is_null]
-            self.trace.write(
+            self.scheduler_trace.write(
                 {
                     "kind": "probe_idle",
                     "t": time.time(),

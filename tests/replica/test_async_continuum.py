@@ -133,8 +133,8 @@ class TwoStepEngine:
             self.step()
         raise AssertionError("the engine did not go idle")
 
-    def trace(self) -> list[dict]:
-        self.scheduler.trace.flush()
+    def scheduler_trace(self) -> list[dict]:
+        self.scheduler.scheduler_trace.flush()
         with open(self.trace_path) as trace:
             return [json.loads(line) for line in trace]
 
@@ -167,7 +167,7 @@ def engine_factory(vllm_config, tmp_path, monkeypatch):
 
 
 def _unpins(engine: TwoStepEngine) -> list[tuple[str, str]]:
-    return [(event["job_id"], event["reason"]) for event in engine.trace() if event["kind"] == "unpin"]
+    return [(event["job_id"], event["reason"]) for event in engine.scheduler_trace() if event["kind"] == "unpin"]
 
 
 def test_a_turn_that_stops_with_a_step_in_flight_is_pinned_whole_and_its_next_turn_hits_it(engine_factory):
@@ -225,7 +225,7 @@ def test_many_jobs_under_pressure_leave_no_block_referenced_or_freed_twice(engin
     assert engine.max_in_flight == 2
     assert any(engine.in_flight_at_finish.values()), "no turn finished with a step in flight"
     assert engine.discarded
-    events = engine.trace()
+    events = engine.scheduler_trace()
     pinned = [e for e in events if e["kind"] == "finish" and e["action"] == "pin"]
     unpinned = [e for e in events if e["kind"] == "unpin"]
     assert len(pinned) == 4 * (turns - 1) == len(unpinned)

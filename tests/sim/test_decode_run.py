@@ -44,11 +44,11 @@ CASES = [
                          ids=[f"{c[0]}-{c[1]}-{'replay' if c[2].trace else c[2].jps}-x{c[3].count}" for c in CASES])  # fmt: skip
 def test_a_cell_with_decode_runs_is_the_cell_stepped_one_event_at_a_time(monkeypatch, gpu, policy, workload, replicas):
     with_runs = _simulated(gpu, policy, workload, replicas)
-    runs = [entry for trace in with_runs.replica_traces for entry in trace if isinstance(entry, DecodeSteps)]
+    runs = [entry for trace in with_runs.replica_scheduler_traces for entry in trace if isinstance(entry, DecodeSteps)]
     assert runs, "no decode run was taken: the case tests nothing"
     monkeypatch.setattr(decode_run, "MIN_RUN_STEPS", 10**9)
     stepped = _simulated(gpu, policy, workload, replicas)
-    assert not any(isinstance(entry, DecodeSteps) for trace in stepped.replica_traces for entry in trace)
-    assert with_runs.trace_bytes() == stepped.trace_bytes()
+    assert not any(isinstance(entry, DecodeSteps) for trace in stepped.replica_scheduler_traces for entry in trace)
+    assert with_runs.scheduler_trace_bytes() == stepped.scheduler_trace_bytes()
     assert with_runs.requests == stepped.requests and with_runs.jobs == stepped.jobs
     assert with_runs.stats == stepped.stats

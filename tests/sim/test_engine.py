@@ -34,13 +34,13 @@ def cached_of_best(result, turns=range(3, 9)):
 
 
 def steps(result):
-    return [event for event in result.trace if isinstance(event, Step)]
+    return [event for event in result.scheduler_trace if isinstance(event, Step)]
 
 
 def test_the_same_cell_gives_the_same_records_and_trace():
     first, second = run("continuum", jps=6), run("continuum", jps=6)
     assert first.requests == second.requests and first.jobs == second.jobs
-    assert first.trace_bytes() == second.trace_bytes()
+    assert first.scheduler_trace_bytes() == second.scheduler_trace_bytes()
 
 
 def test_every_planned_job_runs_eight_turns_of_twenty_tokens_on_the_plans_schedule():
@@ -73,8 +73,8 @@ def test_under_overload_fcfs_loses_prefix_hits_that_continuums_pins_keep():
     fcfs, continuum = run("fcfs", jps=10), run("continuum", jps=10)
     assert cached_of_best(fcfs) < 0.6 < 0.9 < cached_of_best(continuum)
     assert mean_jct(continuum) < mean_jct(fcfs) / 2
-    finishes = Counter(event.action for event in continuum.trace if isinstance(event, Finish))
-    reasons = Counter(event.reason for event in continuum.trace if isinstance(event, Unpin))
+    finishes = Counter(event.action for event in continuum.scheduler_trace if isinstance(event, Finish))
+    reasons = Counter(event.reason for event in continuum.scheduler_trace if isinstance(event, Unpin))
     assert finishes["pin"] > 0 and reasons["next_turn"] > 0
     assert all(event.pinned_blocks == 0 for event in steps(fcfs))
 
@@ -119,7 +119,7 @@ def test_a_request_past_its_timeout_is_aborted_and_its_job_counted_as_timed_out(
 
 def test_the_trace_has_the_plugins_event_kinds_and_fields():
     result = run("continuum", jps=3)
-    lines = [json.loads(line) for line in result.trace_bytes().decode().splitlines()]
+    lines = [json.loads(line) for line in result.scheduler_trace_bytes().decode().splitlines()]
     kinds = Counter(line["kind"] for line in lines)
     assert kinds["admit"] == kinds["finish"] == len(result.requests) and kinds["step"] == result.stats.steps
     step = next(line for line in lines if line["kind"] == "step")
@@ -141,7 +141,8 @@ def test_a_request_whose_deadline_is_the_moment_it_reaches_the_engine_is_aborted
     calibration = sim_engine(Device.gpu("H200"), LLAMA, "continuum", 0, WorkloadSpec(jps=1)).cost.calibration
     result = run("continuum", jps=1, workload={"request_timeout_s": calibration.request_overhead_s})
     assert result.jobs and all(job.status is JobStatus.TIMEOUT for job in result.jobs)
-    assert {record.turn for record in result.requests} == {1} and result.trace == [] and result.stats.steps == 0
+    assert {record.turn for record in result.requests} == {1}
+    assert result.scheduler_trace == [] and result.stats.steps == 0
 
 
 def test_what_fell_due_during_a_step_is_handled_in_time_order_when_it_ends():

@@ -39,7 +39,7 @@ def test_a_cell_carries_what_its_engine_was_asked_for_and_what_it_measured(h200_
     assert len(fcfs.jobs) == 24 and len(fcfs.requests) == 192
     assert fcfs.jct_mean_s == pytest.approx(22.40, abs=0.005)  # the run's page: 22.40 s
     assert fcfs.steps_in_flight == 2  # its asynchronous scheduler class
-    assert (fcfs.trace.kind == "step").sum() > 900
+    assert (fcfs.scheduler_trace.kind == "step").sum() > 900
     native = h200_cells["2026-11-27-H200/call-1/pressure/native-offload"]
     assert native.tier_counters.external_prefix_cache_hits == 829_888  # the run's page
     assert "Stored" in h200_cells["2026-11-27-H200/call-1/pressure/lmcache"].server_log
@@ -51,7 +51,7 @@ def test_cells_kept_outside_the_archives_are_read_without_a_call_or_trace():
     assert len(cells) == 6
     native = cells["cells/native-offload-2.985jps"]
     assert native.run == RunId("2026-11-27-H100-capacity", None)
-    assert native.trace is None and native.server_log == ""
+    assert native.scheduler_trace is None and native.server_log == ""
     assert native.jct_mean_s == pytest.approx(24.13, abs=0.01)
 
 

@@ -32,7 +32,7 @@ def slower_h100_trace(tmp_path_factory):
     workload = WorkloadSpec(jps=4, duration_s=20)
     result = simulate(workload, sim_engine(slower, LLAMA, "fcfs", 0, workload))
     path = tmp_path_factory.mktemp("cell") / "scheduler_trace.jsonl"
-    path.write_bytes(result.trace_bytes())
+    path.write_bytes(result.scheduler_trace_bytes())
     return path, slower
 
 

@@ -86,7 +86,7 @@ def test_a_profile_fitted_on_cells_of_a_known_engine_predicts_that_engine():
     cells = []
     for workload in (TINY_WORKLOAD, TINY_WORKLOAD.model_copy(update={"seed": 8})):
         cell = simulate_cell(KNOWN, arch, "fcfs", workload)
-        trace = pd.read_json(io.BytesIO(cell.trace_bytes()), lines=True)
+        trace = pd.read_json(io.BytesIO(cell.scheduler_trace_bytes()), lines=True)
         cells.append(ProfilingCell(trace, pd.DataFrame([to_row(record) for record in cell.requests]), workload))
     fit = profile_from_cells(cells, KNOWN.num_kv_blocks + 1, KNOWN.block_size, arch)
     fitted = fit.profile

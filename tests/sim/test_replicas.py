@@ -27,7 +27,7 @@ WORKLOAD = WorkloadSpec(jps=5, duration_s=20)
 def run(policy: str, router: RouterKind | None, count: int = 2):
     engine = sim_engine(Device.gpu("L40S"), LLAMA, policy, 32, WORKLOAD)
     result = simulate(WORKLOAD, engine, schedule_for(WORKLOAD), Replicas(count, router))
-    return result, summarize(result.requests, result.jobs, result.trace_bytes())
+    return result, summarize(result.requests, result.jobs, result.scheduler_trace_bytes())
 
 
 def test_replicas_step_at_the_same_time_each_on_its_own_clock():
@@ -35,12 +35,13 @@ def test_replicas_step_at_the_same_time_each_on_its_own_clock():
     # Both engines were busy for most of the run: their busy time together exceeds the run's span, which one shared
     # clock (a step holding back the other replica's events) could not give.
     assert result.stats.busy_s > 1.5 * summary.span_s
-    replicas = result.trace_replicas
-    assert set(replicas) == {0, 1} and len(replicas) == len(result.trace)
-    steps_of = [[e.step for e, r in zip(result.trace, replicas) if isinstance(e, Step) and r == n] for n in (0, 1)]
+    replicas = result.scheduler_trace_replicas
+    assert set(replicas) == {0, 1} and len(replicas) == len(result.scheduler_trace)
+    tagged = list(zip(result.scheduler_trace, replicas))
+    steps_of = [[e.step for e, r in tagged if isinstance(e, Step) and r == n] for n in (0, 1)]
     assert all(numbers == list(range(1, len(numbers) + 1)) for numbers in steps_of)  # each engine counts its own
-    assert read_trace(result.trace_bytes()) == result.trace  # the replica tag is read past
-    assert b'"replica":1' in result.trace_bytes()
+    assert read_trace(result.scheduler_trace_bytes()) == result.scheduler_trace  # the replica tag is read past
+    assert b'"replica":1' in result.scheduler_trace_bytes()
 
 
 def test_session_affinity_keeps_a_jobs_turns_where_its_kv_is_and_round_robin_scatters_them():
@@ -61,7 +62,7 @@ def test_prefix_aware_routing_finds_the_jobs_prefix_as_affinity_does():
 
 def test_one_replica_has_no_router_and_no_moved_turn():
     result, summary = run("fcfs", None, count=1)
-    assert result.trace_replicas is None and summary.turns_moved_pct == 0
+    assert result.scheduler_trace_replicas is None and summary.turns_moved_pct == 0
     assert {record.replica for record in result.requests} == {0}
 
 

@@ -45,7 +45,7 @@ def simulated_cell(run: str, gpu: str, policy: str, seed: int, calibration: Cali
                    schedule_fingerprint=schedule_for(workload).fingerprint(),
                    jobs=pd.DataFrame([to_row(job) for job in result.jobs]),
                    requests=pd.DataFrame([to_row(request) for request in result.requests]),
-                   trace=trace_frame(result.trace_bytes()), server_log="", server_argv=(),
+                   scheduler_trace=trace_frame(result.scheduler_trace_bytes()), server_log="", server_argv=(),
                    tier_counters=TierCounters(), num_preemptions=result.stats.num_preemptions)  # fmt: skip
 
 

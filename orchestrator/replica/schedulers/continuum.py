@@ -202,6 +202,6 @@ class ContinuumScheduler(TracingScheduler):
             self.kv_cache_manager.block_pool.free_blocks(reversed(pin.blocks))
             released = True
         now = time.time()
-        self.trace.write(Unpin(t=now, job_id=pin.job_id, reason=reason, num_blocks=len(pin.blocks),
+        self.scheduler_trace.write(Unpin(t=now, job_id=pin.job_id, reason=reason, num_blocks=len(pin.blocks),
                                held_s=now - pin.pinned_at, free_blocks=self.free_blocks()))  # fmt: skip
         return released

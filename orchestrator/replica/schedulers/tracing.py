@@ -81,7 +81,7 @@ class TracingScheduler(Scheduler):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.trace = TraceWriter(os.environ.get(TRACE_ENV))
+        self.scheduler_trace = TraceWriter(os.environ.get(TRACE_ENV))
         self._num_steps = 0
         self._num_evicted = 0  # since the last Evict event
         self._count_evictions(self.kv_cache_manager.block_pool)
@@ -129,7 +129,7 @@ class TracingScheduler(Scheduler):
 
     def _flush_when_idle(self) -> None:
         if not self.has_unfinished_requests():
-            self.trace.flush()
+            self.scheduler_trace.flush()
 
     def _free_request_blocks(self, request: Any) -> None:
         if not request.is_finished():
@@ -139,7 +139,7 @@ class TracingScheduler(Scheduler):
         kept = self.retain_finished_blocks(request, tag)
         if not kept:
             super()._free_request_blocks(request)
-        self.trace.write(Finish(
+        self.scheduler_trace.write(Finish(
             t=time.time(), request_id=request.request_id, job_id=tag.job_id, turn=tag.turn, is_last=tag.is_last,
             action=FinishAction.PIN if kept else FinishAction.FREE, free_blocks=self.free_blocks(),
         ))  # fmt: skip
@@ -153,7 +153,7 @@ class TracingScheduler(Scheduler):
             if request is None:
                 continue
             tag = JobTag(request)
-            self.trace.write(Admit(
+            self.scheduler_trace.write(Admit(
                 t=time.time(), request_id=new.req_id, job_id=tag.job_id, turn=tag.turn,
                 prompt_tokens=request.num_prompt_tokens, cached_tokens=new.num_computed_tokens,
                 free_blocks=self.free_blocks(),
@@ -176,12 +176,12 @@ class TracingScheduler(Scheduler):
             context += request.num_computed_tokens
             pairs += attention_pairs(num_tokens, computed_before)
         running, waiting = self.get_request_counts()
-        self.trace.write(Step(
+        self.scheduler_trace.write(Step(
             t=time.time(), step=self._num_steps, running=running, waiting=waiting,
             scheduled=len(output.num_scheduled_tokens), prefill_tokens=prefill, decode_tokens=decode,
             context_tokens=context, attention_pairs=pairs, free_blocks=self.free_blocks(),
             pinned_blocks=self.num_pinned_blocks, preempted=len(output.preempted_req_ids or ()),
         ))  # fmt: skip
         if self._num_evicted:
-            self.trace.write(Evict(t=time.time(), num_blocks=self._num_evicted))
+            self.scheduler_trace.write(Evict(t=time.time(), num_blocks=self._num_evicted))
             self._num_evicted = 0

@@ -248,7 +248,8 @@ class _Sweep:
         self.stop_signal = signum
 
     def _scale(self) -> None:
-        waiting = {gpu: self.queue.waiting_slots(gpu) + sum(w.num_slots for w in self.pool.in_flight() if w.slot.gpu == gpu)
+        running = self.pool.in_flight()
+        waiting = {gpu: self.queue.waiting_slots(gpu) + sum(w.num_slots for w in running if w.slot.gpu == gpu)
                    for gpu in self.slot_gib if gpu not in self.queue.unavailable}  # fmt: skip
         for gpu, reason in self.pool.scale(waiting, self.slot_gib).items():
             self._give_up(gpu, reason)
@@ -353,7 +354,8 @@ class _Sweep:
             print(f"[{self.spec.name}] {line}", flush=True)
         reasons = "; ".join(sorted({self._pending_reason(cell) for cell in pending})) or "none"
         print(f"[{self.spec.name}] {len(ran) - not_done}/{len(self.cells)} cells done, {not_done} not done, "
-              f"{len(pending)} pending ({reasons}); summary: {self.ledger.results.files.summary}", flush=True)  # fmt: skip
+              f"{len(pending)} pending ({reasons}); summary: {self.ledger.results.files.summary}",
+              flush=True)  # fmt: skip
         page = runs_page(self.options.tracking_uri, self.ledger.tracker.experiment_id)
         print(f"[{self.spec.name}] MLflow runs: {page}", flush=True)
         return 1 if not_done else 0

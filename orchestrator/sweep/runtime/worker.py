@@ -1,9 +1,9 @@
 """The cell worker: runs cells one after another on one GPU (or the CPU engine), as a Ray actor.
 
-Its replica is kept across cells with the same server configuration when a reset is proven to have emptied
-every cache tier, else started afresh, and the cell records why (``replica.keeper``). While a cell's load runs it watches for
-three faults: the replica exiting (``failed``, retryable), the engine making no progress with requests in
-flight (``hung``), and the cell's time limit (``failed``). It writes nothing durable: the records, server
+Its replica is kept across cells with the same server configuration when a reset is proven to have
+emptied every cache tier, else started afresh, and the cell records why (``replica.keeper``). While a
+cell's load runs it watches for three faults: the replica exiting (``failed``, retryable), the engine
+making no progress with requests in flight (``hung``), and the cell's time limit (``failed``). It writes nothing durable: the records, server
 log and scheduler trace go back to the driver, the only writer of results and tracking.
 """
 
@@ -93,7 +93,7 @@ class _Measured:
     crashed: bool
     load: ShardResult | None  # None unless the cell is done
     server_log: str
-    trace: bytes
+    scheduler_trace: bytes
     tier_counters: TierCounters
     num_preemptions: int | None
     options: RequestOptions
@@ -140,10 +140,11 @@ class CellWorker:
         finally:
             self._status = WorkerStatus()
         return _outcome(
-            self._node_id, cell, schedule, started, ran.status, ran.reason, ran.failure_kind, retryable=ran.crashed, load=ran.load,
-            server_log=ran.server_log, trace=parquet_of_lines(ran.trace), engine=served.engine,
+            self._node_id, cell, schedule, started, ran.status, ran.reason, ran.failure_kind, retryable=ran.crashed,
+            load=ran.load, server_log=ran.server_log, scheduler_trace=parquet_of_lines(ran.scheduler_trace),
+            engine=served.engine,
             engine_facts=ran.replica.facts, tier_counters=ran.tier_counters, num_preemptions=ran.num_preemptions,
-            num_evicted_blocks=evicted_blocks(ran.trace), stack=stack,
+            num_evicted_blocks=evicted_blocks(ran.scheduler_trace), stack=stack,
             replica_reused=reuse.reused, replica_start_s=reuse.start_s, replica_start=reuse.start,
             reset_proof=reuse.proof, replica_replaced=reuse.replaced_because, request_options=ran.options,
             plan_fingerprint=ran.plan_fingerprint, server_argv=tuple(ran.replica.server_argv),
@@ -249,7 +250,8 @@ class CellWorker:
         return _outcome(
             self._node_id, cell, schedule, started, CellStatus.DONE, None, None, retryable=False,
             load=ShardResult(tuple(result.requests), tuple(result.jobs)),
-            server_log=f"simulated {cell.label}: {summary}\n", trace=parquet_of_entries(result.replica_traces),
+            server_log=f"simulated {cell.label}: {summary}\n",
+            scheduler_trace=parquet_of_entries(result.replica_scheduler_traces),
             engine=engine.config,
             engine_facts=EngineFacts(vllm_version=None, block_size=scheduler.block_size, num_kv_blocks=scheduler.num_blocks,
                                      kv_cache_tokens=scheduler.num_blocks * scheduler.block_size,
@@ -308,7 +310,8 @@ def start_worker(slot: Slot):
 
 
 def _outcome(node_id: str, cell: CellSpec, schedule: Schedule, started: float, status: CellStatus, reason: str | None,
-             failure_kind: FailureKind | None, *, retryable: bool, load: ShardResult | None, server_log: str, trace: bytes,
+             failure_kind: FailureKind | None, *, retryable: bool, load: ShardResult | None, server_log: str,
+             scheduler_trace: bytes,
              **config: object) -> CellOutcome:  # fmt: skip
     """A cell that ran, on any engine: its records, each request with its best possible prefix hit, and
     its configuration with what every engine records (``config`` adds the engine's own)."""
@@ -322,7 +325,7 @@ def _outcome(node_id: str, cell: CellSpec, schedule: Schedule, started: float, s
         config=CellConfig(cell_key=cell.key, cell=cell, node_id=node_id, host=platform.node(),
                           gpu_ids=_gpu_ids(), **_schedule_facts(schedule), **config),  # fmt: skip
         server_log=server_log,
-        scheduler_trace=trace,
+        scheduler_trace=scheduler_trace,
         started_unix=started,
         finished_unix=time.time(),
         failure_kind=failure_kind,
