@@ -151,7 +151,7 @@ def _simulated(workload: WorkloadSpec, schedule: Schedule, gpu: str, policy: str
 def _records(result) -> dict:
     """The eight replicas' trace as a cell stores it, against the JSON lines it replaced: bytes and seconds."""
     table, table_s = _timed(parquet_of_entries, result.replica_scheduler_traces)
-    lines, lines_s = _timed(result.trace_bytes)
+    lines, lines_s = _timed(result.scheduler_trace_bytes)
     return {"trace_parquet_bytes": len(table), "trace_parquet_s": round(table_s, 2),
             "trace_jsonl_bytes": len(lines), "trace_jsonl_s": round(lines_s, 2)}  # fmt: skip
 

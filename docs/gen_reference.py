@@ -66,14 +66,14 @@ def cli_page() -> str:
     from orchestrator.cli.kvsweep import COMMANDS, usage
 
     lines = ["# Command-line reference", "", GENERATED, "",
-             "`kvsweep` runs each of the project's programs as a subcommand with the parser of its older form, which",
-             "keeps working (`python sweeps/NAME.py`, `python -m ...`). Each sweep's own flags and defaults are in",
+             "`kvsweep` runs each of the project's programs as a subcommand with the parser of its direct form, which",
+             "works as well (`python sweeps/NAME.py`, `python -m ...`). Each sweep's own flags and defaults are in",
              "[Sweeps](sweeps.md).", "", OUTPUT, usage(), "```", ""]  # fmt: skip
     for name, command in COMMANDS.items():
         if name == "sweep":
             continue
         lines += [f"## kvsweep {name}", "", f"{command.summary[0].upper()}{command.summary[1:]}; the same as "
-                  f"`{command.older_form}`.", "", OUTPUT, _help([name, "--help"]), "```", ""]  # fmt: skip
+                  f"`{command.direct_form}`.", "", OUTPUT, _help([name, "--help"]), "```", ""]  # fmt: skip
     return "\n".join(lines)
 
 

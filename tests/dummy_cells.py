@@ -1,7 +1,7 @@
 """A real CPU cell of a shipped architecture at a small size with dummy weights, run as on a single GPU box (no
 Ray, no MLflow), and what its records must show: every prompt measures its planned length, every turn from the
 second on hits the whole previous turn in the prefix cache, and the KV pool vLLM sizes is the sizing library's.
-``test_dummy_weights`` runs ``run_cell`` so; ``test_gpu_evidence`` the GPU evidence run."""
+``test_dummy_weights`` runs ``kvsweep cell`` so; ``test_gpu_evidence`` the GPU evidence run."""
 
 from __future__ import annotations
 

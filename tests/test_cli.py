@@ -1,4 +1,4 @@
-"""The ``kvsweep`` command: its subcommands are the project's programs with the parsers of their older forms."""
+"""The ``kvsweep`` command: its subcommands are the project's programs with the parsers of their direct forms."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def help_of(run) -> str:
 
 
 @pytest.mark.parametrize("name", [name for name in COMMANDS if name != "sweep"])
-def test_each_subcommand_takes_the_parser_of_its_older_form(name, monkeypatch):
+def test_each_subcommand_takes_the_parser_of_its_direct_form(name, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["kvsweep"])
     mine = help_of(lambda: main([name, "--help"]))
     theirs = help_of(lambda: importlib.import_module(COMMANDS[name].module).main(["--help"]))
@@ -206,7 +206,7 @@ def test_the_reference_pages_put_command_output_in_blocks_the_site_wraps():
     assert "stylesheets/cli.css" in (docs.parent / "mkdocs.yml").read_text()
 
 
-def test_the_older_forms_say_kvsweep_too():
+def test_the_direct_forms_say_kvsweep_too():
     root = Path(__file__).resolve().parents[1]
     forms = {"usage: kvsweep doctor ": [sys.executable, "-m", "orchestrator.cli.doctor", "--help"],
              "usage: kvsweep sweep large_dram ": [sys.executable, "sweeps/large_dram.py", "--help"]}

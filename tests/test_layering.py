@@ -225,7 +225,7 @@ LAYERS = (
     ("orchestrator.sweep.runtime",),
     ("orchestrator.capacity", "orchestrator.crossover"),  # searches run as sweeps
     ("orchestrator.evidence",),  # a node's checks, and the GPU evidence run that measures cells beside predictions
-    # the commands (``orchestrator.doctor``: the older form of ``kvsweep doctor``; ``orchestrator.sweep``: its package)
+    # the commands (``orchestrator.doctor``: ``kvsweep doctor`` by its contract's name; ``orchestrator.sweep``: its package)
     ("orchestrator.cli", "orchestrator.doctor", "orchestrator.sweep", "sweeps"),
 )  # fmt: skip
 RANK = {layer: rank for rank, layers in enumerate(LAYERS) for layer in layers}

@@ -67,7 +67,7 @@ def parsers_of(path: tuple[str, ...],
 def command_parsers() -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """Every parser of ``kvsweep`` by the words that lead to it: each sweep's, each subcommand's and theirs, from the
     ``parser()`` of each one's module (imported here); not ``kvsweep`` itself nor ``kvsweep sweep``, which
-    ``cli.main`` reads by hand."""
+    ``cli.kvsweep.main`` reads by hand."""
     from orchestrator.cli.sweep import parser as sweep_parser
     from orchestrator.cli.sweep import sweep_doc
 

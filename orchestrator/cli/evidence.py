@@ -114,7 +114,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-
 def plan_from(args: argparse.Namespace) -> Plan:
     """Raises ``ValueError`` or pydantic's ``ValidationError`` with what is wrong in the flags."""
     if args.gpu not in known_device_names():
@@ -173,7 +172,6 @@ def plan_from(args: argparse.Namespace) -> Plan:
     return Plan(args.gpu, stages, tuple(cells), source, point, pressure, capacity, slo, args.sim_stack)
 
 
-
 def _check_judgeable(loads: list[tuple[str, float]], window_s: float, slo: Slo, text: str) -> None:
     """Raises ``ValueError`` (one line) where a capacity cell's window expects too few jobs to bound the SLO's
     percentiles (``capacity.plan.lowest_judgeable_jps``): such a cell can never be met, and its GPU time buys no
@@ -187,7 +185,6 @@ def _check_judgeable(loads: list[tuple[str, float]], window_s: float, slo: Slo, 
                          f"{lowest:.3g} JPS, or --pressure-window-s {math.ceil(lowest * window_s / jps)} or more")  # fmt: skip
 
 
-
 def _pressure_entries(cells: tuple[CellSpec, ...], on_cpu: bool) -> tuple[PolicyCell, ...]:
     """The pressure cells; on cpu, each CUDA-only policy's as the server command the same cell runs on an H100."""
     cuda_only = [cell.policy for cell in cells if on_cpu and not get_policy(cell.policy).runs_on(CPU)]
@@ -195,7 +192,6 @@ def _pressure_entries(cells: tuple[CellSpec, ...], on_cpu: bool) -> tuple[Policy
     commands = {cell.policy: _server_command(cell) for cell in on_gpu}
     return tuple(PolicyCell(cell.policy, None, commands[cell.policy]) if cell.policy in commands
                  else PolicyCell(cell.policy, cell) for cell in cells)  # fmt: skip
-
 
 
 def _policy_loads(text: str, flag: str) -> list[tuple[str, float]]:
@@ -213,7 +209,6 @@ def _policy_loads(text: str, flag: str) -> list[tuple[str, float]]:
     return cells
 
 
-
 def _names(text: str, valid: tuple[str, ...], flag: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in valid]
@@ -222,17 +217,14 @@ def _names(text: str, valid: tuple[str, ...], flag: str) -> tuple[str, ...]:
     return names
 
 
-
 def _server_command(cell: CellSpec) -> str:
     """The server command line ``cell`` would run (built, never started)."""
     engine = served_cell(cell, served_model(cell.model, cell.weights)).engine
     return shlex.join(vllm_server_command(engine, port=8000).argv)
 
 
-
 def _on_sigterm(signum, frame) -> None:
     raise Cut()
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(stage.status in ("failed", "cut") for stage in stages) else 0
 
 
-
 def _predict_only(plan: Plan, path: Path, command: str) -> int:
     """Every GPU cell of ``plan`` simulated, written to ``path`` with its page beside it; nothing runs."""
     named = plan.gpu_cells()
@@ -288,7 +279,6 @@ def _predict_only(plan: Plan, path: Path, command: str) -> int:
     path.with_suffix(".md").write_text(page)
     print(page + f"\nwritten: {path} and {path.with_suffix('.md')}", flush=True)
     return 0
-
 
 
 if __name__ == "__main__":

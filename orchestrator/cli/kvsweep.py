@@ -1,5 +1,5 @@
 """The ``kvsweep`` command: one entry point whose subcommands are the project's programs, each with the very parser
-of its older form (``python sweeps/NAME.py``, ``python -m ...``), which keep working.
+of its direct form (``python sweeps/NAME.py``, ``python -m ...``), which works as well.
 
     kvsweep sweep large_dram --engine sim        # = python sweeps/large_dram.py --engine sim
     kvsweep report results/large_dram            # = python -m orchestrator.analysis.report results/large_dram
@@ -25,14 +25,14 @@ from orchestrator.paths import sweeps_dir
 class Command:
     module: str  # whose main(argv) runs it; "sweeps" for a sweep by name
     summary: str
-    older_module: str = ""  # the name its older form runs by, where that is not ``module``
+    direct_module: str = ""  # the name its direct form runs by, where that is not ``module``
 
     @property
-    def older_form(self) -> str:
-        """The command it is, as it was run before ``kvsweep``."""
+    def direct_form(self) -> str:
+        """The command it is without ``kvsweep``: its script, or its module run by ``python -m``."""
         if self.module.startswith("sweeps"):
             return f"python sweeps/{self.module.partition('.')[2] or 'NAME'}.py"
-        return f"python -m {self.older_module or self.module.removesuffix('.__main__')}"
+        return f"python -m {self.direct_module or self.module.removesuffix('.__main__')}"
 
 
 COMMANDS: dict[str, Command] = {
@@ -66,7 +66,7 @@ def usage() -> str:
     lines = ["usage: kvsweep [--version] COMMAND [ARGS ...]", "", "Measure KV-cache policies for LLM agent serving.",
              "", "commands (each takes --help; the form after = keeps working):"]  # fmt: skip
     for name, command in COMMANDS.items():
-        lines.append(f"  {name:<{width}}  {command.summary} (= {command.older_form})")
+        lines.append(f"  {name:<{width}}  {command.summary} (= {command.direct_form})")
     lines += ["", f"sweeps: {', '.join(sweep_names())}"]
     return "\n".join(lines)
 

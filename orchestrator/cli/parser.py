@@ -1,5 +1,5 @@
 """The parser every ``kvsweep`` subcommand starts from, so that each one's usage, help and version read alike, whether
-it runs as ``kvsweep NAME`` or in its older form (``python -m ...``, ``python sweeps/NAME.py``):
+it runs as ``kvsweep NAME`` or in its direct form (``python -m ...``, ``python sweeps/NAME.py``):
 
 - its program name is ``kvsweep NAME``, the form the documentation teaches;
 - its description is its module docstring's first paragraph as plain text: reStructuredText markup (literals,

@@ -22,8 +22,8 @@ from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.results import write_attempt_files
 
 
-class Worker(Protocol):
-    """What the bench asks of its cell worker (``sweep.runtime.worker.CellWorker``)."""
+class CellRunner(Protocol):
+    """What the bench asks of the cell worker it runs cells on (``sweep.runtime.worker.CellWorker``)."""
 
     def run(self, cell: CellSpec, limits: RunLimits) -> CellOutcome: ...
     def prove_reset(self) -> object: ...
@@ -36,7 +36,7 @@ class CellBench:
     """Runs the evidence's cells on ``worker``; ``measured_jct_s`` holds each one's mean JCT by its folder
     (``<stage>/<cell>``) for the held-out predictions."""
 
-    def __init__(self, worker: Worker, budget: Budget, on_gpu: bool):
+    def __init__(self, worker: CellRunner, budget: Budget, on_gpu: bool):
         self.worker, self.budget, self.on_gpu = worker, budget, on_gpu
         self.measured_jct_s: dict[str, float | None] = {}
         # Set when a compiled start failed on the GPU: every later cell runs eager, and says so.
@@ -117,7 +117,7 @@ class CellBench:
         return outcome
 
 
-def predicted_facts(worker: Worker, cell: CellSpec, stack: str) -> CellFacts:
+def predicted_facts(worker: CellRunner, cell: CellSpec, stack: str) -> CellFacts:
     """``cell`` as the simulator predicts it with the engine stack ``stack``, run by ``worker``."""
     twin = simulated(cell, stack)
     return cell_facts(twin, worker.run(twin, RunLimits()))

@@ -20,7 +20,7 @@ import pandas as pd
 from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
 from orchestrator.evidence.checks import node_checks, stack_check
 from orchestrator.evidence.held_out import Prediction, held_out_stage
-from orchestrator.evidence.measure import CellBench, Worker, predicted_facts, seconds, why_not_done
+from orchestrator.evidence.measure import CellBench, CellRunner, predicted_facts, seconds, why_not_done
 from orchestrator.evidence.pack import EvidenceHeader, StageResult
 from orchestrator.evidence.pressure import BASELINE, CellFacts, PressurePoint, cell_facts, margins, winner
 from orchestrator.evidence.stages import StageLog, from_checks
@@ -94,7 +94,7 @@ class EvidenceRun:
     """The stages of one run; ``stages`` is what they recorded, whole even where a SIGTERM cut the run."""
 
     def __init__(self, plan: Plan, budget: Budget, work: Path, out: Path, command: str,
-                 predictions: Sequence[Prediction] = (), worker: Worker | None = None):  # fmt: skip
+                 predictions: Sequence[Prediction] = (), worker: CellRunner | None = None):  # fmt: skip
         self.plan, self.budget, self.work, self.predictions = plan, budget, work, predictions
         self.on_gpu = plan.target != CPU
         self.bench = CellBench(worker or CellWorker(), budget, self.on_gpu)

@@ -2,7 +2,7 @@
 its classes (an unknown name answers with the valid ones).
 
 Policies (``orchestrator.policies.catalog``) compose instances of these, and the simulator is handed a policy's own
-(``sim.engine.SimMechanisms``).
+(``sim.scheduler.SimMechanisms``).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ class Tier(ABC):
 
     @property
     def sim_model(self) -> str | None:
-        """The name the simulator's configuration records for this tier (and looks it up by)."""
+        """The name a simulated replica's configuration records for this tier."""
         return self.name
 
     def sim_store(self, capacity_tokens: int) -> TierStore:

@@ -38,18 +38,16 @@ def sim_engine(
     chosen = get_policy(policy)
     if num_kv_blocks is None:
         num_kv_blocks = gpu_kv_blocks(arch, device.name, gpu_memory_utilization, block_size, precision, tp)
+    mechanisms = SimMechanisms(chosen.ordering, chosen.retention, chosen.tier)
     scheduler = SchedulerConfig(
         num_blocks=num_kv_blocks,
         num_shared_blocks=workload.held_prefix_tokens() // block_size,
         max_num_batched_tokens=max_num_batched_tokens or device.default_max_num_batched_tokens,
         max_num_seqs=max_num_seqs or device.default_max_num_seqs,
         block_size=block_size,
-        job_priority=chosen.ordering.sends_priority,
-        pins=chosen.retention.pins,
-        tier=chosen.tier.sim_model,
+        **mechanisms.recorded(),
         # LMCache's and vLLM's offload sizes are GiB, whatever the flag's name says; the budget is the replica's, its
         # ranks' shares of every token together.
         tier_tokens=int(chosen.tier_gib(dram_gb) * GIB / kv_bytes_per_token(arch, precision.kv_dtype_bytes, tp)),
     )
-    mechanisms = SimMechanisms(chosen.ordering, chosen.retention, chosen.tier)
     return SimEngine(scheduler, StepCost(arch, device, calibration or Calibration.load(), precision, tp), mechanisms)

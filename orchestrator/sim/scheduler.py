@@ -82,6 +82,10 @@ class SimMechanisms(NamedTuple):
     retention: Retention
     tier: Tier
 
+    def recorded(self) -> dict:
+        """What a simulated replica's configuration records of them (``SchedulerConfig``'s fields)."""
+        return {"job_priority": self.ordering.sends_priority, "pins": self.retention.pins, "tier": self.tier.sim_model}
+
 
 class SimScheduler:
     """vLLM v1's scheduler over a ``SimKVCache``, stepped by ``sim.engine``: ``add`` turns, ``schedule`` a step,

@@ -1,4 +1,4 @@
-"""Dummy weights on the real CPU engine, through ``run_cell`` with Ray and MLflow made unimportable: a Qwen3-shaped
+"""Dummy weights on the real CPU engine, through ``kvsweep cell`` with Ray and MLflow made unimportable: a Qwen3-shaped
 model at a small size (the real vocabulary, so the real-size output head samples among 151K ids), the source
 study's workload at small scale. The Llama-shaped one runs through the GPU evidence run's rehearsal
 (``test_gpu_evidence``), which starts its cell the same way.

@@ -132,7 +132,7 @@ def test_killing_a_worker_actor_mid_cell_leaves_no_vllm_process(ray_cluster):
 
 
 def test_killing_the_driver_mid_cell_leaves_no_vllm_process(tmp_path):
-    """``run_cell`` as a driver of its own with a real server: SIGKILL of a driver whose server has forked its
+    """``kvsweep cell`` as a driver of its own with a real server: SIGKILL of a driver whose server has forked its
     engine core must leave no server process behind."""
     before = {pid for pid, _ in replica_processes()}
     out = tmp_path / "cell"

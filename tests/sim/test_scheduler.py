@@ -16,11 +16,10 @@ BLOCK = 16
 
 def _scheduler(num_blocks: int, *, budget: int = 1000, max_seqs: int = 8, job_priority: bool = False,
                pins: ContinuumConfig | None = None, **options):  # fmt: skip
-    config = SchedulerConfig(num_blocks=num_blocks, num_shared_blocks=0, max_num_batched_tokens=budget,
-                             max_num_seqs=max_seqs, block_size=BLOCK, job_priority=job_priority, pins=pins,
-                             **options)  # fmt: skip
     retention = ContinuumPins(pins) if pins is not None else Retention()
     mechanisms = SimMechanisms(JobOrder() if job_priority else Ordering(), retention, NoTier())
+    config = SchedulerConfig(num_blocks=num_blocks, num_shared_blocks=0, max_num_batched_tokens=budget,
+                             max_num_seqs=max_seqs, block_size=BLOCK, **mechanisms.recorded(), **options)  # fmt: skip
     return SimScheduler(config, mechanisms)
 
 

@@ -1,5 +1,5 @@
 """How one run of a sweep behaves (where results and tracking go, dry run, progress, scale-up), apart from
-what it measures (``spec.SweepSpec``); the flags of ``cli`` take their defaults from here."""
+what it measures (``spec.SweepSpec``); the flags of ``cli.sweep`` take their defaults from here."""
 
 from __future__ import annotations
 

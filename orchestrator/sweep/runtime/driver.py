@@ -248,8 +248,7 @@ class _Sweep:
         self.stop_signal = signum
 
     def _scale(self) -> None:
-        running = self.pool.in_flight()
-        waiting = {gpu: self.queue.waiting_slots(gpu) + sum(w.num_slots for w in running if w.slot.gpu == gpu)
+        waiting = {gpu: self.queue.waiting_slots(gpu) + self.pool.slots_in_flight(gpu)
                    for gpu in self.slot_gib if gpu not in self.queue.unavailable}  # fmt: skip
         for gpu, reason in self.pool.scale(waiting, self.slot_gib).items():
             self._give_up(gpu, reason)
@@ -260,7 +259,7 @@ class _Sweep:
         self._write_summary()
 
     def _pending_reason(self, cell: CellSpec) -> str | None:
-        return self.queue.pending_reason(cell, self.pool.inventory.has(cell.placement), self.ledger.is_done(cell.key))
+        return self.queue.pending_reason(cell, self.pool.inventory.has(cell.placement), self.ledger.is_done)
 
     def _assign(self) -> None:
         """Each placement's idle workers (up or asleep) given what the queue chooses for them."""
@@ -353,9 +352,9 @@ class _Sweep:
                                self.ledger.results.files.predictions.name)  # fmt: skip
             print(f"[{self.spec.name}] {line}", flush=True)
         reasons = "; ".join(sorted({self._pending_reason(cell) for cell in pending})) or "none"
+        summary = self.ledger.results.files.summary
         print(f"[{self.spec.name}] {len(ran) - not_done}/{len(self.cells)} cells done, {not_done} not done, "
-              f"{len(pending)} pending ({reasons}); summary: {self.ledger.results.files.summary}",
-              flush=True)  # fmt: skip
+              f"{len(pending)} pending ({reasons}); summary: {summary}", flush=True)  # fmt: skip
         page = runs_page(self.options.tracking_uri, self.ledger.tracker.experiment_id)
         print(f"[{self.spec.name}] MLflow runs: {page}", flush=True)
         return 1 if not_done else 0

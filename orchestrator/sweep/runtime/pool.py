@@ -144,6 +144,10 @@ class WorkerPool:
                              for index, slot in enumerate(slots, start=num_existing)]  # fmt: skip
             self._slotted_nodes |= {(placement, slot.node_id): gib for slot in slots}
 
+    def slots_in_flight(self, placement: str) -> int:
+        """The placement's slots whose workers run a cell now (a gang's all of them)."""
+        return sum(worker.num_slots for worker in self.in_flight() if worker.slot.gpu == placement)
+
     def num_slots(self, placement: str) -> int:
         """The placement's slots that have workers, counting those lent to gangs."""
         return sum(worker.num_slots for worker in self.workers if worker.slot.gpu == placement)

@@ -120,9 +120,9 @@ class CellQueue:
             self.queues[cell.placement].insert(0, cell)
         return retry
 
-    def pending_reason(self, cell: CellSpec, has_placement: bool, done: bool) -> str | None:
+    def pending_reason(self, cell: CellSpec, has_placement: bool, done: Callable[[str], bool]) -> str | None:
         """Why ``cell`` cannot run in this cluster (``has_placement``: whether it has or can launch the cell's
-        placement; ``done``: whether the cell is done), or None if it can."""
+        placement; ``done``: whether a cell, by key, is done), or None if it can."""
         if cell.placement in self.unavailable:
             return self.unavailable[cell.placement]
         if self.is_left_for_later(cell, done):
@@ -133,10 +133,10 @@ class CellQueue:
             return f"no {cell.gpu} in the cluster and none its autoscaler can launch"
         return None
 
-    def is_left_for_later(self, cell: CellSpec, done: bool) -> bool:
+    def is_left_for_later(self, cell: CellSpec, done: Callable[[str], bool]) -> bool:
         """The budget left ``cell`` for a later run (a cell tried in this run ends as its attempt did)."""
         left = cell.placement in self.left_for_later and cell.placement not in self.unavailable
-        return left and not self.attempts_this_run[cell.key] and not done
+        return left and not self.attempts_this_run[cell.key] and not done(cell.key)
 
     def choose(self, placement: str, idle: list[Worker], starting: int) -> Choice:
         """The cells ``placement``'s ``idle`` workers take now, ``starting`` more of its workers being made."""
@@ -216,7 +216,7 @@ def budget_line(queue: CellQueue, pending: list[CellSpec], reasons: Callable[[Ce
     line = (f"--gpu-budget {budget}: measured {_attempts(sum(spending.measured.values()))} in "
             f"{sum(spending.spent_s.values()):.0f} s{total} ({spent})")  # fmt: skip
     why_pending = {cell.key: reasons(cell) or "" for cell in pending}
-    left = {cell.key for cell in pending if queue.is_left_for_later(cell, done(cell.key))}
+    left = {cell.key for cell in pending if queue.is_left_for_later(cell, done)}
     stopped = {cell.key: cell.label for cell in pending if cell.key in measuring.stopped}
     if stopped:
         line += (f"; past their allowance ({OVERRUN_LIMIT:g} x the estimate), interrupted and left for later: "

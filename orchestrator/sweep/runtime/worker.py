@@ -267,7 +267,8 @@ class CellWorker:
 
     def keeps_replica_for(self, cell: CellSpec) -> bool:
         """Whether ``cell`` would run on the replica now running (after a proven reset) rather than a new one."""
-        if self.keeper.replica is None or cell.engine is EngineKind.SIM:
+        replica = self.keeper.replica
+        if replica is None or not replica.is_alive() or cell.engine is EngineKind.SIM:
             return False
         try:
             return self.keeper.keeps(served_cell(cell, self._model(cell)).engine)
