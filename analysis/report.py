@@ -26,7 +26,7 @@ from orchestrator.analysis import capacity, plots, predicted, tables
 from orchestrator.analysis.load import SweepData, cell_records, load_sweep, sim_errors, sim_stacks, sweep_files
 from orchestrator.analysis.timeline import NUM_BINS, step_bins
 from orchestrator.analysis.verdicts import flips, verdicts
-from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cell.cell_json import read_cell_json
 from orchestrator.cli.parser import command_parser
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.schema import RequestStatus
 from orchestrator.sizing.kv import retention_time_s
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.units import GIB
 
 

@@ -31,12 +31,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.replica.server import free_port
 from orchestrator.sweep.planning.options import SweepOptions
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import RunLimits, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 GPU = "H100"

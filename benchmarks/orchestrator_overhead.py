@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.sweep.planning.options import SweepOptions
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec

@@ -23,11 +23,12 @@ import sys
 
 import pandas as pd
 
+from orchestrator.cell.spec import EngineKind
+from orchestrator.cli.sweep import parser, prepare, run_with_one_line_errors
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
-from orchestrator.cli.sweep import parser, prepare, run_with_one_line_errors
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile
 from orchestrator.sweeps.routing_cpu import SPEC

@@ -24,9 +24,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from orchestrator.sweep.planning.cells import CellSpec, expand
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
+from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.options import SweepOptions
-from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.sweep.runtime.worker import CellWorker

@@ -40,7 +40,9 @@ import pandas as pd
 from orchestrator.analysis.fidelity import CellShape, cell_shape, error_by_policy, relative_error, shape_row
 from orchestrator.analysis.load import cell_records
 from orchestrator.analysis.verdicts import censored_job_times, verdicts
-from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cell.cell_json import read_cell_json
+from orchestrator.cell.spec import EngineKind
+from orchestrator.cli.sweep import parse_list, parser, prepare, run_with_one_line_errors
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.names import read_summary
@@ -51,8 +53,7 @@ from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import cpu_sim_engine, step_pace
 from orchestrator.sizing.models import ModelArch, load_model
-from orchestrator.cli.sweep import parse_list, parser, prepare, run_with_one_line_errors
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import profile_spec, read_cpu_profile
 from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY

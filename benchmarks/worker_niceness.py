@@ -27,14 +27,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cell.cell_json import read_cell_json
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.scheduler_trace import pin_releases
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.replica.priority import NORMAL_NICENESS, WORKER_NICENESS_ENV
 from orchestrator.sizing.agent import pressure_jps
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 LATER_TURNS_FROM = 3

@@ -12,9 +12,10 @@ recorded; only the arrivals are rescaled.
 
 import sys
 
-from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import sweep_main
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.traces.generate import SHIPPED
 from orchestrator.workload.traces.schema import TraceRef, load_trace

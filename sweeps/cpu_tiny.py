@@ -11,9 +11,10 @@ in about 10 minutes on 2 cores.
 
 import sys
 
-from orchestrator.sizing.agent import pressure_jps
+from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import sweep_main
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sizing.agent import pressure_jps
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 WORKLOAD = WorkloadSpec(jps=1, duration_s=30, scale=0.25, request_timeout_s=300, job_timeout_s=600)

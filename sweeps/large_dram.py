@@ -6,9 +6,10 @@ fcfs, continuum and LMCache at 1, 3, 6, 10 and 15 jobs per second; Llama-3.1-8B-
 
 import sys
 
-from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import sweep_main
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.models.catalog import LLAMA_8B
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 SPEC = SweepSpec(

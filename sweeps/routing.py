@@ -9,10 +9,11 @@ The same question on the real CPU engine, each routed cell a Ray Serve applicati
 
 import sys
 
+from orchestrator.cell.spec import EngineKind
+from orchestrator.cli.sweep import sweep_main
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.routing.rules import RouterKind
-from orchestrator.cli.sweep import sweep_main
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 SPEC = SweepSpec(

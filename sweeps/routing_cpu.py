@@ -11,9 +11,10 @@ the machine's cores, so a two-replica cell here measures routing and caching, no
 
 import sys
 
-from orchestrator.routing.rules import RouterKind
+from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import sweep_main
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.routing.rules import RouterKind
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 SPEC = SweepSpec(

@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.analysis.report import build_report
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.row import Attempt, SummaryRow
 from orchestrator.records.summary import summarize
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import RunLimits, SweepSpec
 from orchestrator.sweep.runtime.results import SweepResults
 from orchestrator.sweep.runtime.worker import CellWorker
 

@@ -31,6 +31,7 @@ def modules_of(package: str) -> tuple[str, ...]:
 # Whole packages (every module, present and future) and single modules of the pure core.
 PURE_MODULES = (
     *modules_of("orchestrator.sweep.planning"),
+    *modules_of("orchestrator.cell"),
     *modules_of("orchestrator.sim"),
     *modules_of("orchestrator.records"),
     *modules_of("orchestrator.routing"),
@@ -217,9 +218,10 @@ LAYERS = (
     ("orchestrator.mechanisms",),  # what policies are made of, Continuum among them, and the simulated request
     ("orchestrator.replica",),  # the engine configurations, the tested stacks and the processes that serve them
     ("orchestrator.policies",),  # the registered policies, and the engine a cell runs one with
+    ("orchestrator.cell",),  # a cell as a value: its spec and key, its simulated engine's record, its cell.json
     ("orchestrator.sim",),
     ("orchestrator.sweep.cluster",),
-    ("orchestrator.sweep.planning",),  # the cells, their engines and the cell's JSON read back
+    ("orchestrator.sweep.planning",),  # the spec, the grid's cells, their engines, preflight
     ("orchestrator.budget",),
     ("analysis",),  # the report and the verdicts, which the runtime publishes
     ("orchestrator.sweep.runtime",),

@@ -9,16 +9,17 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from orchestrator.cell.spec import EngineKind
+from orchestrator.cli.refit import repredict
 from orchestrator.records.scheduler_trace_file import parquet_of_entries, trace_file_frame
 from orchestrator.records.summary import summarize
-from orchestrator.cli.refit import repredict
 from orchestrator.roofline.hardware import Device
 from orchestrator.roofline.rates import RATES_FILE
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sim.profile import step_samples
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 

@@ -29,11 +29,11 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.records.arm import arm_name, shape_name
 from orchestrator.records.verdict import MIN_EFFECT_PCT, Verdict, VerdictKind, changes
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.kv import Regime
-from orchestrator.sweep.planning.cells import CellSpec
 
 # The rule is written once, here, and the dry run prints it as written.
 RULE = __doc__.split("\n\n", 1)[1].strip().replace("``", "")

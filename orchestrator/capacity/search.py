@@ -30,6 +30,8 @@ from orchestrator.capacity.plan import (
     lowest_judgeable_jps,
     next_fleet_size,
 )
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.crossover.bisection import NOT_MEASURED, Flip, bisect_flips, locate_flip
 from orchestrator.crossover.search import SearchRange, SearchRounds, publish_search_report
 from orchestrator.gpus import CPU
@@ -40,8 +42,8 @@ from orchestrator.records.names import read_summary
 from orchestrator.records.slo import Met, Slo, SloOutcome, Trial, evaluate
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sweep.planning.cells import CellSpec, expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile
 from orchestrator.validation import InputError
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.evidence.checks import can_serve, checked_cell, format_table, node_checks
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.parser import command_parser
+from orchestrator.evidence.checks import can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
@@ -29,8 +31,7 @@ from orchestrator.records.layout import CellFiles
 from orchestrator.records.render import render_cell_summary
 from orchestrator.records.summary import summarize
 from orchestrator.replica.priority import start_workers_at_normal_priority
-from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import TINY_MODEL, EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec, TINY_MODEL
 from orchestrator.sweep.runtime.results import write_attempt_files
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.validation import flag_line

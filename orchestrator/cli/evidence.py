@@ -45,6 +45,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.capacity.plan import lowest_judgeable_jps
+from orchestrator.cell.spec import CellSpec
 from orchestrator.cli.cell import cell_from
 from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.budget import Budget
@@ -62,7 +63,6 @@ from orchestrator.policies.catalog import POLICIES, get_policy, policies_coverin
 from orchestrator.records.slo import Slo
 from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.sim.stacks import DEFAULT_STACK, stack_names
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.serving import served_cell
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.validation import one_line

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cell.cell_json import read_cell_json
+from orchestrator.cell.spec import CellSpec
 from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.records.cell import CellStatus
@@ -37,7 +38,6 @@ from orchestrator.sim.gpu_profile import MeasuredProfile, measure_profile, trace
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sim.stacks import stack_calibration
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.validation import InputError
 from orchestrator.workload.schedule import schedule_for
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import CPU
 from orchestrator.models.served import Weights
@@ -38,7 +39,7 @@ from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.stacks import stack_names
 from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.planning.options import SweepOptions
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.validation import InputError, flag_line, one_line
 from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
 from orchestrator.workload.schedule import schedule_for

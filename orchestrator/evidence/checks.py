@@ -11,16 +11,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
 from orchestrator.replica.priority import NORMAL_NICENESS, niced_workers_advice, niceness
 from orchestrator.replica.stack import read_node_stack
+from orchestrator.replica.tested_stacks import lmcache_ops_module, stack_of, untested
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, size
 from orchestrator.sizing.models import load_model
-from orchestrator.replica.tested_stacks import lmcache_ops_module, stack_of, untested
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.validation import first_line
 

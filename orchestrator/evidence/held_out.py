@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.evidence.pack import StageResult
 from orchestrator.evidence.pressure import CellFacts
 from orchestrator.sim.stacks import get_stack
 from orchestrator.sim.version import sim_version
-from orchestrator.sweep.planning.cells import CellSpec
 
 STAGE = "held out"
 

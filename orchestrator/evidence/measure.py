@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.evidence.budget import Budget
 from orchestrator.evidence.checks import Check, checked_cell, format_table
 from orchestrator.evidence.pack import StageResult, without_cell_lines
@@ -17,7 +18,6 @@ from orchestrator.records.cell import CellOutcome, FailureKind, ReplicaStart
 from orchestrator.records.layout import CellFiles
 from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.results import write_attempt_files
 

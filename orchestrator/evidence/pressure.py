@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.evidence.tier import tier_activity
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import Weights
@@ -35,8 +37,7 @@ from orchestrator.sim.stacks import DEFAULT_STACK
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import kv_bytes_per_token
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions
+from orchestrator.sweep.planning.spec import EngineOptions
 from orchestrator.units import GIB
 from orchestrator.workload.spec import WorkloadSpec
 

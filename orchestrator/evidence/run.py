@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
 from orchestrator.evidence.checks import node_checks, stack_check
 from orchestrator.evidence.held_out import Prediction, held_out_stage
@@ -39,7 +40,6 @@ from orchestrator.sim.profile import CPU_STEP_BOUNDS, fit_step_costs
 from orchestrator.sim.stacks import DEFAULT_STACK
 from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.validation import first_line

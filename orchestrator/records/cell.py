@@ -22,7 +22,7 @@ from orchestrator.records.schema import JobRecord, RequestRecord
 
 class RequestedCell(Protocol):
     """A cell as records read it: its key and its JSON form. It is planning's ``CellSpec``, which records do not
-    import (they import nothing of the stages above them); ``orchestrator.sweep.planning.cell_json`` reads it back as one."""
+    import (they import nothing of the stages above them); ``orchestrator.cell.cell_json`` reads it back as one."""
 
     @property
     def key(self) -> str: ...
@@ -255,7 +255,7 @@ class CellConfig:
     def from_json(cls, payload: dict, read_requested: RequestedReader) -> CellConfig:
         """The configuration ``cell.json`` holds (it also carries the attempt's status and reason, which are
         the tracking store's to keep, and are left out here). ``read_requested`` reads the requested side back as
-        its own stages' types (``orchestrator.sweep.planning.cell_json``): records import nothing of the stages above them."""
+        its own stages' types (``orchestrator.cell.cell_json``): records import nothing of the stages above them."""
         known = {spec.name for spec in fields(cls)}
         payload = current_names(payload)
         values = {name: value for name, value in payload.items() if name in known}

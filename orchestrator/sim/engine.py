@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Literal
 
 from orchestrator.mechanisms.request import SimRequest
 from orchestrator.records.cell import SimStats
@@ -26,10 +25,11 @@ from orchestrator.records.scheduler_trace import (
     Unpin,
     attention_pairs,
 )
-from orchestrator.roofline.hardware import Calibration, StepCost
+from orchestrator.cell.sim_config import SchedulerConfig, SimEngineConfig
+from orchestrator.roofline.hardware import StepCost
 from orchestrator.sim.decode_run import DecodeRun, plan_decode_run
 from orchestrator.sim.kv_cache import Release
-from orchestrator.sim.scheduler import SchedulerConfig, SimMechanisms, SimScheduler, StepPlan
+from orchestrator.sim.scheduler import SimMechanisms, SimScheduler, StepPlan
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,6 @@ class SimEngine:
     @property
     def config(self) -> SimEngineConfig:
         return SimEngineConfig(scheduler=self.scheduler, calibration=self.cost.calibration)
-
-
-@dataclass(frozen=True)
-class SimEngineConfig:
-    """What a simulated cell records of its engine: the scheduler's configuration and the cost model's
-    calibration (the device and the model are the cell's own)."""
-
-    scheduler: SchedulerConfig
-    calibration: Calibration
-    kind: Literal["sim"] = "sim"
 
 
 class _Link:

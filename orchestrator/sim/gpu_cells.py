@@ -7,9 +7,8 @@ also keep cells outside any archive, under ``cells/<cell>/`` (the capacity run k
 members are read in memory, never extracted.
 
 Each measured cell becomes a ``GpuCell``: the run and call it belongs to, what its engine was asked for as the simulator
-takes it (``engine_setup.EngineSetup`` and ``WorkloadSpec``, read from the requested side of ``cell.json``; the
-simulator sits below planning's cell spec), its jobs and requests, its trace, its server log and what its CPU tier's
-counters said. Only done cells of a real engine on a GPU type of the catalogue are kept.
+takes it (``engine_setup.EngineSetup`` and ``WorkloadSpec``, read from the requested side of ``cell.json``), its jobs
+and requests, its scheduler trace, its server log and what its CPU tier's counters said. Only done cells of a real engine on a GPU type of the catalogue are kept.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from orchestrator.mechanisms.continuum.config import ContinuumConfig
+from orchestrator.cell.sim_config import SchedulerConfig
 from orchestrator.mechanisms.ordering import Ordering
 from orchestrator.mechanisms.request import SimRequest
 from orchestrator.mechanisms.retention import Retention, SimRetention
@@ -32,25 +32,6 @@ from orchestrator.records.scheduler_trace import UnpinReason
 from orchestrator.sim.blocks import BlockPool
 from orchestrator.sim.connector import Load, SimConnector
 from orchestrator.sim.kv_cache import Release, SimKVCache
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    num_blocks: int
-    num_shared_blocks: int  # the system prompt's full blocks, which every job shares: held all run
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    block_size: int = 16
-    # The policy's mechanisms as the record names them (the scheduler is handed the mechanisms themselves): its
-    # ordering (vLLM priority scheduling by job arrival index), its pin rules and its tier's simulated model.
-    job_priority: bool = False
-    pins: ContinuumConfig | None = None
-    tier: str | None = None
-    tier_tokens: int = 0
-    # vLLM 0.32's ``scheduler_reserve_full_isl`` (on by default): a waiting request is admitted only when its
-    # whole prompt fits in the free blocks, though it is given blocks one chunk at a time. Without it a long
-    # prompt admitted on its first chunk runs the pool dry mid-prefill and preemptions follow.
-    reserve_full_prompt: bool = True
 
 
 class Scheduled(NamedTuple):

@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.cell.spec import SOURCE_STUDY
 from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration
 from orchestrator.sim.error_bands import GPU_SOURCE, SIM_ERROR_FILE, SimErrors, load_error_tables, load_errors
 
-SOURCE_STUDY = "source-study"
 DEFAULT_STACK = "vllm-0.26"
 STACKS_DIR = Path(__file__).parent / "fitted_stacks"
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")

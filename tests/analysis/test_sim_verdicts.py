@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 
 from orchestrator.analysis.verdicts import CellRecords, censored_job_times, verdicts
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.row import Attempt, SummaryRow
 from orchestrator.records.store import records_frame
 from orchestrator.records.summary import summarize
 from orchestrator.sim.error_bands import load_errors
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits
+from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.sweeps.large_dram import SPEC as LARGE_DRAM
 

@@ -12,8 +12,9 @@ from orchestrator.analysis.tables import (
     rank_holdings,
     serve_cost,
 )
+from orchestrator.cell.spec import EngineKind
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.units import GIB
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from benchmarks.serve_routing import real_against_simulated, serve_cost, table
-from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.cell.spec import EngineKind
 from orchestrator.sweeps.routing_cpu import SPEC
 from tests.sim.test_profile import KNOWN
 from tests.simulated import simulated_sweep

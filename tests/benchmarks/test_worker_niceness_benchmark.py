@@ -5,7 +5,7 @@ records and trace."""
 from __future__ import annotations
 
 from benchmarks.worker_niceness import RELEASES, cell_rows, pressure_spec
-from orchestrator.sweep.planning.spec import EngineKind
+from orchestrator.cell.spec import EngineKind
 from tests.sim.test_profile import KNOWN
 from tests.simulated import simulated_sweep
 

@@ -12,12 +12,14 @@ import pytest
 from orchestrator.analysis.capacity import capacity_table, sentences
 from orchestrator.capacity import search
 from orchestrator.capacity.search import CapacityAsk, run_capacity
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.crossover.search import SearchRange
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.slo import Slo
-from orchestrator.sweep.planning.cells import CellSpec, expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweeps.capacity import SPEC
 from tests.sweep.conftest import options
 

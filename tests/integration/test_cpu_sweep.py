@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cell.cell_json import read_cell_json
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.scheduler_trace import Finish, Step, Unpin, UnpinReason, pin_releases
 from orchestrator.records.scheduler_trace_file import trace_events
@@ -32,7 +33,7 @@ from orchestrator.records.slo import Slo, Trial, evaluate
 from orchestrator.replica.launcher import FORKED_VLLM_ENV
 from orchestrator.replica.priority import niceness
 from orchestrator.sizing.agent import pressure_jps
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec

@@ -14,11 +14,12 @@ import threading
 
 import pandas as pd
 
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.routing.rules import RouterKind
-from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.spec import WorkloadSpec

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import requests
 
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.gpus import CPU
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.schema import RequestStatus
@@ -18,8 +20,7 @@ from orchestrator.replica.stack import read_node_stack
 from orchestrator.roofline.hardware import Device
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.loop import simulate
-from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import EngineKind, EngineOptions, RunLimits
+from orchestrator.sweep.planning.spec import EngineOptions, RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec

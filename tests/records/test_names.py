@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from orchestrator.sweep.planning.cell_json import cell_config
+from orchestrator.cell.cell_json import cell_config
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.names import read_summary
 from orchestrator.records.verdict import CSV_COLUMNS, TOO_CLOSE, Verdict, VerdictKind, read_verdicts, verdict_frame

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.sweep.planning.cell_json import cell_config
+from orchestrator.cell.cell_json import cell_config
 from orchestrator.records.cell import (
     CellConfig,
     CellOutcome,
@@ -20,12 +20,13 @@ from orchestrator.records.cell import (
     ScheduleStats,
     TierCounters,
 )
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.row import Attempt, SummaryRow, attempt_columns, attempt_tags
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus
 from orchestrator.records.summary import summarize
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 
 BRIEF_COLUMNS = ["sweep", "cell_key", "engine", "gpu", "policy", "jps", "dram_gb", "status", "num_jobs", "num_completed",

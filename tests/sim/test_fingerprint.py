@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.policies.catalog import POLICIES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.scheduler_trace import trace_bytes
@@ -25,7 +26,7 @@ from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.store import records_frame
 from orchestrator.sim.stacks import SOURCE_STUDY
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import RunLimits, SweepSpec
 from orchestrator.sweep.runtime.worker import CellWorker
 from orchestrator.workload.spec import WorkloadSpec
 

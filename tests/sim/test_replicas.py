@@ -7,6 +7,7 @@ import functools
 
 import pytest
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.scheduler_trace import Step, read_trace
 from orchestrator.records.summary import summarize
 from orchestrator.roofline.hardware import Device
@@ -14,7 +15,7 @@ from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 

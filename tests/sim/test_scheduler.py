@@ -3,13 +3,14 @@ and Continuum's pins, release rules, ordering and reserve as the simulator appli
 
 from __future__ import annotations
 
+from orchestrator.cell.sim_config import SchedulerConfig
 from orchestrator.mechanisms.continuum.config import AdmissionRelease, ContinuumConfig
 from orchestrator.mechanisms.continuum.retention import ContinuumPins
 from orchestrator.mechanisms.ordering import JobOrder, Ordering
 from orchestrator.mechanisms.request import SimRequest
 from orchestrator.mechanisms.retention import Retention
 from orchestrator.mechanisms.tier import NoTier
-from orchestrator.sim.scheduler import SchedulerConfig, SimMechanisms, SimScheduler, StepPlan
+from orchestrator.sim.scheduler import SimMechanisms, SimScheduler, StepPlan
 
 BLOCK = 16
 

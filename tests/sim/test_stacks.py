@@ -11,13 +11,14 @@ import pandas as pd
 import pytest
 
 from orchestrator.analysis.load import sim_errors, sim_stacks
+from orchestrator.cell.spec import EngineKind
 from orchestrator.models.tiny import TINY_MODEL
 from orchestrator.roofline.hardware import Calibration
 from orchestrator.sim.error_bands import load_errors
 from orchestrator.sim.stacks import DEFAULT_STACK, SOURCE_STUDY, get_stack, stack_names, stacks_errors
 from orchestrator.sim.version import sim_version
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from tests.sim.test_profile import KNOWN as CPU_PROFILE
 
 SPEC = SweepSpec(name="stacks", engine=EngineKind.SIM, gpus=("H100",), policies=("fcfs",), jps=(2,),

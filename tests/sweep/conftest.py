@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.sweep.planning.options import SweepOptions
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits, SweepSpec
+from orchestrator.sweep.planning.spec import RunLimits, SweepSpec
 from orchestrator.sweep.runtime.tracking import SweepTracker, default_tracking_uri
 from orchestrator.workload.spec import WorkloadSpec
 

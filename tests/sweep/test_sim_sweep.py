@@ -8,13 +8,14 @@ import re
 import pandas as pd
 import pytest
 
-from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cell.cell_json import read_cell_json
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.records.verdict import read_verdicts
 from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri, runs_page
 from orchestrator.workload.distributions import PRESETS

@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.cell import CellStatus, FailureKind
-from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits
 from orchestrator.replica import keeper as keeper_module
 from orchestrator.replica import replica as replica_module
+from orchestrator.sweep.planning.cells import expand
+from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime import worker as worker_module
 from orchestrator.sweep.runtime.worker import CellWorker
 from tests.processes import fake_engine_processes, replica_processes, wait_until_gone

@@ -8,10 +8,10 @@ with old ones."""
 
 from __future__ import annotations
 
+from orchestrator.cell.spec import EngineKind
 from orchestrator.roofline.hardware import CpuProfile
 from orchestrator.sim.stacks import SOURCE_STUDY
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.sweep.runtime.profiling import profile_spec
 from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 from orchestrator.sweeps.large_dram import SPEC as LARGE_DRAM

@@ -16,12 +16,12 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from orchestrator.cell.spec import SIM
 from orchestrator.gpus import CPU
 from orchestrator.units import GIB
 from orchestrator.validation import InputError
 
 ACCELERATOR_PREFIX = "accelerator_type:"
-SIM = "sim"  # the placement of simulated cells: any CPU, no GPU
 
 
 @dataclass(frozen=True)

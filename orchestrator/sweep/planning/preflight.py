@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import Regime, regime
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.planning.cells import CellSpec
 
 
 @dataclass(frozen=True)

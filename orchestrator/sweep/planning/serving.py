@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.models.served import ServedModel
 from orchestrator.policies.catalog import get_policy
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig
-from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import EngineKind
 
 
 @dataclass(frozen=True)

@@ -7,30 +7,23 @@ one clear line before Ray or MLflow is touched. Expanding the grid into cells is
 from __future__ import annotations
 
 import hashlib
-from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.policies.engine_setup import EngineOptions
+from orchestrator.cell.spec import EngineKind
 from orchestrator.gpus import CPU, known_device_names
 from orchestrator.models.catalog import shipped_name
 from orchestrator.models.dummy import source_config
 from orchestrator.models.served import Weights
 from orchestrator.models.tiny import TINY_MODEL
 from orchestrator.policies.catalog import POLICIES, get_policy
+from orchestrator.policies.engine_setup import EngineOptions
 from orchestrator.roofline.hardware import CpuProfile, check_simulable
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
 from orchestrator.sizing.models import load_model
 from orchestrator.sizing.parallel import TP_DEGREES, default_tp, holding_degrees, tp_problem
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
-
-
-class EngineKind(str, Enum):
-    AUTO = "auto"  # real vLLM wherever the cluster has the cell's GPU type, the simulator for the others
-    VLLM = "vllm"  # real vLLM: on a GPU of the cell's type, or the CPU build for the ``cpu`` device
-    SIM = "sim"  # the discrete-event simulator of a vLLM engine (``orchestrator/sim``), on any CPU
-    FAKE = "fake"  # a stand-in server with no model, for exercising the orchestration; never a measurement
 
 
 class RunLimits(BaseModel):

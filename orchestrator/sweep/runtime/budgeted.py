@@ -25,6 +25,8 @@ from orchestrator.budget.cost import CostModel, start_place, start_spent_s
 from orchestrator.budget.plan import plan_cells, plan_frame, plan_lines
 from orchestrator.budget.priority import rank_cells
 from orchestrator.budget.spend import Spending
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.gpus import CPU
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellStatus
@@ -39,10 +41,9 @@ from orchestrator.sim.stacks import get_stack
 from orchestrator.sim.version import sim_version
 from orchestrator.sweep.cluster.connect import connect_ray
 from orchestrator.sweep.cluster.inventory import Inventory
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.preflight import preflight
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.driver import (
     EXIT_INTERRUPTED,
     EXIT_STOPPED,
@@ -51,8 +52,8 @@ from orchestrator.sweep.runtime.driver import (
     run_sweep,
     slot_gib,
 )
-from orchestrator.sweep.runtime.queue import MeasuringOrder
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile, profile_spec, read_cpu_profile
+from orchestrator.sweep.runtime.queue import MeasuringOrder
 
 
 def run_budgeted_sweep(spec: SweepSpec, options: SweepOptions) -> int:

@@ -31,6 +31,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.prediction import read_predictions
 from orchestrator.records.verdict import read_verdicts
@@ -38,10 +40,10 @@ from orchestrator.roofline.hardware import check_simulable
 from orchestrator.sweep.cluster.autoscaler import read_launchable_types
 from orchestrator.sweep.cluster.connect import connect_ray
 from orchestrator.sweep.cluster.inventory import Inventory, Slot, read_inventory
-from orchestrator.sweep.planning.cells import CellSpec, expand
+from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.preflight import preflight, preflight_frame, regime_table
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.ledger import CellLedger, awaiting_tracking, is_done
 from orchestrator.sweep.runtime.model_check import check_model_files
 from orchestrator.sweep.runtime.outcomes import Outcomes

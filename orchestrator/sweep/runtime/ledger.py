@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.records.cell import CellOutcome, CellStatus
 from orchestrator.records.prediction import Prediction
 from orchestrator.records.row import Attempt, SummaryRow, attempt_tags
 from orchestrator.records.slo import Slo
 from orchestrator.records.summary import CellSummary, summarize
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.runtime.results import SweepResults
 from orchestrator.sweep.runtime.stops import DiskFull, SweepStopped, stop_if_disk_full
 from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker

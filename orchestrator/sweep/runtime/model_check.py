@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.sweep.cluster.inventory import Inventory, raylet_answers
-from orchestrator.sweep.planning.cells import CellSpec
-from orchestrator.sweep.planning.spec import EngineKind
 from orchestrator.validation import InputError
 
 CHECK_TIMEOUT_S = 60.0  # generating the tiny model on a node imports torch: seconds, not minutes

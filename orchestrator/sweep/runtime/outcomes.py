@@ -11,9 +11,10 @@ from dataclasses import replace
 
 from orchestrator.budget.cost import start_spent_s
 from orchestrator.budget.spend import OVERRUN_LIMIT
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.cell import CellOutcome, CellStatus, FailureKind
 from orchestrator.sweep.cluster.inventory import NodeInfo
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits
+from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.ledger import CellLedger
 from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool
 from orchestrator.sweep.runtime.queue import CellQueue

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.cluster_watch import ClusterWatch
 from orchestrator.sweep.runtime.ledger import StartedAttempt

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.sweep.planning.cell_json import read_cell_json
+from orchestrator.cell.cell_json import read_cell_json
 from orchestrator.gpus import CPU
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
@@ -28,8 +28,9 @@ from orchestrator.sim.profile import (
     ProfilingCell,
     profile_from_cells,
 )
+from orchestrator.cell.spec import EngineKind
 from orchestrator.sizing.models import load_model
-from orchestrator.sweep.planning.spec import EngineKind, SweepSpec
+from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.validation import InputError
 
 

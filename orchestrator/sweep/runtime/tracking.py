@@ -25,11 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse, urlsplit, urlunsplit
 
+from orchestrator.cell.spec import CellSpec
 from orchestrator.models.cache import cache_root
 from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.summary import CellSummary
 from orchestrator.records.verdict import Verdict
-from orchestrator.sweep.planning.cells import CellSpec
 from orchestrator.sweep.runtime.stops import DiskFull, TrackingUnavailable, is_disk_full
 from orchestrator.validation import InputError, first_line
 

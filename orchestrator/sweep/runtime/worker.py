@@ -30,24 +30,26 @@ from orchestrator.records.cell import (
     ResetProof,
     TierCounters,
 )
+from orchestrator.cell.spec import SIM
+from orchestrator.cell.spec import CellSpec
+from orchestrator.cell.spec import EngineKind
 from orchestrator.records.scheduler_trace import evicted_blocks
 from orchestrator.records.scheduler_trace_file import parquet_of_entries, parquet_of_lines
 from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.disk import disk_refusal
 from orchestrator.replica.engines import CellEngines, EnginesPoll, OneReplica
-from orchestrator.replica.probe import PREEMPTIONS
-from orchestrator.replica.priority import at_normal_priority
 from orchestrator.replica.keeper import ReplicaKeeper, ReplicaReuse, StartFailed
+from orchestrator.replica.priority import at_normal_priority
+from orchestrator.replica.probe import PREEMPTIONS
 from orchestrator.replica.replica import ReplicaInfo
 from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import lmcache_refusal
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sim.stacks import stack_calibration
-from orchestrator.sweep.cluster.inventory import SIM, Slot
-from orchestrator.sweep.planning.cells import CellSpec
+from orchestrator.sweep.cluster.inventory import Slot
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
-from orchestrator.sweep.planning.spec import EngineKind, RunLimits
+from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.units import GIB
 from orchestrator.validation import first_line
 from orchestrator.workload.actor import ClientActors, InProcessRun, LoadRun

@@ -1,7 +1,7 @@
 """A cell's ``cell.json`` read back whole: the effective side as ``records`` types, the requested side as the types
-of the stages that asked for it (planning's cell spec, the replica's or the simulator's engine configuration).
+that asked for it (the cell's spec, the replica's or the simulated engine's configuration).
 
-It sits above those stages, so ``records`` imports none of them.
+It sits above them all, so ``records`` imports none of them.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
+from orchestrator.cell.sim_config import SimEngineConfig
+from orchestrator.cell.spec import CellSpec
 from orchestrator.records.cell import CellConfig
 from orchestrator.replica.config import EngineConfig
-from orchestrator.sim.engine import SimEngineConfig
-from orchestrator.sweep.planning.cells import CellSpec
 
 _ENGINE = TypeAdapter(EngineConfig | SimEngineConfig)
 
