@@ -24,8 +24,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.runtime.driver import run_sweep

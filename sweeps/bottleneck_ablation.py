@@ -6,8 +6,8 @@ The source study's sync-mode variants patched LMCache's installed source; they a
 
 import sys
 
-from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.cli.sweep import sweep_main
+from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 

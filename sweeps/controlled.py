@@ -3,8 +3,8 @@ and LMCache at 1, 3, 6, 10 and 15 jobs per second; Llama-3.1-8B-Instruct, full s
 
 import sys
 
-from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.cli.sweep import sweep_main
+from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.workload.spec import WorkloadSpec
 

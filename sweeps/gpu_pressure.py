@@ -13,10 +13,10 @@ For another GPU type, ``python -m orchestrator.cli.pressure predict --gpus <type
 
 import sys
 
+from orchestrator.cli.sweep import sweep_main
 from orchestrator.evidence.pressure import PRESSURE_POLICIES, pressure_cells, pressure_point
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
-from orchestrator.cli.sweep import sweep_main
 from orchestrator.sweep.planning.spec import SweepSpec
 
 POINT = pressure_point("H100", LLAMA_8B)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli.kvsweep import COMMANDS, main, sweep_names
 from orchestrator.cli.completion import command_parsers
+from orchestrator.cli.kvsweep import COMMANDS, main, sweep_names
 from orchestrator.cli.sweep import sweep_main
 
 

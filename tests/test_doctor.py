@@ -2,8 +2,8 @@
 offline bundle (tests/test_bundle.py)."""
 
 
-from orchestrator.evidence.checks import _driver_check, format_table, stack_check
 from orchestrator.cli.doctor import doctor_cells, not_checked_here
+from orchestrator.evidence.checks import _driver_check, format_table, stack_check
 from orchestrator.records.cell import NodeStack
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from orchestrator.mechanisms.registry import ORDERINGS, RETENTIONS, TIERS
 from orchestrator.policies.catalog import POLICIES, PolicyError
-from orchestrator.routing.rules import ROUTERS
 from orchestrator.replica.tested_stacks import STACKS
+from orchestrator.routing.rules import ROUTERS
 from orchestrator.validation import InputError
 
 

@@ -30,8 +30,7 @@ from orchestrator.capacity.plan import (
     lowest_judgeable_jps,
     next_fleet_size,
 )
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.crossover.bisection import NOT_MEASURED, Flip, bisect_flips, locate_flip
 from orchestrator.crossover.search import SearchRange, SearchRounds, publish_search_report
 from orchestrator.gpus import CPU

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.checks import can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, known_device_names

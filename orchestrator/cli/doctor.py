@@ -22,8 +22,7 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.checks import Check, can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, GPU_TYPES

@@ -101,7 +101,7 @@ class CellBench:
 
     def simulated(self, cell: CellSpec, stack: str) -> CellOutcome:
         """``cell`` in the simulator with the engine stack ``stack``."""
-        return self.worker.run(simulated(cell, stack), RunLimits())
+        return _twin(self.worker, cell, stack)[1]
 
     def _run_checked(self, cell: CellSpec) -> tuple[CellOutcome, list[Check]]:
         """``cell`` run, its replica's reset proven after it, and the evidence both give."""
@@ -119,8 +119,13 @@ class CellBench:
 
 def predicted_facts(worker: CellRunner, cell: CellSpec, stack: str) -> CellFacts:
     """``cell`` as the simulator predicts it with the engine stack ``stack``, run by ``worker``."""
+    return cell_facts(*_twin(worker, cell, stack))
+
+
+def _twin(worker: CellRunner, cell: CellSpec, stack: str) -> tuple[CellSpec, CellOutcome]:
+    """``cell``'s simulated twin with the engine stack ``stack``, and its outcome run by ``worker``."""
     twin = simulated(cell, stack)
-    return cell_facts(twin, worker.run(twin, RunLimits()))
+    return twin, worker.run(twin, RunLimits())
 
 
 def why_not_done(outcome: CellOutcome) -> str:

@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.evidence.tier import tier_activity
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.models.served import Weights

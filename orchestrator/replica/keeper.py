@@ -75,8 +75,8 @@ class ReplicaKeeper:
             raise StartFailed(first_line(error), log) from None
 
     def _ensure(self, engine: EngineConfig, start_limits: StartLimits) -> ReplicaReuse:
-        current, replaced_because = self.replica, None
-        if current is not None and current.engine == engine and current.is_alive():
+        current, replaced_because = self.running(), None
+        if current is not None and current.engine == engine:
             self._resetting()
             try:
                 return ReplicaReuse(reused=True, proof=current.reset())
@@ -102,16 +102,16 @@ class ReplicaKeeper:
         return ReplicaReuse(reused=False, start_s=now - started, replaced_because=replaced_because,
                             start=self._start_record(engine, now - serving_since))  # fmt: skip
 
-    def keeps(self, engine: EngineConfig) -> bool:
-        """Whether a replica of ``engine`` is running, to be reused after a proven reset."""
-        return self.replica is not None and self.replica.is_alive() and self.replica.engine == engine
+    def running(self) -> Replica | None:
+        """The replica this worker keeps, if its server is still running."""
+        return self.replica if self.replica is not None and self.replica.is_alive() else None
 
     def prove_reset(self) -> ResetProof:
         """Reset the current replica and prove it clean, as the next cell would (the doctor's check).
         Raises ``ResetError`` when the proof fails."""
-        if self.replica is None or not self.replica.is_alive():
+        if (replica := self.running()) is None:
             raise ResetError("no replica is running to reset")
-        return self.replica.reset()
+        return replica.reset()
 
     def log(self) -> str:
         """The whole server log of the replica now running, its start at the top ('' when none runs)."""

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.policies.engine_setup import EngineOptions, EngineSetup, engine_setup
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.policies.engine_setup import EngineOptions, EngineSetup, engine_setup
 from orchestrator.records.cell import TierCounters
 from orchestrator.records.intervals import censored_times
 from orchestrator.records.layout import (

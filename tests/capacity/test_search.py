@@ -12,8 +12,7 @@ import pytest
 from orchestrator.analysis.capacity import capacity_table, sentences
 from orchestrator.capacity import search
 from orchestrator.capacity.search import CapacityAsk, run_capacity
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.crossover.search import SearchRange
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.evidence.budget import Budget
 from orchestrator.cli.evidence import parser, plan_from
+from orchestrator.evidence.budget import Budget
 from orchestrator.evidence.run import EvidenceRun
 from orchestrator.records.cell import CellOutcome, FailureKind
 from orchestrator.replica.replica import ResetError

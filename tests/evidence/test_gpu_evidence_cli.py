@@ -13,8 +13,8 @@ import time
 import psutil
 import pytest
 
-from orchestrator.evidence.pack import EVIDENCE_FILE, PACKED_FILES
 from orchestrator.cli.evidence import main
+from orchestrator.evidence.pack import EVIDENCE_FILE, PACKED_FILES
 from orchestrator.paths import PROJECT_ROOT
 
 

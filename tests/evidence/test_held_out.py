@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from orchestrator.evidence.held_out import Prediction, held_out_stage, read_predictions
 from orchestrator.cli.evidence import main, parser, plan_from
+from orchestrator.evidence.held_out import Prediction, held_out_stage, read_predictions
 from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
 
 FLAGS = ["--gpu", "H100", "--budget-s", "500", "--stages", "doctor,cells,capacity", "--policies", "fcfs,continuum",

@@ -23,11 +23,11 @@ from orchestrator.evidence.pressure import (
     simulated,
     winner,
 )
+from orchestrator.cli.pressure import comparison_markdown, comparison_rows, main, rms_errors
 from orchestrator.evidence.run import verdict_stage
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.paths import PROJECT_ROOT
-from orchestrator.cli.pressure import comparison_markdown, comparison_rows, main, rms_errors
 from orchestrator.sizing.kv import Regime, kv_bytes_per_token
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.preflight import preflight

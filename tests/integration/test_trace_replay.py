@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.gpus import CPU
 from orchestrator.records.scheduler_trace_file import trace_events
 from orchestrator.records.schema import RequestStatus

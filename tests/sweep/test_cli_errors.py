@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.paths import PROJECT_ROOT
 from orchestrator.cli.sweep import check_writable, sweep_main
-from orchestrator.validation import InputError
+from orchestrator.paths import PROJECT_ROOT
 from orchestrator.sweeps.cpu_tiny import SPEC
+from orchestrator.validation import InputError
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
 

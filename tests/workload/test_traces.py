@@ -186,8 +186,7 @@ def test_a_shared_prefix_is_one_cache_for_every_job_and_a_small_pool_evicts_it_b
 
 
 def test_shipped_trace_copies_elsewhere_are_the_same_cell(tmp_path):
-    from orchestrator.cell.spec import CellSpec
-    from orchestrator.cell.spec import EngineKind
+    from orchestrator.cell.spec import CellSpec, EngineKind
     from orchestrator.sweep.planning.spec import EngineOptions
 
     copy = tmp_path / "copy.jsonl"

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.models.served import ServedModel
 from orchestrator.policies.catalog import get_policy
 from orchestrator.replica.config import EngineConfig, FakeEngineConfig, VllmEngineConfig

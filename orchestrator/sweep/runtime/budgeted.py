@@ -25,8 +25,7 @@ from orchestrator.budget.cost import CostModel, start_place, start_spent_s
 from orchestrator.budget.plan import plan_cells, plan_frame, plan_lines
 from orchestrator.budget.priority import rank_cells
 from orchestrator.budget.spend import Spending
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.gpus import CPU
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellStatus

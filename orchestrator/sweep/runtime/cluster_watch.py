@@ -38,9 +38,6 @@ class ClusterWatch:
         self._seen |= {node.node_id: node for node in self.inventory.nodes}
         return True
 
-    def is_alive(self, node_id: str) -> bool:
-        return any(node.node_id == node_id for node in self.inventory.nodes)
-
     def lost(self, node_id: str) -> NodeInfo | None:
         """The node if it has left the cluster: its raylet does not answer (Ray itself lists a node dead only some
         seconds after it went)."""

@@ -31,8 +31,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.prediction import read_predictions
 from orchestrator.records.verdict import read_verdicts

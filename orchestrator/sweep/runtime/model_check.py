@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.sweep.cluster.inventory import Inventory, raylet_answers
 from orchestrator.validation import InputError

@@ -158,8 +158,9 @@ class WorkerPool:
         return the placements to give up on, with the reason (``ClusterWatch.give_ups``)."""
         if not waiting or not self.cluster.refresh():
             return {}
+        alive = {node.node_id for node in self.inventory.nodes}
         for worker in list(self.workers):
-            if not self.cluster.is_alive(worker.slot.node_id) and (lost := self.node_lost(worker)):
+            if worker.slot.node_id not in alive and (lost := self.node_lost(worker)):
                 self.drop_node(lost)
         self.add_workers({gpu: replica_gib[gpu] for gpu, count in waiting.items() if count})
         return self.cluster.give_ups(waiting, replica_gib, self.num_slots)

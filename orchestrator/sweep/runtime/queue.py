@@ -10,8 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.budget.spend import OVERRUN_LIMIT, Spending
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.sweep.runtime.pool import Worker, gang_of
 
 # A cell whose node is lost is retried without charging it an attempt (the fault is the cluster's, as SkyPilot

@@ -3,8 +3,9 @@
 Its replica is kept across cells with the same server configuration when a reset is proven to have
 emptied every cache tier, else started afresh, and the cell records why (``replica.keeper``). While a
 cell's load runs it watches for three faults: the replica exiting (``failed``, retryable), the engine
-making no progress with requests in flight (``hung``), and the cell's time limit (``failed``). It writes nothing durable: the records, server
-log and scheduler trace go back to the driver, the only writer of results and tracking.
+making no progress with requests in flight (``hung``), and the cell's time limit (``failed``). It writes
+nothing durable: the records, server log and scheduler trace go back to the driver, the only writer of results
+and tracking.
 """
 
 from __future__ import annotations
@@ -30,9 +31,7 @@ from orchestrator.records.cell import (
     ResetProof,
     TierCounters,
 )
-from orchestrator.cell.spec import SIM
-from orchestrator.cell.spec import CellSpec
-from orchestrator.cell.spec import EngineKind
+from orchestrator.cell.spec import CellSpec, EngineKind, SIM
 from orchestrator.records.scheduler_trace import evicted_blocks
 from orchestrator.records.scheduler_trace_file import parquet_of_entries, parquet_of_lines
 from orchestrator.replica.config import EngineConfig
@@ -269,11 +268,11 @@ class CellWorker:
 
     def keeps_replica_for(self, cell: CellSpec) -> bool:
         """Whether ``cell`` would run on the replica now running (after a proven reset) rather than a new one."""
-        replica = self.keeper.replica
-        if replica is None or not replica.is_alive() or cell.engine is EngineKind.SIM:
+        replica = self.keeper.running()
+        if replica is None or cell.engine is EngineKind.SIM:
             return False
         try:
-            return self.keeper.keeps(served_cell(cell, self._model(cell)).engine)
+            return served_cell(cell, self._model(cell)).engine == replica.engine
         except _Refused:  # its model cannot be served here: no replica would run it
             return False
 
