@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from orchestrator.cell.sim_config import SchedulerConfig, SimEngineConfig
 from orchestrator.mechanisms.request import SimRequest
 from orchestrator.records.cell import SimStats
 from orchestrator.records.scheduler_trace import (
@@ -25,7 +26,6 @@ from orchestrator.records.scheduler_trace import (
     Unpin,
     attention_pairs,
 )
-from orchestrator.cell.sim_config import SchedulerConfig, SimEngineConfig
 from orchestrator.roofline.hardware import StepCost
 from orchestrator.sim.decode_run import DecodeRun, plan_decode_run
 from orchestrator.sim.kv_cache import Release
