@@ -273,6 +273,14 @@ def import_circles(imports=every_import) -> list[list[str]]:
     return circles_of(edges)
 
 
+def module_circles(imports=every_import) -> list[list[str]]:
+    """The circles of the project's modules in what they import, inside a layer too: each a list of modules that
+    reach each other (a package's ``__init__`` left out as an imported module, as in ``layer_imports``)."""
+    edges = {module: {name for name in imports(module) if (source := source_of(name)) and source.name != "__init__.py"}
+             for module in project_modules()}  # fmt: skip
+    return circles_of(edges)
+
+
 def circles_of(edges: dict[str, set[str]]) -> list[list[str]]:
     """The groups of nodes of ``edges`` (node -> the nodes it imports) that reach each other."""
     circles, reached = [], {layer: _reachable(layer, edges) for layer in edges}
@@ -298,6 +306,12 @@ def test_the_layers_stack_with_no_import_circle():
     them: a circle (planning -> sim -> planning) makes every module of it load with any one of them, and one through
     a type-checking import still means neither can be read without the other."""
     assert import_circles() == []
+
+
+def test_no_two_modules_import_each_other_even_in_one_layer():
+    """Within a layer as across them: modules that import each other (the simulation's loop and its events, through
+    type-checking imports) cannot be read, or changed, one without the other."""
+    assert module_circles() == []
 
 
 def test_every_part_of_the_project_has_a_layer():

@@ -34,8 +34,10 @@ from pathlib import Path
 
 from orchestrator.cli.parser import command_parser
 from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration, Device
+from orchestrator.sim import stack_fit
 from orchestrator.sim.config import sim_engine
-from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_errors
+from orchestrator.sim.error_bands import SIM_ERROR_FILE, TIE, write_errors
+from orchestrator.sim.gpu_cells import read_runs
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.stacks import check_new_name, stack_path
 from orchestrator.workload.spec import WorkloadSpec
@@ -170,9 +172,6 @@ def policy_errors(cells: list[MeasuredCell], jcts: list[float]) -> dict[str, flo
     return {policy: math.sqrt(statistics.fmean(values)) for policy, values in squares.items()}
 
 
-TIE = 0.01  # policies within 1% of each other: the simulator calls no winner
-
-
 def winners(cells: list[MeasuredCell], jcts: list[float]) -> dict[tuple[str, float], tuple[str, str]]:
     """Per (source, JPS): the measured and the simulated winning policy ("a tie of ..." when the best
     simulated policies are within ``TIE`` of each other)."""
@@ -254,9 +253,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def fit_stack_command(name: str, directories: list[Path]) -> int:
     """Fit the stack ``name`` on the GPU runs ``directories``; print its in-sample and held-out errors; write it."""
-    from orchestrator.sim import stack_fit
-    from orchestrator.sim.gpu_cells import read_runs
-
     try:
         cells = read_runs(directories)
     except ValueError as error:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from orchestrator.mechanisms.request import SimRequest
 from orchestrator.records.schema import JobRecord, JobStatus, RequestRecord, RequestStatus, TokenCounts
-from orchestrator.sim.events import SendTurn
 from orchestrator.workload.schedule import JobShape, Schedule, TurnShape
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -36,7 +35,7 @@ class Clients:
     apart, and gives up on a turn at its deadline. They write the request and job records, on the cell's clock.
 
     ``num_on_the_way`` counts the turns decided but not yet in the engine (a tool call running, a request on the wire):
-    the ``SendTurn`` and ``ReachEngine`` events pending."""
+    the simulation's ``SendTurn`` and ``ReachEngine`` events pending."""
 
     def __init__(self, workload: WorkloadSpec, schedule: Schedule, request_overhead_s: float, block_size: int):
         self.workload = workload
@@ -48,13 +47,13 @@ class Clients:
         self.jobs: list[JobRecord] = []
         self.num_on_the_way = 0
 
-    def start(self) -> list[SendTurn]:
-        """Every job's first turn, at the schedule's arrival times."""
+    def start(self) -> list[tuple[float, Job]]:
+        """Every job, with when its first turn is sent: the schedule's arrival times."""
         sends = []
         for shape in self._schedule.jobs:
             job = Job(shape, shape.arrival_s + self.workload.job_timeout_s)
             self._job_of[job.job_id] = job
-            sends.append(SendTurn(shape.arrival_s, job))
+            sends.append((shape.arrival_s, job))
         self.num_on_the_way = len(sends)
         return sends
 
@@ -97,15 +96,16 @@ class Clients:
                       min(len(previous), len(current)))  # fmt: skip
         return max(0, common * self._schedule.block_tokens // self._block_size - shared_blocks)
 
-    def on_finished(self, request: SimRequest, at: float) -> list[SendTurn]:
-        """The answer is complete at ``at``: the job ends, or its tool call runs and the next turn is sent after it."""
+    def on_finished(self, request: SimRequest, at: float) -> list[tuple[float, Job]]:
+        """The answer is complete at ``at``: the job ends (no send), or its tool call runs and the next turn is sent
+        after it."""
         job = self._job_of[request.job_id]
         self._record(job, request, RequestStatus.OK, at, None)
         if request.is_last:
             self._end_job(job, JobStatus.COMPLETED)
             return []
         self.num_on_the_way += 1
-        return [SendTurn(at + job.shape.turns[request.turn - 1].tool_time_s, job)]
+        return [(at + job.shape.turns[request.turn - 1].tool_time_s, job)]
 
     def on_timed_out(self, request: SimRequest, deadline_at: float) -> None:
         job = self._job_of[request.job_id]

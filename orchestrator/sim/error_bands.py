@@ -36,6 +36,7 @@ SOURCES = {
 }
 WIDENING_SOURCES = ("gpu_pressure",)
 GPU_SOURCE = "public_figures"
+TIE = 0.01  # policies within 1% of each other: the simulator calls no winner
 GPU_SOURCE_NOTE = "RMS per GPU type over its published figures: python benchmarks/public_figures.py --write-errors"
 
 

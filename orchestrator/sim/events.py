@@ -1,6 +1,7 @@
 """The simulation's events and their one heap (pure), in the manner of Vidur's event loop: the heap is ordered by
 ``(at, priority, seq)``; the loop (``sim.loop``) pops the first, sets the clock, handles it and pushes the events
-the handler returns.
+its handling causes. An event is a value: what it does is the simulation's (``Simulation.handle``), so the events
+know nothing of the loop that handles them.
 
 - ``SendTurn``: a client sends its job's next turn (at the plan's arrival, or when a tool call ends);
 - ``ReachEngine``: the request reaches the engine after the API server's overhead and waits there;
@@ -19,14 +20,11 @@ from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    from orchestrator.mechanisms.request import SimRequest
-    from orchestrator.sim.clients import Job
-    from orchestrator.sim.loop import Simulation
+from orchestrator.mechanisms.request import SimRequest
+from orchestrator.sim.clients import Job
 
 
 class Priority(enum.IntEnum):
@@ -39,14 +37,10 @@ class Priority(enum.IntEnum):
 
 @dataclass(frozen=True, eq=False)
 class Event:
-    """Something that happens at ``at``. ``handle`` applies it and returns the events it causes, none before the
-    simulation's clock."""
+    """Something that happens at ``at``; handling it causes no event before the simulation's clock."""
 
     priority: ClassVar[Priority]
     at: float
-
-    def handle(self, sim: Simulation) -> Iterable[Event]:
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,14 +50,6 @@ class SendTurn(Event):
     priority: ClassVar[Priority] = Priority.CLIENT
     job: Job
 
-    def handle(self, sim: Simulation) -> Iterable[Event]:
-        request, deadline_at = sim.clients.send(self.job, self.at)
-        sim.route(request)
-        sim.advance(request.replica, self.at)
-        # A deadline already past (the job's own ran out during its tool call) fires now, after the arrivals due now.
-        deadline = Deadline(max(deadline_at, sim.now), request, deadline_at)
-        return [ReachEngine(request.arrival, request), deadline, *sim.schedule_at(sim.now, request.replica)]
-
 
 @dataclass(frozen=True, eq=False)
 class ReachEngine(Event):
@@ -71,13 +57,6 @@ class ReachEngine(Event):
 
     priority: ClassVar[Priority] = Priority.CLIENT
     request: SimRequest
-
-    def handle(self, sim: Simulation) -> Iterable[Event]:
-        sim.advance(self.request.replica, self.at)
-        sim.clients.num_on_the_way -= 1
-        if not self.request.done:
-            sim.engines[self.request.replica].add(self.request)
-        return sim.schedule_at(sim.now, self.request.replica)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,17 +68,6 @@ class Deadline(Event):
     request: SimRequest
     deadline_at: float
 
-    def handle(self, sim: Simulation) -> Iterable[Event]:
-        request = self.request
-        sim.advance(request.replica, self.at)
-        if not request.done:
-            request.done = True
-            sim.on_left(request)
-            if request.in_engine:
-                sim.engines[request.replica].abort(request, sim.now)
-            sim.clients.on_timed_out(request, self.deadline_at)
-        return sim.schedule_at(sim.now, request.replica)
-
 
 @dataclass(frozen=True, eq=False)
 class ScheduleStep(Event):
@@ -108,28 +76,6 @@ class ScheduleStep(Event):
 
     priority: ClassVar[Priority] = Priority.ENGINE
     replica: int = 0
-
-    def handle(self, sim: Simulation) -> Iterable[Event]:
-        if self is not sim.next_schedule[self.replica]:
-            return []
-        sim.advance(self.replica, self.at)
-        sim.next_schedule[self.replica] = None
-        engine = sim.engines[self.replica]
-        if not (sim.clients.num_on_the_way or engine.has_work):
-            return []  # the run is over: a deadline or a pin's expiry alone does not keep it going
-        plan = engine.schedule(sim.now)
-        if not (plan.scheduled or plan.async_loads):
-            change_at = engine.next_change(sim.now)
-            return [] if change_at is None else sim.schedule_at(change_at, self.replica)
-        end, finished = engine.step(plan, sim.now)  # the step runs to completion
-        sim.advance(self.replica, end)
-        caused = []
-        for request in finished:
-            sim.on_left(request)
-            caused += sim.clients.on_finished(request, sim.now)
-        # Steps of pure decode that follow are planned at once and applied when they end or an event comes first.
-        decoded_until = engine.plan_decode_run(sim.now)
-        return caused + sim.schedule_at(sim.now if decoded_until is None else decoded_until, self.replica)
 
 
 class EventQueue:

@@ -10,6 +10,7 @@ Output is what a real cell produces: request and job records on the cell's clock
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -20,7 +21,7 @@ from orchestrator.records.schema import JobRecord, RequestRecord
 from orchestrator.routing.rules import RouteRequest, RouterKind, RouterSetup, make_router
 from orchestrator.sim.clients import Clients
 from orchestrator.sim.engine import EngineCore, SimEngine
-from orchestrator.sim.events import EventQueue, ScheduleStep
+from orchestrator.sim.events import Deadline, Event, EventQueue, ReachEngine, ScheduleStep, SendTurn
 from orchestrator.workload.schedule import Schedule, schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 
@@ -95,14 +96,77 @@ class Simulation:
         self._queue = EventQueue()
 
     def run(self) -> SimResult:
-        for send in self.clients.start():
-            self._queue.push(send)
+        for at, job in self.clients.start():
+            self._queue.push(SendTurn(at, job))
         while self._queue:
-            for caused in self._queue.pop().handle(self):
+            for caused in self.handle(self._queue.pop()):
                 self._queue.push(caused)
         stats = [engine.finish_stats() for engine in self.engines]
         return SimResult(self.clients.requests, self.clients.jobs, stats[0] if len(stats) == 1 else SimStats.summed(stats),
                          [engine.scheduler_trace for engine in self.engines])  # fmt: skip
+
+    def handle(self, event: Event) -> Iterable[Event]:
+        """Apply ``event`` (``sim.events`` says what each means) and return the events it causes."""
+        match event:
+            case SendTurn():
+                return self._send_turn(event)
+            case ReachEngine():
+                return self._reach_engine(event)
+            case Deadline():
+                return self._deadline(event)
+            case ScheduleStep():
+                return self._schedule_step(event)
+        raise TypeError(f"no handler for {type(event).__name__}")
+
+    def _send_turn(self, send: SendTurn) -> list[Event]:
+        request, deadline_at = self.clients.send(send.job, send.at)
+        self.route(request)
+        self.advance(request.replica, send.at)
+        # A deadline already past (the job's own ran out during its tool call) fires now, after the arrivals due now.
+        deadline = Deadline(max(deadline_at, self.now), request, deadline_at)
+        return [ReachEngine(request.arrival, request), deadline, *self.schedule_at(self.now, request.replica)]
+
+    def _reach_engine(self, arrival: ReachEngine) -> list[ScheduleStep]:
+        request = arrival.request
+        self.advance(request.replica, arrival.at)
+        self.clients.num_on_the_way -= 1
+        if not request.done:
+            self.engines[request.replica].add(request)
+        return self.schedule_at(self.now, request.replica)
+
+    def _deadline(self, deadline: Deadline) -> list[ScheduleStep]:
+        request = deadline.request
+        self.advance(request.replica, deadline.at)
+        if not request.done:
+            request.done = True
+            self.on_left(request)
+            if request.in_engine:
+                self.engines[request.replica].abort(request, self.now)
+            self.clients.on_timed_out(request, deadline.deadline_at)
+        return self.schedule_at(self.now, request.replica)
+
+    def _schedule_step(self, step: ScheduleStep) -> list[Event]:
+        replica = step.replica
+        if step is not self.next_schedule[replica]:
+            return []
+        self.advance(replica, step.at)
+        self.next_schedule[replica] = None
+        engine = self.engines[replica]
+        if not (self.clients.num_on_the_way or engine.has_work):
+            return []  # the run is over: a deadline or a pin's expiry alone does not keep it going
+        plan = engine.schedule(self.now)
+        if not (plan.scheduled or plan.async_loads):
+            change_at = engine.next_change(self.now)
+            return [] if change_at is None else self.schedule_at(change_at, replica)
+        end, finished = engine.step(plan, self.now)  # the step runs to completion
+        self.advance(replica, end)
+        caused: list[Event] = []
+        for request in finished:
+            self.on_left(request)
+            caused += [SendTurn(at, job) for at, job in self.clients.on_finished(request, self.now)]
+        # Steps of pure decode that follow are planned at once and applied when they end or an event comes first.
+        decoded_until = engine.plan_decode_run(self.now)
+        return caused + self.schedule_at(self.now if decoded_until is None else decoded_until, replica)
 
     def advance(self, replica: int, at: float) -> float:
         """Replica ``replica``'s clock at an event due ``at``: what fell due during a step waits for the step's end,

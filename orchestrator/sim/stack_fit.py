@@ -29,9 +29,9 @@ block copies).
 Held out: ``leave_one_run_out`` fits on every run but one (a dated folder: one GPU machine's session, all its calls
 together, so that a session's machine and day never inform its own prediction) and simulates the run left out. A
 comparison is a policy against another over the same jobs of one call (``comparisons``): measured with a paired
-bootstrap interval, simulated from the simulated cells' job times; a simulated margin under ``calibrate.TIE`` calls it
-too close, and a measured interval that holds 0 is a tie. The held-out errors per policy (``held_out_errors``) are the
-stack's error bands (``stacks.SimStack.errors``).
+bootstrap interval, simulated from the simulated cells' job times; a simulated margin under ``error_bands.TIE`` calls
+it too close, and a measured interval that holds 0 is a tie. The held-out errors per policy (``held_out_errors``) are
+the stack's error bands (``stacks.SimStack.errors``).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from orchestrator.mechanisms.lmcache import CHUNK_TOKENS
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
 from orchestrator.roofline.hardware import Calibration, Device, StepCost
-from orchestrator.sim.calibrate import TIE
 from orchestrator.sim.cell_engine import cell_sim_engine
+from orchestrator.sim.error_bands import TIE
 from orchestrator.sim.gpu_cells import GpuCell
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import predicted_step_s, step_samples

@@ -150,16 +150,16 @@ def test_what_fell_due_during_a_step_is_handled_in_time_order_when_it_ends():
     # the engine takes it in first and then aborts it, as vLLM aborts a request whose client went away.
     workload = WorkloadSpec(jps=1)
     sim = Simulation(workload, sim_engine(Device.gpu("H200"), LLAMA, "fcfs", 0, workload))
-    (first, *_) = sim.clients.start()
-    request, _ = sim.clients.send(first.job, due=3.9)
+    (_, first_job), *_ = sim.clients.start()
+    request, _ = sim.clients.send(first_job, due=3.9)
     queue = EventQueue()
     arrival, deadline = ReachEngine(4.0, request), Deadline(4.5, request, 4.5)
     for event in (deadline, arrival):
         queue.push(event)
     assert [queue.pop(), queue.pop()] == [arrival, deadline]
     sim.clocks[0] = 5.0  # the step's end
-    arrival.handle(sim)
+    sim.handle(arrival)
     assert request.in_engine and sim.engines[0].has_work and sim.now == 5.0
-    deadline.handle(sim)
+    sim.handle(deadline)
     assert request.done and not sim.engines[0].has_work and sim.now == 5.0
     assert [job.status for job in sim.clients.jobs] == [JobStatus.TIMEOUT]
