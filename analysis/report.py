@@ -27,7 +27,7 @@ from orchestrator.analysis.load import SweepData, cell_records, load_sweep, sim_
 from orchestrator.analysis.timeline import NUM_BINS, step_bins
 from orchestrator.analysis.verdicts import flips, verdicts
 from orchestrator.cell.cell_json import read_cell_json
-from orchestrator.cli.parser import command_parser
+from orchestrator.inputs.parser import command_parser
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import REPORT_TABLES_DIR, VERDICTS_FILE
 from orchestrator.records.names import read_summary

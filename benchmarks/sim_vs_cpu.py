@@ -43,6 +43,7 @@ from orchestrator.analysis.verdicts import censored_job_times, verdicts
 from orchestrator.cell.cell_json import read_cell_json
 from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import parse_list, parser, prepare, run_with_one_line_errors
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.names import read_summary
@@ -57,7 +58,6 @@ from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import profile_spec, read_cpu_profile
 from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
-from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 
 JCT_TARGET = 0.20  # the simulator's mean JCT within 20% of the measurement in every cell

@@ -30,12 +30,12 @@ from orchestrator.capacity.search import CapacityAsk, run_capacity
 from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import parser as sweep_parser
 from orchestrator.crossover.search import SearchRange
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
 from orchestrator.sweeps.crossover import SEARCH_ENGINES, SEARCH_REFUSES, prepare_search, search_flags, search_main
 from orchestrator.sweeps.large_dram import SPEC as SOURCE_STUDY
-from orchestrator.validation import InputError
 from orchestrator.workload.traces.schema import load_trace
 
 # Fleets are sized behind the router an agent deployment would pick (a job's turns on one replica) and the project's

@@ -31,11 +31,11 @@ from orchestrator.cli.sweep import prepare, run_with_one_line_errors
 from orchestrator.cli.sweep import parser as sweep_parser
 from orchestrator.crossover.search import SearchRange, run_search, search_name
 from orchestrator.gpus import CPU
+from orchestrator.inputs.validation import InputError
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweeps.cpu_tiny import SPEC as CPU_TINY
-from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 
 SPEC = SweepSpec(

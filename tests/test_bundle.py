@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.bundle import Sources, Target, check_target, cpu_build_requirements, write_bundle
+from orchestrator.inputs.validation import InputError
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.replica.tested_stacks import get_stack, stack_of
-from orchestrator.validation import InputError
 
 HERE = Target("3.11", "manylinux_2_36_x86_64")
 

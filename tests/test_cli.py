@@ -62,7 +62,7 @@ def test_the_installed_console_script_lists_every_subcommand():
 
 def test_every_parser_says_kvsweep_and_its_docstrings_whole_first_paragraph_in_plain_text(monkeypatch):
     """In either form: the program name no longer comes from how it was started."""
-    from orchestrator.cli.parser import description
+    from orchestrator.inputs.parser import description
 
     monkeypatch.setattr(sys, "argv", ["python"])
     for name, command in COMMANDS.items():
@@ -95,7 +95,7 @@ def test_a_sweep_says_kvsweep_sweep_and_its_scripts_docstring_run_either_way(mon
 
 
 def test_description_reads_a_docstring_as_plain_text():
-    from orchestrator.cli.parser import description
+    from orchestrator.inputs.parser import description
 
     doc = "Command line: the ``kvsweep`` report of :func:`build` and `x`::\n\n    kvsweep report DIR\n"
     assert description(doc) == "The kvsweep report of build and x."
@@ -106,7 +106,7 @@ def test_description_reads_a_docstring_as_plain_text():
 def test_the_version_is_the_installed_ones_on_kvsweep_and_every_subcommand(capsys, monkeypatch):
     from importlib import metadata
 
-    from orchestrator.cli.parser import version_line
+    from orchestrator.inputs.parser import version_line
 
     expected = f"kvsweep {metadata.version('kvsweep')}\n"
     assert main(["--version"]) == 0 and capsys.readouterr().out == expected

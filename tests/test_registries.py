@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.mechanisms.registry import ORDERINGS, RETENTIONS, TIERS
 from orchestrator.policies.catalog import POLICIES, PolicyError
 from orchestrator.replica.tested_stacks import STACKS
 from orchestrator.routing.rules import ROUTERS
-from orchestrator.validation import InputError
 
 
 @pytest.mark.parametrize("registry", [ORDERINGS, RETENTIONS, TIERS, ROUTERS, POLICIES, STACKS],

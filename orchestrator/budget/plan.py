@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from orchestrator.budget.gpu_budget import GpuBudget, in_words
 from orchestrator.budget.priority import RULE, Ranked
 from orchestrator.budget.spend import Spending, gpus_held
-from orchestrator.sweep.planning.gpu_budget import GpuBudget, in_words
 
 
 @dataclass(frozen=True)

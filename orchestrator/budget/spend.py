@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from orchestrator.budget.cost import CostModel, base_load_s, start_place
+from orchestrator.budget.gpu_budget import GpuBudget
 from orchestrator.cell.spec import CellSpec
 from orchestrator.records.prediction import Prediction
-from orchestrator.sweep.planning.gpu_budget import GpuBudget
 
 OVERRUN_LIMIT = 2.0  # a running cell is stopped once it has run this many times its estimate
 

@@ -17,10 +17,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.intervals import num_needed
 from orchestrator.records.slo import Slo
-from orchestrator.validation import InputError
 
 # How far above a capacity its confirmation measures: a load this much higher must not meet the SLO.
 CONFIRM_ABOVE = 1.25

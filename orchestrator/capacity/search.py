@@ -34,6 +34,7 @@ from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.crossover.bisection import NOT_MEASURED, Flip, bisect_flips, locate_flip
 from orchestrator.crossover.search import SearchRange, SearchRounds, publish_search_report
 from orchestrator.gpus import CPU
+from orchestrator.inputs.validation import InputError
 from orchestrator.policies.catalog import POLICIES
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
@@ -44,7 +45,6 @@ from orchestrator.routing.rules import RouterKind
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile
-from orchestrator.validation import InputError
 
 MET_LABEL, UNMET_LABEL = "met", "not met"
 

@@ -42,10 +42,10 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.cli.parser import command_parser
+from orchestrator.inputs.parser import command_parser
+from orchestrator.inputs.validation import InputError
 from orchestrator.paths import CHECKOUT_SUBPACKAGES, PROJECT_ROOT
 from orchestrator.replica.tested_stacks import STACKS, Stack, get_stack
-from orchestrator.validation import InputError
 
 FORMAT = "kvsweep-bundle/1"
 PROJECT_PACKAGES = ("orchestrator", *CHECKOUT_SUBPACKAGES)  # the folders setup.py installs

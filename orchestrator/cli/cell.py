@@ -19,9 +19,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.cell.spec import CellSpec, EngineKind
-from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.checks import can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, known_device_names
+from orchestrator.inputs.parser import command_parser
+from orchestrator.inputs.validation import flag_line
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
@@ -33,7 +34,6 @@ from orchestrator.replica.priority import start_workers_at_normal_priority
 from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec, TINY_MODEL
 from orchestrator.sweep.runtime.results import write_attempt_files
 from orchestrator.sweep.runtime.worker import CellWorker
-from orchestrator.validation import flag_line
 from orchestrator.workload.spec import WorkloadSpec
 
 CPU_KV_BLOCKS = 2400  # the CPU engine's pool: a few JPS of the 0.25-scale workload fill it

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from orchestrator.cli.kvsweep import COMMANDS, sweep_names
-from orchestrator.cli.parser import command_parser, description
+from orchestrator.inputs.parser import command_parser, description
 
 
 @dataclass(frozen=True)

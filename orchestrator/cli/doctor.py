@@ -23,9 +23,10 @@ import sys
 from collections.abc import Iterable
 
 from orchestrator.cell.spec import CellSpec, EngineKind
-from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.checks import Check, can_serve, checked_cell, format_table, node_checks
 from orchestrator.gpus import CPU, GPU_TYPES
+from orchestrator.inputs.parser import command_parser
+from orchestrator.inputs.validation import InputError
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
@@ -33,7 +34,6 @@ from orchestrator.policies.catalog import cpu_policy_names, get_policy, policies
 from orchestrator.replica.priority import at_normal_priority
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec, TINY_MODEL
-from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 
 GPU_POLICIES = policies_covering_every_mechanism("gpu")

@@ -47,7 +47,6 @@ from pydantic import ValidationError
 from orchestrator.capacity.plan import lowest_judgeable_jps
 from orchestrator.cell.spec import CellSpec
 from orchestrator.cli.cell import cell_from
-from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.budget import Budget
 from orchestrator.evidence.held_out import check_predicts, predictions_document, predictions_markdown, read_predictions
 from orchestrator.evidence.measure import predicted_facts
@@ -57,6 +56,8 @@ from orchestrator.evidence.pressure import WINDOW_S as PRESSURE_WINDOW_S
 from orchestrator.evidence.run import BUILT_FOR_GPU, STAGES, EvidenceRun, Plan, PolicyCell
 from orchestrator.evidence.stages import Cut
 from orchestrator.gpus import CPU, GPU_TYPES, known_device_names
+from orchestrator.inputs.parser import command_parser
+from orchestrator.inputs.validation import one_line
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights, served_model
 from orchestrator.policies.catalog import POLICIES, get_policy, policies_covering_every_mechanism
@@ -65,7 +66,6 @@ from orchestrator.replica.vllm_server import vllm_server_command
 from orchestrator.sim.stacks import DEFAULT_STACK, stack_names
 from orchestrator.sweep.planning.serving import served_cell
 from orchestrator.sweep.runtime.worker import CellWorker
-from orchestrator.validation import one_line
 
 EVIDENCE_POLICIES = policies_covering_every_mechanism("gpu")
 CAPACITY_SLO = "jct_p90=30s"

@@ -6,7 +6,7 @@ of its direct form (``python sweeps/NAME.py``, ``python -m ...``), which works a
     kvsweep doctor --help
     kvsweep --version                            # kvsweep 0.1.0
 
-Every subcommand's parser starts from ``cli.parser.command_parser``: its usage reads ``kvsweep NAME`` in either form.
+Every subcommand's parser starts from ``inputs.parser.command_parser``: its usage reads ``kvsweep NAME`` in either form.
 A subcommand's module is imported only when it runs, so ``kvsweep --help`` starts in a moment and a program's own
 dependencies (Ray, MLflow, vLLM) load only for the programs that need them.
 """
@@ -17,7 +17,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from orchestrator.cli.parser import version_line
+from orchestrator.inputs.parser import version_line
 from orchestrator.paths import sweeps_dir
 
 

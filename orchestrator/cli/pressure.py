@@ -23,7 +23,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from orchestrator.budget.cost import START_SLACK, CostModel
-from orchestrator.cli.parser import command_parser
 from orchestrator.evidence.pressure import (
     BASELINE,
     PRESSURE_POLICIES,
@@ -39,6 +38,7 @@ from orchestrator.evidence.pressure import (
     winner,
 )
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.inputs.parser import command_parser
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.sim.error_bands import write_errors

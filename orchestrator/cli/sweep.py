@@ -29,18 +29,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.budget.gpu_budget import GpuBudget
 from orchestrator.cell.spec import EngineKind
-from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import CPU
+from orchestrator.inputs.parser import command_parser
+from orchestrator.inputs.validation import InputError, flag_line, one_line
 from orchestrator.models.served import Weights
 from orchestrator.paths import sweeps_dir
 from orchestrator.records.slo import Slo
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.stacks import stack_names
-from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.planning.options import SweepOptions
 from orchestrator.sweep.planning.spec import SweepSpec
-from orchestrator.validation import InputError, flag_line, one_line
 from orchestrator.workload.distributions import PRESETS, Distribution, Fixed, parse_distribution
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
@@ -114,7 +114,7 @@ def sweep_doc(name: str) -> str:
 def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, engines: Mapping[str, str] = ENGINES,
            hidden: Collection[str] = ()) -> argparse.ArgumentParser:
     """The flags every sweep takes, ``spec``'s grid their defaults: the parser of ``kvsweep COMMAND`` described by
-    ``doc`` (``cli.parser.command_parser``), or without a command of the script running (one that builds on the sweeps'
+    ``doc`` (``inputs.parser.command_parser``), or without a command of the script running (one that builds on the sweeps'
     flags). ``engines``: the ``--engine`` choices and what each runs; ``hidden``: flags (dests) the command refuses,
     left out of its help."""
     p = command_parser(command or "", doc)

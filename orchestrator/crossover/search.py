@@ -11,12 +11,12 @@ import pandas as pd
 from orchestrator.cell.spec import EngineKind
 from orchestrator.crossover.bisection import NOT_MEASURED, Judge, bisect_flips, confirmation, locate_flip, start_loads
 from orchestrator.gpus import CPU
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
 from orchestrator.records.store import atomic_write_csv
 from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.profiling import measure_cpu_profile, profile_spec
-from orchestrator.validation import InputError
 
 
 @dataclass(frozen=True)

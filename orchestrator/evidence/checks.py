@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import CPU, GPU_TYPES
+from orchestrator.inputs.validation import first_line
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
@@ -22,7 +23,6 @@ from orchestrator.replica.tested_stacks import lmcache_ops_module, stack_of, unt
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, size
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.preflight import preflight
-from orchestrator.validation import first_line
 
 # The oldest driver of each CUDA major version's wheels (NVIDIA's minor-version compatibility rule).
 MIN_DRIVER_FOR_CUDA = {12: 525, 13: 580}

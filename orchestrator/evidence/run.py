@@ -26,6 +26,7 @@ from orchestrator.evidence.pack import EvidenceHeader, StageResult
 from orchestrator.evidence.pressure import BASELINE, CellFacts, PressurePoint, cell_facts, margins, winner
 from orchestrator.evidence.stages import StageLog, from_checks
 from orchestrator.gpus import CPU, GPU_TYPES
+from orchestrator.inputs.validation import first_line
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.served import served_model
 from orchestrator.policies.catalog import get_policy
@@ -42,7 +43,6 @@ from orchestrator.sizing.kv import Regime
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.runtime.worker import CellWorker
-from orchestrator.validation import first_line
 
 STAGES = ("doctor", "cells", "profile", "source-study", "pressure", "capacity")
 PROFILED_POLICY = "fcfs"

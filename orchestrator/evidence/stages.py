@@ -11,7 +11,7 @@ from pathlib import Path
 from orchestrator.evidence.budget import Budget
 from orchestrator.evidence.checks import Check, format_table
 from orchestrator.evidence.pack import EvidenceHeader, StageResult, pack
-from orchestrator.validation import first_line
+from orchestrator.inputs.validation import first_line
 
 
 class Cut(BaseException):

@@ -7,6 +7,7 @@ Policies (``orchestrator.policies.catalog``) compose instances of these, and the
 
 from __future__ import annotations
 
+from orchestrator.inputs.validation import Registry
 from orchestrator.mechanisms.continuum.retention import ContinuumPins
 from orchestrator.mechanisms.lmcache import LMCacheCpuTier
 from orchestrator.mechanisms.lmcache_disk import LMCacheDiskTier
@@ -14,7 +15,6 @@ from orchestrator.mechanisms.native_offload import NativeOffload, SimpleOffload
 from orchestrator.mechanisms.ordering import JobOrder, Ordering
 from orchestrator.mechanisms.retention import Retention
 from orchestrator.mechanisms.tier import NoTier, Tier
-from orchestrator.validation import Registry
 
 ORDERINGS: Registry[type[Ordering]] = Registry("ordering", {kind.name: kind for kind in (Ordering, JobOrder)})
 RETENTIONS: Registry[type[Retention]] = Registry("retention", {kind.name: kind for kind in (Retention, ContinuumPins)})

@@ -15,11 +15,11 @@ import json
 import re
 from pathlib import Path
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.models.cache import build_once, default_cache_dir
 from orchestrator.models.catalog import is_servable, servable_names, shipped_config, shipped_name
 from orchestrator.models.tiny import TINY_MODEL, tiny_config
 from orchestrator.models.tokenizer import special_token_ids, write_json, write_tokenizer
-from orchestrator.validation import InputError
 
 # Bumped whenever the generated files change, so a cache directory is never stale.
 FORMAT_VERSION = 1

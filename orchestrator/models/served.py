@@ -12,11 +12,11 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.inputs.validation import InputError, first_line
 from orchestrator.models.dummy import ensure_dummy_model
 from orchestrator.models.tiny import TINY_MODEL, ensure_tiny_model
 from orchestrator.models.tokenizer import answer_token_ids
 from orchestrator.units import GIB
-from orchestrator.validation import InputError, first_line
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.gpus import CPU
+from orchestrator.inputs.validation import InputError, Registry
 from orchestrator.mechanisms.continuum.config import AdmissionRelease, ContinuumConfig, TtlMode
 from orchestrator.mechanisms.ordering import Ordering
 from orchestrator.mechanisms.registry import ORDERINGS, RETENTIONS, TIERS
@@ -19,7 +20,6 @@ from orchestrator.mechanisms.retention import Retention
 from orchestrator.mechanisms.tier import Evidence, NodeNeed, NoTier, Tier
 from orchestrator.records.cell import CellOutcome
 from orchestrator.replica.config import VllmEngineConfig
-from orchestrator.validation import InputError, Registry
 
 NOCACHE_TIER_GB = 1.0  # GiB: the source study's LMCACHE_MAX_LOCAL_CPU_SIZE=1 ablation
 

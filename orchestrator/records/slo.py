@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.intervals import (
     Interval,
     cluster_bootstrap,
@@ -47,7 +48,6 @@ from orchestrator.records.intervals import (
     weighted_percentile,
 )
 from orchestrator.records.schema import JobStatus, RequestStatus
-from orchestrator.validation import InputError
 
 METRICS = {"jct": "job completion time", "ttft": "time to first token", "tbt": "time between tokens"}
 # A miss (a job that did not complete, a request with no first token) as a time: beyond any limit anyone sets. The

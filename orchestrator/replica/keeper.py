@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.inputs.validation import first_line
 from orchestrator.records.cell import NodeStack, ReplicaStart, ResetProof
 from orchestrator.replica.config import EngineConfig
 from orchestrator.replica.launcher import LauncherClient, LauncherError, LauncherRefused, start_launcher
@@ -23,7 +24,6 @@ from orchestrator.replica.server import ServerStartError, StartLimits
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.replica.start_phases import start_split
 from orchestrator.replica.vllm_server import shared_environment
-from orchestrator.validation import first_line
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ray import serve
 
+from orchestrator.inputs.validation import first_line
 from orchestrator.records.scheduler_trace import merged_traces
 from orchestrator.records.schema import RequestRecord
 from orchestrator.replica.config import EngineConfig, VllmEngineConfig
@@ -25,7 +26,6 @@ from orchestrator.replica.server import ServerStartError, StartLimits, free_port
 from orchestrator.replica.vllm_server import HTTP_KEEP_ALIVE_S
 from orchestrator.routing.prefix_index import chunks_held
 from orchestrator.routing.rules import RouterKind
-from orchestrator.validation import first_line
 
 CONTROL_TIMEOUT_S = 30.0
 

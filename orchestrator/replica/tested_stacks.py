@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.inputs.validation import Registry
 from orchestrator.records.cell import NodeStack
-from orchestrator.validation import Registry
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from orchestrator.inputs.validation import Registry
 from orchestrator.routing.prefix_index import PrefixIndex
-from orchestrator.validation import Registry
 
 # How far above the least loaded candidate a replica may be before it counts as overloaded: ``LOAD_SLACK`` requests in
 # flight, or ``LOAD_SLACK_SHARE`` of the least loaded one's, whichever is more. Session affinity and prefix awareness

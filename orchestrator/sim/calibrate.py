@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.cli.parser import command_parser
+from orchestrator.inputs.parser import command_parser
 from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration, Device
 from orchestrator.sim import stack_fit
 from orchestrator.sim.config import sim_engine

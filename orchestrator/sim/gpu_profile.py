@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.inputs.parser import command_parser
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CELL_CONFIG_FILE
 from orchestrator.records.scheduler_trace_file import trace_file_frame

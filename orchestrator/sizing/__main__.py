@@ -13,8 +13,8 @@ import json
 import sys
 from dataclasses import asdict
 
-from orchestrator.cli.parser import command_parser
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.inputs.parser import command_parser
 from orchestrator.models.catalog import shipped_names
 from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, Sizing, size
 from orchestrator.sizing.models import load_model

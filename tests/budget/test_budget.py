@@ -7,18 +7,18 @@ import math
 import pytest
 
 from orchestrator.budget.cost import CostModel, StartTimes
+from orchestrator.budget.gpu_budget import GpuBudget
 from orchestrator.budget.plan import plan_cells
 from orchestrator.budget.priority import Reason, rank_cells
 from orchestrator.budget.spend import OVERRUN_LIMIT, Spending
 from orchestrator.cell.spec import EngineKind
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.prediction import Prediction
 from orchestrator.records.verdict import TOO_CLOSE, Verdict, VerdictKind
 from orchestrator.sim.error_bands import SimErrors
 from orchestrator.sizing.kv import Regime
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.planning.spec import SweepSpec
-from orchestrator.validation import InputError
 from orchestrator.workload.spec import WorkloadSpec
 
 STARTS = {"H100": StartTimes(first_s=100.0, later_s=60.0, tier_extra_s=40.0, reset_s=10.0),

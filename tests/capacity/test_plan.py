@@ -17,8 +17,8 @@ from orchestrator.capacity.plan import (
     next_fleet_size,
     parse_prices,
 )
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.slo import Met
-from orchestrator.validation import InputError
 
 M, X, U, F, H = LoadState.MET, LoadState.MISSED, LoadState.UNSURE, LoadState.FAILED, LoadState.HUNG
 

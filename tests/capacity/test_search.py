@@ -151,7 +151,7 @@ def _frames(num_jobs: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_the_search_starts_where_its_cells_have_jobs_enough_and_refuses_a_range_with_none(capsys):
-    from orchestrator.validation import InputError
+    from orchestrator.inputs.validation import InputError
 
     one_trial = GRID.model_copy(update={"trials": 1})  # 45 s windows: a p90's 36 jobs, half again, from 1.2 JPS
     moved = search._judgeable(one_trial, CapacityAsk(SLO, SearchRange(0.25, 16, 0.25)))

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.slo import MISS_S, Met, Slo, Target, Trial, evaluate, judge
-from orchestrator.validation import InputError
 
 
 def test_an_slo_reads_percentiles_means_and_units():

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 from orchestrator.budget.cost import CostModel, StartTimes
+from orchestrator.budget.gpu_budget import GpuBudget
 from orchestrator.budget.spend import OVERRUN_LIMIT, Spending
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.prediction import Prediction, read_predictions
 from orchestrator.sweep.planning.cells import expand
-from orchestrator.sweep.planning.gpu_budget import GpuBudget
 from orchestrator.sweep.runtime.budgeted import _costs_so_far, run_budgeted_sweep
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.queue import MeasuringOrder

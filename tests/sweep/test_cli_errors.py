@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.sweep import check_writable, sweep_main
+from orchestrator.inputs.validation import InputError
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.sweeps.cpu_tiny import SPEC
-from orchestrator.validation import InputError
 
 SCRIPT = str(PROJECT_ROOT / "sweeps" / "cpu_tiny.py")
 

@@ -2,9 +2,9 @@ from dataclasses import replace
 
 import pytest
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.sweep.cluster.inventory import NodeType, inventory_from_nodes
 from orchestrator.units import GIB
-from orchestrator.validation import InputError
 
 
 def node_id(name: str) -> str:

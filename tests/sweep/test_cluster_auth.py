@@ -3,8 +3,8 @@ Joining a real cluster that asks for the token is in test_driver_process.py."""
 
 import pytest
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.sweep.cluster.auth import find_token, is_loopback, token_locations
-from orchestrator.validation import InputError
 
 
 def home_with_token(tmp_path, token="from-home\n"):

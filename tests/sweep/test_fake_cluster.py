@@ -12,10 +12,10 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.crossover.search import SearchRounds
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.cell import CellStatus
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.tracking import default_tracking_uri
-from orchestrator.validation import InputError
 from tests.processes import FAKE_ENGINE_MODULE, fake_engine_processes, wait_for_serving, wait_until_gone
 from tests.sweep.conftest import fake_spec, options, runs_by_key, summary
 

@@ -5,9 +5,9 @@ from pydantic import ValidationError
 
 from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import apply_flags, parser
+from orchestrator.inputs.validation import one_line
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.spec import EngineOptions, RunLimits, SweepSpec
-from orchestrator.validation import one_line
 from orchestrator.workload.spec import WorkloadSpec
 from tests.sim.test_profile import KNOWN as PROFILE
 

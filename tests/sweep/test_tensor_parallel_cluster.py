@@ -13,10 +13,10 @@ import pytest
 import ray
 
 from benchmarks.chaos import add_gpu_node
+from orchestrator.inputs.validation import InputError
 from orchestrator.models.served import Weights
 from orchestrator.records.layout import SweepFiles
 from orchestrator.sweep.runtime.driver import run_sweep
-from orchestrator.validation import InputError
 from tests.clusters import TEST_NODE
 from tests.sweep.conftest import fake_spec, options, summary
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.validation import InputError
+from orchestrator.inputs.validation import InputError
 
 PROBE_TIMEOUT_S = 3.0
 HOW_TO_GET_THE_TOKEN = (

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.sweep.cluster.inventory import ACCELERATOR_PREFIX, NodeType
 from orchestrator.units import GIB
-from orchestrator.validation import InputError
 
 MONITOR_FLAG = "--autoscaling-config="
 # Per-bundle share of a node's accelerator_type resource (each node has 1 of it): any number of GPUs of

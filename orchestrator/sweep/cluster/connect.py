@@ -17,9 +17,9 @@ import socket
 import sys
 from pathlib import Path
 
+from orchestrator.inputs.validation import InputError
 from orchestrator.replica.priority import start_workers_at_normal_priority
 from orchestrator.sweep.cluster.auth import find_token, join_in_the_clusters_mode, turn_token_mode_on
-from orchestrator.validation import InputError
 
 CONNECT_TIMEOUT_S = 3.0
 

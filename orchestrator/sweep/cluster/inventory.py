@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from orchestrator.cell.spec import SIM
 from orchestrator.gpus import CPU
+from orchestrator.inputs.validation import InputError
 from orchestrator.units import GIB
-from orchestrator.validation import InputError
 
 ACCELERATOR_PREFIX = "accelerator_type:"
 

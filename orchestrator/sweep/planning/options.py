@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.budget.gpu_budget import GpuBudget
 from orchestrator.records.slo import Slo
-from orchestrator.sweep.planning.gpu_budget import GpuBudget
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.cell.spec import CellSpec, EngineKind
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.prediction import read_predictions
 from orchestrator.records.verdict import read_verdicts
@@ -52,7 +53,6 @@ from orchestrator.sweep.runtime.queue import CellQueue, MeasuringOrder, budget_l
 from orchestrator.sweep.runtime.results import SweepResults
 from orchestrator.sweep.runtime.stops import SweepStopped
 from orchestrator.sweep.runtime.tracking import CellRun, SweepTracker, runs_page, without_credentials
-from orchestrator.validation import InputError
 
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
 EXIT_STOPPED = 75  # EX_TEMPFAIL: a fault outside the sweep stopped it; the same command, re-run later, goes on

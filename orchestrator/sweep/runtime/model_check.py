@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from orchestrator.cell.spec import CellSpec, EngineKind
+from orchestrator.inputs.validation import InputError
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.sweep.cluster.inventory import Inventory, raylet_answers
-from orchestrator.validation import InputError
 
 CHECK_TIMEOUT_S = 60.0  # generating the tiny model on a node imports torch: seconds, not minutes
 

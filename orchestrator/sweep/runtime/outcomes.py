@@ -12,13 +12,13 @@ from dataclasses import replace
 from orchestrator.budget.cost import start_spent_s
 from orchestrator.budget.spend import OVERRUN_LIMIT
 from orchestrator.cell.spec import EngineKind
+from orchestrator.inputs.validation import first_line
 from orchestrator.records.cell import CellOutcome, CellStatus, FailureKind
 from orchestrator.sweep.cluster.inventory import NodeInfo
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.ledger import CellLedger
 from orchestrator.sweep.runtime.pool import InFlight, Worker, WorkerPool
 from orchestrator.sweep.runtime.queue import CellQueue
-from orchestrator.validation import first_line
 
 # Extra time the driver allows a worker beyond the cell's own limit before it kills the worker.
 DRIVER_GRACE_S = 120.0

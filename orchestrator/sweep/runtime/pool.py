@@ -31,12 +31,12 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 
 from orchestrator.cell.spec import CellSpec
+from orchestrator.inputs.validation import first_line
 from orchestrator.sweep.cluster.inventory import Inventory, NodeInfo, Slot
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.cluster_watch import ClusterWatch
 from orchestrator.sweep.runtime.ledger import StartedAttempt
 from orchestrator.sweep.runtime.worker import WorkerStatus, start_worker
-from orchestrator.validation import first_line
 
 # A worker whose actor cannot be created this many times in a row gives up its slot.
 MAX_WORKER_CREATIONS = 20

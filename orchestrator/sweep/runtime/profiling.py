@@ -14,7 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.cell.cell_json import read_cell_json
+from orchestrator.cell.spec import EngineKind
 from orchestrator.gpus import CPU
+from orchestrator.inputs.validation import InputError
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
@@ -28,10 +30,8 @@ from orchestrator.sim.profile import (
     ProfilingCell,
     profile_from_cells,
 )
-from orchestrator.cell.spec import EngineKind
 from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.spec import SweepSpec
-from orchestrator.validation import InputError
 
 
 def profile_spec(spec: SweepSpec) -> SweepSpec:

@@ -10,7 +10,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.validation import first_line
+from orchestrator.inputs.validation import first_line
 
 # What "the disk is full" looks like from the operating system (a quota counts) and from sqlite.
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)

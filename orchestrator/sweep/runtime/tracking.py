@@ -26,12 +26,12 @@ from pathlib import Path
 from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from orchestrator.cell.spec import CellSpec
+from orchestrator.inputs.validation import InputError, first_line
 from orchestrator.models.cache import cache_root
 from orchestrator.records.cell import CellStatus, FailureKind
 from orchestrator.records.summary import CellSummary
 from orchestrator.records.verdict import Verdict
 from orchestrator.sweep.runtime.stops import DiskFull, TrackingUnavailable, is_disk_full
-from orchestrator.validation import InputError, first_line
 
 SQLITE_PREFIX = "sqlite:///"
 DEFAULT_PATIENCE_S = 300.0

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 
+from orchestrator.cell.spec import CellSpec, EngineKind, SIM
+from orchestrator.inputs.validation import first_line
 from orchestrator.mechanisms.tier import NodeNeed
 from orchestrator.models.served import ModelUnavailable, ServedModel, served_model
 from orchestrator.policies.catalog import get_policy
@@ -31,7 +33,6 @@ from orchestrator.records.cell import (
     ResetProof,
     TierCounters,
 )
-from orchestrator.cell.spec import CellSpec, EngineKind, SIM
 from orchestrator.records.scheduler_trace import evicted_blocks
 from orchestrator.records.scheduler_trace_file import parquet_of_entries, parquet_of_lines
 from orchestrator.replica.config import EngineConfig
@@ -50,7 +51,6 @@ from orchestrator.sweep.cluster.inventory import Slot
 from orchestrator.sweep.planning.serving import ServedCell, served_cell
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.units import GIB
-from orchestrator.validation import first_line
 from orchestrator.workload.actor import ClientActors, InProcessRun, LoadRun
 from orchestrator.workload.loadgen import ShardResult
 from orchestrator.workload.plan import WorkloadPlan, build_plan

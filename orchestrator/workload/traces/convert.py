@@ -18,7 +18,7 @@ import random
 import sys
 from pathlib import Path
 
-from orchestrator.cli.parser import command_parser
+from orchestrator.inputs.parser import command_parser
 from orchestrator.records.store import atomic_write_bytes
 from orchestrator.workload.traces.kv_cache_tester import DEFAULT_SHARED_PREFIX_SHARE, read_kv_cache_tester
 from orchestrator.workload.traces.mooncake import MOONCAKE_BLOCK_TOKENS, read_mooncake

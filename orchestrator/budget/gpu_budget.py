@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from orchestrator.gpus import known_device_names
-from orchestrator.validation import InputError
+from orchestrator.inputs.validation import InputError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
