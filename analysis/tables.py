@@ -11,10 +11,10 @@ import pandas as pd
 
 from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.arch import load_model
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.schema import RequestStatus
 from orchestrator.sizing.kv import retention_time_s
-from orchestrator.sizing.models import load_model
 from orchestrator.units import GIB
 
 

@@ -31,13 +31,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.arch import load_model
 from orchestrator.records.schema import RequestRecord
 from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration, Device, Precision
 from orchestrator.sim.calibrate import MODEL, h200_log_error, write_calibration
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, write_gpu_errors
 from orchestrator.sim.loop import simulate
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import JobShape, Schedule, TurnShape, job_id_for, poisson_arrivals
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -44,6 +44,7 @@ from orchestrator.cell.cell_json import read_cell_json
 from orchestrator.cell.spec import EngineKind
 from orchestrator.cli.sweep import parse_list, parser, prepare, run_with_one_line_errors
 from orchestrator.inputs.validation import InputError
+from orchestrator.models.arch import ModelArch, load_model
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import CellFiles, SweepFiles
 from orchestrator.records.names import read_summary
@@ -53,7 +54,6 @@ from orchestrator.roofline.hardware import CpuProfile
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, SimErrors, write_errors
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import cpu_sim_engine, step_pace
-from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.sweep.planning.spec import SweepSpec
 from orchestrator.sweep.runtime.driver import run_sweep
 from orchestrator.sweep.runtime.profiling import profile_spec, read_cpu_profile

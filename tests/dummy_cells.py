@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.models.arch import load_model
 from orchestrator.models.catalog import shipped_config
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CellFiles
 from orchestrator.sizing.kv import kv_bytes_per_token, kv_tokens
-from orchestrator.sizing.models import load_model
 from orchestrator.units import GIB
 
 SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,

@@ -26,6 +26,7 @@ from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.inputs.parser import command_parser
 from orchestrator.inputs.validation import InputError
+from orchestrator.models.arch import load_model
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
@@ -38,7 +39,6 @@ from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.gpu_profile import MeasuredProfile, measure_profile, trace_steps
 from orchestrator.sim.loop import Replicas, simulate
 from orchestrator.sim.stacks import stack_calibration
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import schedule_for
 
 MIN_STEPS = 20  # a profile fitted from fewer busy steps is noise

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.inputs.validation import first_line
+from orchestrator.models.arch import load_model
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellOutcome, NodeStack, ResetProof
@@ -21,7 +22,6 @@ from orchestrator.replica.priority import NORMAL_NICENESS, niced_workers_advice,
 from orchestrator.replica.stack import read_node_stack
 from orchestrator.replica.tested_stacks import lmcache_ops_module, stack_of, untested
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Regime, size
-from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.preflight import preflight
 
 # The oldest driver of each CUDA major version's wheels (NVIDIA's minor-version compatibility rule).

@@ -27,6 +27,7 @@ import numpy as np
 from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.evidence.tier import tier_activity
 from orchestrator.gpus import CPU, GPU_TYPES
+from orchestrator.models.arch import load_model
 from orchestrator.models.served import Weights
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellOutcome
@@ -35,7 +36,6 @@ from orchestrator.records.summary import summarize
 from orchestrator.sim.stacks import DEFAULT_STACK
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import kv_bytes_per_token
-from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.spec import EngineOptions
 from orchestrator.units import GIB
 from orchestrator.workload.spec import WorkloadSpec

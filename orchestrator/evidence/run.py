@@ -28,6 +28,7 @@ from orchestrator.evidence.stages import StageLog, from_checks
 from orchestrator.gpus import CPU, GPU_TYPES
 from orchestrator.inputs.validation import first_line
 from orchestrator.mechanisms.tier import NodeNeed
+from orchestrator.models.arch import load_model
 from orchestrator.models.served import served_model
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.cell import CellOutcome
@@ -40,7 +41,6 @@ from orchestrator.sim.gpu_profile import measure_profile, step_error, trace_step
 from orchestrator.sim.profile import CPU_STEP_BOUNDS, fit_step_costs
 from orchestrator.sim.stacks import DEFAULT_STACK
 from orchestrator.sizing.kv import Regime
-from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.runtime.worker import CellWorker
 

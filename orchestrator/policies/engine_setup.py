@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.gpus import CPU, GPU_TYPES
+from orchestrator.models.arch import ModelArch
 from orchestrator.policies.catalog import get_policy
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, Sizing, size
-from orchestrator.sizing.models import ModelArch
 
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
 GPU_BLOCK_SIZE = 16

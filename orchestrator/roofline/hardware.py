@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.gpus import CPU, GPU_TYPES, GpuType
+from orchestrator.models.arch import ModelArch, load_model
 from orchestrator.roofline.rates import GPU_RATES, RelativeRates
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, kv_bytes_per_token, size, weight_bytes
-from orchestrator.sizing.models import ModelArch, load_model
 
 CALIBRATION_FILE = Path(__file__).parent / "calibration.toml"
 ACTIVATION_BYTES = 2  # BF16: what a layer all-reduces, FP8 weights or not

@@ -8,12 +8,12 @@ GPU, the policy's ordering, pins and CPU tier, and the tier's size in tokens fro
 from __future__ import annotations
 
 from orchestrator.cell.sim_config import SchedulerConfig
+from orchestrator.models.arch import ModelArch, load_model
 from orchestrator.policies.catalog import get_policy
 from orchestrator.roofline.hardware import Calibration, Device, Precision, StepCost, gpu_kv_blocks
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.scheduler import SimMechanisms
 from orchestrator.sizing.kv import kv_bytes_per_token
-from orchestrator.sizing.models import ModelArch, load_model
 from orchestrator.units import GIB
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -31,13 +31,13 @@ import pandas as pd
 
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.inputs.parser import command_parser
+from orchestrator.models.arch import ModelArch, load_model
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.records.layout import CELL_CONFIG_FILE
 from orchestrator.records.scheduler_trace_file import trace_file_frame
 from orchestrator.roofline.hardware import Calibration, Device, StepCost
 from orchestrator.roofline.rates import RATES_FILE, GpuRates
 from orchestrator.sim.profile import fit_step_costs, predicted_step_s, step_samples, steps_in_flight_of
-from orchestrator.sizing.models import ModelArch, load_model
 
 MODEL = "llama-3.1-8b-instruct"
 

@@ -22,11 +22,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from orchestrator.models.arch import ModelArch
 from orchestrator.roofline.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.loop import SimResult, simulate
-from orchestrator.sizing.models import ModelArch
 from orchestrator.workload.spec import WorkloadSpec
 
 # The profiling cells: fcfs at a light load, on a seed of its own so that no cell they predict shares its

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.mechanisms.lmcache import CHUNK_TOKENS
+from orchestrator.models.arch import load_model
 from orchestrator.policies.catalog import get_policy
 from orchestrator.records.intervals import Interval, censored_times, interval, margin_pct
 from orchestrator.roofline.hardware import Calibration, Device, StepCost
@@ -54,7 +55,6 @@ from orchestrator.sim.error_bands import TIE
 from orchestrator.sim.gpu_cells import GpuCell
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import predicted_step_s, step_samples
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import schedule_for
 
 BASELINE = "fcfs"

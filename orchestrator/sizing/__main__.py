@@ -15,9 +15,9 @@ from dataclasses import asdict
 
 from orchestrator.gpus import GPU_TYPES
 from orchestrator.inputs.parser import command_parser
+from orchestrator.models.arch import load_model
 from orchestrator.models.catalog import shipped_names
 from orchestrator.sizing.kv import KIB, KV_DTYPE_BYTES, Sizing, size
-from orchestrator.sizing.models import load_model
 from orchestrator.sizing.parallel import tp_problem
 from orchestrator.units import GIB
 

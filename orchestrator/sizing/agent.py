@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.gpus import GpuType
-from orchestrator.sizing.models import ModelArch
+from orchestrator.models.arch import ModelArch
 from orchestrator.workload.spec import WorkloadSpec
 
 ASSUMED_MFU = 0.4

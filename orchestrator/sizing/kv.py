@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from orchestrator.sizing.models import ModelArch
+from orchestrator.models.arch import ModelArch
 from orchestrator.units import GIB
 
 KIB = 2**10

@@ -17,8 +17,8 @@ width) are not checked: vLLM says so at start.
 from __future__ import annotations
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.arch import ModelArch
 from orchestrator.sizing.kv import VLLM_NON_KV_OVERHEAD_GIB, size
-from orchestrator.sizing.models import ModelArch
 
 TP_DEGREES = (1, 2, 4, 8)  # the GPUs of one node, in the powers of two that divide every shipped model's heads
 # The predicted pool must hold a longest request with this share to spare: the tolerance the doctor holds the

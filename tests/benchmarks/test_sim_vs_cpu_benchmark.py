@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.sim_vs_cpu import PRESSURE, compare_pool, pool_spec, simulated_twin
 from orchestrator.cell.spec import EngineKind
-from orchestrator.sizing.models import load_model
+from orchestrator.models.arch import load_model
 from tests.sim.test_profile import KNOWN
 from tests.simulated import simulated_sweep
 

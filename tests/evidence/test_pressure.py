@@ -9,6 +9,7 @@ from functools import cache
 
 import pytest
 
+from orchestrator.cli.pressure import comparison_markdown, comparison_rows, main, rms_errors
 from orchestrator.evidence.checks import cell_evidence
 from orchestrator.evidence.pressure import (
     POOL_ABOVE_LIVE,
@@ -23,13 +24,12 @@ from orchestrator.evidence.pressure import (
     simulated,
     winner,
 )
-from orchestrator.cli.pressure import comparison_markdown, comparison_rows, main, rms_errors
 from orchestrator.evidence.run import verdict_stage
+from orchestrator.models.arch import load_model
 from orchestrator.models.catalog import LLAMA_8B
 from orchestrator.models.served import Weights
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.sizing.kv import Regime, kv_bytes_per_token
-from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.preflight import preflight
 from orchestrator.sweep.planning.spec import RunLimits
 from orchestrator.sweep.runtime.worker import CellWorker

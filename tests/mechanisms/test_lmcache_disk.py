@@ -9,13 +9,13 @@ import pytest
 from orchestrator.mechanisms.lmcache import LMCacheCpuTier
 from orchestrator.mechanisms.lmcache_disk import DISK_FOLDER, DISK_READ_BYTES_S, DiskBackedStore
 from orchestrator.mechanisms.tier import DiskNeed, NodeNeed
+from orchestrator.models.arch import load_model
 from orchestrator.policies.catalog import PolicyError, get_policy
 from orchestrator.replica.config import VllmEngineConfig
 from orchestrator.replica.disk import disk_refusal
 from orchestrator.roofline.hardware import Calibration, Device, StepCost
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.loop import simulate
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.spec import WorkloadSpec
 
 

@@ -8,12 +8,12 @@ import random
 
 import pytest
 
+from orchestrator.models.arch import load_model
 from orchestrator.models.catalog import servable_names, shipped_config
 from orchestrator.models.dummy import MARKER, ensure_dummy_model
 from orchestrator.models.served import ModelUnavailable, Weights, served_model
 from orchestrator.models.tokenizer import answer_token_ids, special_token_ids, vocabulary
 from orchestrator.sizing.kv import kv_bytes_per_token
-from orchestrator.sizing.models import load_model
 from orchestrator.sizing.parallel import tp_problem
 from orchestrator.workload.text import TOOL_SEPARATOR, WORD_POOL, tool_output_header
 from tests.hf import auto_tokenizer

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.arch import load_model
 from orchestrator.roofline.hardware import Calibration, Device, Precision, StepCost, gpu_kv_blocks
 from orchestrator.roofline.rates import GPU_RATES, GpuRates, RelativeRates
-from orchestrator.sizing.models import load_model
 
 LLAMA = load_model("llama-3.1-8b-instruct")
 

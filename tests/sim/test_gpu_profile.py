@@ -10,6 +10,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
+from orchestrator.models.arch import load_model
 from orchestrator.roofline.hardware import Calibration, Device
 from orchestrator.roofline.rates import RATES_FILE, GpuRates
 from orchestrator.sim import gpu_profile
@@ -17,7 +18,6 @@ from orchestrator.sim.calibrate import MEASURED_DIR
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.profile import step_samples
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.spec import WorkloadSpec
 
 LLAMA = load_model("llama-3.1-8b-instruct")

@@ -10,6 +10,7 @@ import statistics
 import pandas as pd
 import pytest
 
+from orchestrator.models.arch import load_model
 from orchestrator.records.schema import to_row
 from orchestrator.roofline.hardware import Calibration, CpuProfile, Device, StepCost
 from orchestrator.sim.profile import (
@@ -22,7 +23,6 @@ from orchestrator.sim.profile import (
     step_samples,
     steps_in_flight_of,
 )
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from orchestrator.models.arch import load_model
 from orchestrator.policies.engine_setup import EngineOptions, engine_setup
 from orchestrator.records.cell import TierCounters
 from orchestrator.records.intervals import Interval
@@ -22,7 +23,6 @@ from orchestrator.sim import stack_fit
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.gpu_cells import GPU_RUNS_DIR, GpuCell, RunId, read_runs
 from orchestrator.sim.loop import simulate
-from orchestrator.sizing.models import load_model
 from orchestrator.workload.schedule import schedule_for
 from orchestrator.workload.spec import WorkloadSpec
 

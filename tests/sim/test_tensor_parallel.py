@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
+from orchestrator.models.arch import load_model
 from orchestrator.roofline.hardware import Calibration, Device, StepCost, allreduce_s, gpu_kv_blocks
 from orchestrator.sizing.kv import kv_bytes_per_token, weight_bytes
-from orchestrator.sizing.models import load_model
 
 LLAMA_70B = load_model("meta-llama/Llama-3.1-70B-Instruct")
 LLAMA_8B = load_model("llama-3.1-8b-instruct")

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.arch import arch_from_config, load_model
 from orchestrator.sizing.kv import KIB, size
-from orchestrator.sizing.models import arch_from_config, load_model
 from orchestrator.sizing.parallel import TP_DEGREES, default_tp, pool_holds, tp_problem
 from orchestrator.units import GIB
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.arch import arch_from_config, estimate_parameters, load_model
 from orchestrator.models.catalog import shipped_config
 from orchestrator.sizing.kv import KIB, Regime, kv_bytes_per_token, size
-from orchestrator.sizing.models import arch_from_config, estimate_parameters, load_model
 
 QWEN = load_model("qwen3.6-35b-a3b")
 LLAMA = load_model("llama-3.1-8b-instruct")

@@ -4,9 +4,9 @@ and the sizing all read the same settings, with the device's defaults filled in 
 from __future__ import annotations
 
 from orchestrator.cell.spec import EngineKind
+from orchestrator.models.arch import load_model
 from orchestrator.models.served import ServedModel, Weights
 from orchestrator.sim.cell_engine import cell_sim_engine
-from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.cells import expand
 from orchestrator.sweep.planning.serving import served_cell
 from orchestrator.sweep.planning.spec import EngineOptions, SweepSpec

@@ -183,6 +183,17 @@ def test_tensor_parallel_cells_name_their_degree_and_only_a_degree_past_one_ente
     assert plain.tp == 4  # the sizing's default for the 70B on an 80 GB H100: see tests/sizing/test_parallel.py
 
 
+def test_the_degrees_are_resolved_when_the_spec_is_made_or_copied_so_the_grid_expands_without_the_model(monkeypatch):
+    made = spec(gpus=("H100",), policies=("fcfs",), jps=(1,), model=LLAMA_70B, engine=EngineKind.FAKE)
+    moved = made.model_copy(update={"gpus": ("H200", "B200")})  # pydantic's copy alone would keep the H100's
+    roomier = made.model_copy(update={"engine_options": made.engine_options.model_copy(
+        update={"gpu_memory_utilization": 0.95})})  # fmt: skip
+    monkeypatch.setattr("orchestrator.sweep.planning.spec.load_model", lambda name: pytest.fail(f"{name} read again"))
+    assert [cell.tp for cell in expand(made)] == [4]
+    assert [cell.tp for cell in expand(moved)] == [2, 1]  # more memory per GPU, fewer GPUs to hold the 70B
+    assert [cell.tp for cell in expand(roomier)] == [2]
+
+
 def test_the_default_degree_leaves_every_8b_sweep_at_one_gpu_per_replica_and_its_keys_as_they_were():
     cells = expand(spec(gpus=("H100", "A100", "L40S", "L4", "H200", "B200"), model="llama-3.1-8b-instruct"))
     assert {cell.tp for cell in cells} == {1} and all("tp" not in cell.model_dump(exclude_defaults=True) for cell in cells)

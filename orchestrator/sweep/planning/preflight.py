@@ -18,9 +18,9 @@ import pandas as pd
 
 from orchestrator.cell.spec import CellSpec
 from orchestrator.gpus import GPU_TYPES
+from orchestrator.models.arch import load_model
 from orchestrator.sizing.agent import agent_working_sets
 from orchestrator.sizing.kv import Regime, regime
-from orchestrator.sizing.models import load_model
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@ one clear line before Ray or MLflow is touched. Expanding the grid into cells is
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from orchestrator.cell.spec import EngineKind
 from orchestrator.gpus import CPU, known_device_names
+from orchestrator.models.arch import load_model
 from orchestrator.models.catalog import shipped_name
 from orchestrator.models.dummy import source_config
 from orchestrator.models.served import Weights
@@ -21,7 +24,6 @@ from orchestrator.policies.engine_setup import EngineOptions
 from orchestrator.roofline.hardware import CpuProfile, check_simulable
 from orchestrator.routing.rules import RouterKind
 from orchestrator.sim.stacks import DEFAULT_STACK, get_stack
-from orchestrator.sizing.models import load_model
 from orchestrator.sizing.parallel import TP_DEGREES, default_tp, holding_degrees, tp_problem
 from orchestrator.workload.spec import WorkloadSpec, check_jobs_per_cell
 
@@ -88,6 +90,7 @@ class SweepSpec(BaseModel):
                                  "to measure what Serve adds against the direct path")  # fmt: skip
     tp: tuple[int, ...] | None = Field(None, description="tensor-parallel degrees of a replica (its GPUs, on one node); "
                                        "None: per GPU type, the smallest whose KV pool holds the longest request")  # fmt: skip
+    _degrees: dict[str, tuple[int, ...]] = PrivateAttr(default_factory=dict)  # per GPU type, resolved (``tp_for``)
 
     @field_validator("gpus")
     @classmethod
@@ -170,23 +173,31 @@ class SweepSpec(BaseModel):
         self._check_tier_budgets()
         if self.tp is not None:
             self._check_degrees()
-        for gpu in self.gpus:
-            self.tp_for(gpu)  # a model no degree holds on a type is one line here, not an error mid-plan
+        self._degrees = self._resolved_degrees()  # a model no degree holds on a type is one line here, not mid-plan
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> SweepSpec:
+        """A copy with ``update``; its degrees resolved for it, since pydantic's copy runs no validator."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied._degrees = copied._resolved_degrees() if update else self._degrees
+        return copied
 
     def tp_for(self, gpu: str) -> tuple[int, ...]:
         """The tensor-parallel degrees of ``gpu``'s cells: the sweep's, else the sizing's smallest that holds the
-        longest request (1 on the CPU engine, and for a model this machine cannot size)."""
+        longest request (1 on the CPU engine, and for a model this machine cannot size). Resolved once, when the
+        spec is made or copied, so that the grid expands from the spec alone."""
+        return self._degrees[gpu]
+
+    def _resolved_degrees(self) -> dict[str, tuple[int, ...]]:
+        """``tp_for`` of every GPU type of the sweep, reading the model's config once."""
         if self.tp is not None:
-            return self.tp
-        if gpu == CPU:
-            return (1,)
+            return dict.fromkeys(self.gpus, self.tp)
         try:
             arch = load_model(self.model)
         except ValueError:
-            return (1,)
-        options = self.engine_options
-        return (default_tp(arch, gpu, options.gpu_memory_utilization, options.max_model_len),)
+            return dict.fromkeys(self.gpus, (1,))
+        utilization, max_len = self.engine_options.gpu_memory_utilization, self.engine_options.max_model_len
+        return {gpu: (1,) if gpu == CPU else (default_tp(arch, gpu, utilization, max_len),) for gpu in self.gpus}
 
     def _check_degrees(self) -> None:
         """A degree vLLM refuses for the model's heads, or whose KV pool cannot hold one ``max_model_len`` sequence

@@ -34,7 +34,7 @@ from pathlib import Path
 from orchestrator.cell.spec import CellSpec, EngineKind
 from orchestrator.inputs.validation import InputError
 from orchestrator.records.cell import CellStatus
-from orchestrator.records.prediction import read_predictions
+from orchestrator.records.prediction import Prediction, read_predictions
 from orchestrator.records.verdict import read_verdicts
 from orchestrator.roofline.hardware import check_simulable
 from orchestrator.sweep.cluster.autoscaler import read_launchable_types
@@ -113,17 +113,20 @@ class KeptWorkers:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A sweep's cells on the cluster as it is, every check that needs no worker done."""
+    """A sweep's cells on the cluster as it is, every check that needs no worker done, and the predictions
+    committed for its cells (none where the sweep has no ``predictions.csv``)."""
 
     spec: SweepSpec
     cells: list[CellSpec]
     inventory: Inventory
     results: SweepResults
+    predictions: dict[str, Prediction]
 
 
 def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
     """The sweep's cells on the connected cluster (what it has and can launch), with one clear error for a
-    replica that no node of its type can hold or a GPU type the simulator cannot run."""
+    replica that no node of its type can hold or a GPU type the simulator cannot run. What the plan needs of the
+    layers below (the simulator's reach, the predictions on file) is asked last, once the cells stand."""
     inventory = read_inventory(read_launchable_types(options.autoscaler_config))
     budgeted = options.gpu_budget.by_type if options.gpu_budget is not None else {}
     # A type the budget names is measured (its cells pend until the cluster has it), not simulated as auto would.
@@ -134,13 +137,14 @@ def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
             inventory.check_replica_memory(cell.gpu, cell.dram_gb, cell.replica_host_gib)
             if cell.gang_size:
                 inventory.check_gang(cell.gpu, cell.gang_groups, per_slot_gib[cell.placement])
+    results = SweepResults(options.results_dir / spec.name)
     simulated = sorted({cell.gpu for cell in cells if cell.engine is EngineKind.SIM})
     if simulated:
         try:
             check_simulable(spec.model, simulated, has_cpu_profile=spec.cpu_profile is not None)
         except ValueError as error:
             raise InputError(f"--engine {spec.engine.value} would simulate {', '.join(simulated)}: {error}") from None
-    return SweepPlan(spec, cells, inventory, SweepResults(options.results_dir / spec.name))
+    return SweepPlan(spec, cells, inventory, results, read_predictions(results.files.predictions))
 
 
 def publish_report(results: SweepResults, tracker: SweepTracker) -> None:
@@ -168,7 +172,7 @@ class _Sweep:
                  measuring: MeasuringOrder | None = None, kept: KeptWorkers | None = None):  # fmt: skip
         self.spec, self.cells, self.options, self.kept = plan.spec, plan.cells, options, kept
         self.ledger = CellLedger(plan.spec.name, tracker, plan.results, _package_versions(), options.slo,
-                                 read_predictions(plan.results.files.predictions))  # fmt: skip
+                                 plan.predictions)  # fmt: skip
         self.pool = (kept or KeptWorkers()).take(plan.inventory, options.scale_up_timeout_s)
         self.reporter = ProgressReporter(options.progress_interval_s, options.live)
         self.queue = CellQueue(measuring)

@@ -17,6 +17,7 @@ from orchestrator.cell.cell_json import read_cell_json
 from orchestrator.cell.spec import EngineKind
 from orchestrator.gpus import CPU
 from orchestrator.inputs.validation import InputError
+from orchestrator.models.arch import load_model
 from orchestrator.records.cell import CellStatus
 from orchestrator.records.layout import SweepFiles
 from orchestrator.records.names import read_summary
@@ -30,7 +31,6 @@ from orchestrator.sim.profile import (
     ProfilingCell,
     profile_from_cells,
 )
-from orchestrator.sizing.models import load_model
 from orchestrator.sweep.planning.spec import SweepSpec
 
 
