@@ -12,13 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.models.arch import load_model
 from orchestrator.policies.engine_setup import EngineOptions, engine_setup
 from orchestrator.records.cell import TierCounters
 from orchestrator.records.intervals import Interval
 from orchestrator.records.scheduler_trace_file import trace_frame
 from orchestrator.records.schema import to_row
-from orchestrator.roofline.hardware import Calibration, StepCost
+from orchestrator.roofline.hardware import Calibration
 from orchestrator.sim import stack_fit
 from orchestrator.sim.cell_engine import cell_sim_engine
 from orchestrator.sim.gpu_cells import GPU_RUNS_DIR, GpuCell, RunId, read_runs
