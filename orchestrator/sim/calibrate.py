@@ -34,10 +34,8 @@ from pathlib import Path
 
 from orchestrator.inputs.parser import command_parser
 from orchestrator.roofline.hardware import CALIBRATION_FILE, Calibration, Device
-from orchestrator.sim import stack_fit
 from orchestrator.sim.config import sim_engine
 from orchestrator.sim.error_bands import SIM_ERROR_FILE, TIE, write_errors
-from orchestrator.sim.gpu_cells import read_runs
 from orchestrator.sim.loop import simulate
 from orchestrator.sim.stacks import check_new_name, stack_path
 from orchestrator.workload.spec import WorkloadSpec
@@ -253,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def fit_stack_command(name: str, directories: list[Path]) -> int:
     """Fit the stack ``name`` on the GPU runs ``directories``; print its in-sample and held-out errors; write it."""
+    # Here, not at the top: the stack fit and the runs' records load scipy, which the source-study table never needs.
+    from orchestrator.sim import stack_fit
+    from orchestrator.sim.gpu_cells import read_runs
+
     try:
         cells = read_runs(directories)
     except ValueError as error:

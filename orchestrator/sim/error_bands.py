@@ -16,7 +16,8 @@ Sources, each written by the tool that measures it:
 A policy's error is the largest any source found, a policy no source measured takes the largest of any policy, and a
 GPU type with no published figure takes the largest of any GPU type. ``gpu_pressure`` measures one cell per policy,
 too few to make a band narrower: it widens a policy's error, and never sets one below what the policy would take
-unmeasured.
+unmeasured. Finer than all of these, simulated policies within ``TIE`` (1%) of each other are a tie: the simulator
+calls no winner between them.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ SOURCES = {
 }
 WIDENING_SOURCES = ("gpu_pressure",)
 GPU_SOURCE = "public_figures"
-TIE = 0.01  # policies within 1% of each other: the simulator calls no winner
 GPU_SOURCE_NOTE = "RMS per GPU type over its published figures: python benchmarks/public_figures.py --write-errors"
+TIE = 0.01  # policies within 1% of each other: the simulator calls no winner
 
 
 @dataclass(frozen=True)

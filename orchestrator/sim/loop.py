@@ -107,15 +107,15 @@ class Simulation:
 
     def handle(self, event: Event) -> Iterable[Event]:
         """Apply ``event`` (``sim.events`` says what each means) and return the events it causes."""
-        match event:
-            case SendTurn():
-                return self._send_turn(event)
+        match event:  # the most frequent first
+            case ScheduleStep():
+                return self._schedule_step(event)
             case ReachEngine():
                 return self._reach_engine(event)
             case Deadline():
                 return self._deadline(event)
-            case ScheduleStep():
-                return self._schedule_step(event)
+            case SendTurn():
+                return self._send_turn(event)
         raise TypeError(f"no handler for {type(event).__name__}")
 
     def _send_turn(self, send: SendTurn) -> list[Event]:

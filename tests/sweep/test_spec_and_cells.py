@@ -192,6 +192,9 @@ def test_the_degrees_are_resolved_when_the_spec_is_made_or_copied_so_the_grid_ex
     assert [cell.tp for cell in expand(made)] == [4]
     assert [cell.tp for cell in expand(moved)] == [2, 1]  # more memory per GPU, fewer GPUs to hold the 70B
     assert [cell.tp for cell in expand(roomier)] == [2]
+    # The CPU engine runs one process per replica: its degree needs no model read at all.
+    cpu_only = spec(gpus=("cpu",), policies=("fcfs",), jps=(1,), dram_gb=(0,), model=LLAMA_70B, engine=EngineKind.FAKE)
+    assert cpu_only.tp_for("cpu") == (1,)
 
 
 def test_the_default_degree_leaves_every_8b_sweep_at_one_gpu_per_replica_and_its_keys_as_they_were():

@@ -190,8 +190,8 @@ class SweepSpec(BaseModel):
 
     def _resolved_degrees(self) -> dict[str, tuple[int, ...]]:
         """``tp_for`` of every GPU type of the sweep, reading the model's config once."""
-        if self.tp is not None:
-            return dict.fromkeys(self.gpus, self.tp)
+        if self.tp is not None or self.gpus == (CPU,):
+            return dict.fromkeys(self.gpus, self.tp if self.tp is not None else (1,))
         try:
             arch = load_model(self.model)
         except ValueError:

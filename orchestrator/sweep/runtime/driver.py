@@ -113,8 +113,8 @@ class KeptWorkers:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A sweep's cells on the cluster as it is, every check that needs no worker done, and the predictions
-    committed for its cells (none where the sweep has no ``predictions.csv``)."""
+    """A sweep's cells on the cluster as it is, every check that needs no worker done, and the predictions on file
+    for the sweep, by cell key (none where it has no ``predictions.csv``)."""
 
     spec: SweepSpec
     cells: list[CellSpec]
@@ -126,7 +126,7 @@ class SweepPlan:
 def plan_sweep(spec: SweepSpec, options: SweepOptions) -> SweepPlan:
     """The sweep's cells on the connected cluster (what it has and can launch), with one clear error for a
     replica that no node of its type can hold or a GPU type the simulator cannot run. What the plan needs of the
-    layers below (the simulator's reach, the predictions on file) is asked last, once the cells stand."""
+    layers below (the simulator's reach, the predictions on file) is asked at its end, once the cells stand."""
     inventory = read_inventory(read_launchable_types(options.autoscaler_config))
     budgeted = options.gpu_budget.by_type if options.gpu_budget is not None else {}
     # A type the budget names is measured (its cells pend until the cluster has it), not simulated as auto would.
