@@ -115,8 +115,8 @@ def parser(spec: SweepSpec, command: str | None = None, doc: str | None = None, 
            hidden: Collection[str] = ()) -> argparse.ArgumentParser:
     """The flags every sweep takes, ``spec``'s grid their defaults: the parser of ``kvsweep COMMAND`` described by
     ``doc`` (``inputs.parser.command_parser``), or without a command of the script running (one that builds on the
-    sweeps' flags). ``engines``: the ``--engine`` choices and what each runs; ``hidden``: flags (dests) the command refuses,
-    left out of its help."""
+    sweeps' flags). ``engines``: the ``--engine`` choices and what each runs; ``hidden``: flags (dests) the command
+    refuses, left out of its help."""
     p = command_parser(command or "", doc)
     if command is None:
         p.prog = Path(sys.argv[0]).name

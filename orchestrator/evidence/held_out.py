@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.cell.spec import CellSpec
-from orchestrator.evidence.pack import StageResult
+from orchestrator.evidence.pack import StageResult, seconds
 from orchestrator.evidence.pressure import CellFacts
 from orchestrator.sim.stacks import get_stack
 from orchestrator.sim.version import sim_version
@@ -81,7 +81,7 @@ def held_out_stage(predictions: Sequence[Prediction], measured: dict[str, float 
     judged = [row for row in rows if row["within_band"] is not None]
     inside = sum(row["within_band"] for row in judged)
     lines = ["| cell | predicted mean JCT (band) | measured | error | within |", "|---|---|---|---|---|"]
-    lines += [f"| {row['name']} | {_seconds(row['predicted_s'])} (±{row['band']:.0%}) | {_seconds(row['measured_s'])} | "
+    lines += [f"| {row['name']} | {seconds(row['predicted_s'])} (±{row['band']:.0%}) | {seconds(row['measured_s'])} | "
               + ("-" if row["error"] is None else f"{row['error']:+.1%}")
               + f" | {'-' if row['within_band'] is None else 'yes' if row['within_band'] else 'no'} |" for row in rows]
     errors = [abs(row["error"]) for row in judged]
@@ -112,10 +112,6 @@ def predictions_markdown(document: dict) -> str:
     for cell in document["cells"]:
         facts = CellFacts.of_dict(cell["predicted"])
         lines.append(f"| {cell['name']} | {cell['gpu']} | {cell['policy']} | {cell['jps']:g} | "
-                     f"{cell['num_kv_blocks'] or 'auto'} | {_seconds(facts.jct_mean_s)} (±{cell['band']:.0%}) | "
-                     f"{_seconds(facts.jct_p90_s)} | {facts.gpu_hit_share or 0:.0%} | {facts.preemptions} |")  # fmt: skip
+                     f"{cell['num_kv_blocks'] or 'auto'} | {seconds(facts.jct_mean_s)} (±{cell['band']:.0%}) | "
+                     f"{seconds(facts.jct_p90_s)} | {facts.gpu_hit_share or 0:.0%} | {facts.preemptions} |")  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"

@@ -12,7 +12,7 @@ from typing import Protocol
 from orchestrator.cell.spec import CellSpec
 from orchestrator.evidence.budget import Budget
 from orchestrator.evidence.checks import Check, checked_cell, format_table
-from orchestrator.evidence.pack import StageResult, without_cell_lines
+from orchestrator.evidence.pack import StageResult, seconds, without_cell_lines
 from orchestrator.evidence.pressure import CellFacts, cell_facts, simulated
 from orchestrator.records.cell import CellOutcome, FailureKind, ReplicaStart
 from orchestrator.records.layout import CellFiles
@@ -132,10 +132,6 @@ def why_not_done(outcome: CellOutcome) -> str:
     """The cell's reason and the last line of its server's log (a failed start's exception, most often)."""
     last = next((line.strip() for line in reversed(outcome.server_log.splitlines()) if line.strip()), "")
     return f"{outcome.status.value}: {outcome.reason}" + (f"; server log ends: {last[:300]}" if last else "")
-
-
-def seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
 
 
 def _cell_line(outcome: CellOutcome, summary: CellSummary) -> str:

@@ -61,6 +61,11 @@ def stage_table(stages: list[StageResult]) -> str:
     return "\n".join(lines)
 
 
+def seconds(value: float | None) -> str:
+    """A time in the summary's tables: ``12.34 s``, or ``-`` where there is none."""
+    return "-" if value is None else f"{value:.2f} s"
+
+
 def without_cell_lines(replica_log: str, cell_log: str) -> str:
     """A replica's log with the lines its cell's own log (server.log) holds replaced by one line saying so."""
     if not cell_log.strip() or cell_log not in replica_log:

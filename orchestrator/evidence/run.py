@@ -21,8 +21,8 @@ from orchestrator.cell.spec import CellSpec
 from orchestrator.evidence.budget import DOCTOR_S, PROFILE_S, Budget
 from orchestrator.evidence.checks import node_checks, stack_check
 from orchestrator.evidence.held_out import Prediction, held_out_stage
-from orchestrator.evidence.measure import CellBench, CellRunner, predicted_facts, seconds, why_not_done
-from orchestrator.evidence.pack import EvidenceHeader, StageResult
+from orchestrator.evidence.measure import CellBench, CellRunner, predicted_facts, why_not_done
+from orchestrator.evidence.pack import EvidenceHeader, StageResult, seconds
 from orchestrator.evidence.pressure import BASELINE, CellFacts, PressurePoint, cell_facts, margins, winner
 from orchestrator.evidence.stages import StageLog, from_checks
 from orchestrator.gpus import CPU, GPU_TYPES
